@@ -1,0 +1,80 @@
+"""Ingress deployment: the FastAPI app behind Serve's HTTP proxy.
+
+Thin wrapper: it wires Ray handles (embedder, retriever) into the plain
+``MemoryService`` and opens the database pool; all logic lives in serve_app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from serve_app.api import create_app
+from serve_app.db.migrations import migrate
+from serve_app.db.pool import open_pool
+from serve_app.retrieval.query import SearchQuery
+from serve_app.service import MemoryService
+from serve_app.settings import get_settings
+from serve_app.store import MemoryStore
+from serve_app.store.keys import KeyStore, seed_key
+from serve_app.store.vectors import ensure_table
+
+log = logging.getLogger("ray.serve")
+fastapi_app = create_app(get_settings())
+
+
+@serve.deployment
+@serve.ingress(fastapi_app)
+class Ingress:
+    async def __init__(self, embedder: DeploymentHandle, retriever: DeploymentHandle) -> None:
+        settings = get_settings()
+        if not settings.database_url:
+            raise RuntimeError("MEMSERVE_DATABASE_URL is not set (the launcher sets it)")
+        dsn = settings.database_url
+        self.embedder = embedder
+        self.retriever = retriever
+        info = await embedder.model_info.remote()
+        await asyncio.to_thread(migrate, dsn)
+        await asyncio.to_thread(ensure_table, dsn, info["table_slug"], info["dim"])
+        if settings.bootstrap_key:
+            await asyncio.to_thread(
+                seed_key, dsn, settings.default_tenant, "service", settings.bootstrap_key, "bootstrap"
+            )
+        if settings.admin_key:
+            await asyncio.to_thread(
+                seed_key, dsn, settings.default_tenant, "admin", settings.admin_key, "admin"
+            )
+        self.pool = await open_pool(dsn, settings)
+        state = fastapi_app.state
+        state.pool = self.pool
+        state.keys = KeyStore(self.pool)
+        state.model = info
+        state.service = MemoryService(
+            MemoryStore(self.pool, info["table_slug"]), self._embed, self._search
+        )
+        state.readiness_probes = {"embedder": self._probe_embedder}
+
+    async def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        if len(texts) == 1:
+            vector = await self.embedder.embed.remote(texts[0], is_query)
+            return np.asarray(vector, dtype=np.float32)[None, :]
+        # One call per text so the embedder's dynamic batching can mix callers.
+        vectors = await asyncio.gather(*(self.embedder.embed.remote(t, is_query) for t in texts))
+        return np.stack([np.asarray(v, dtype=np.float32) for v in vectors])
+
+    async def _search(self, q: SearchQuery, vector: np.ndarray) -> list[dict]:
+        return await self.retriever.search.remote(q, vector)
+
+    async def _probe_embedder(self) -> str:
+        info = await self.embedder.model_info.remote()
+        return f"ok ({info['name']}, {info.get('device', 'cpu')})"
+
+    async def __del__(self) -> None:
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            await pool.close()

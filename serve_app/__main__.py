@@ -1,0 +1,55 @@
+"""Command line: `python -m serve_app run|migrate|create-key`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from serve_app.settings import get_settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m serve_app")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="start Postgres (embedded unless a DSN is set), Ray and the app")
+    sub.add_parser("migrate", help="apply schema migrations to MEMSERVE_DATABASE_URL")
+    key = sub.add_parser("create-key", help="create an API key (printed once)")
+    key.add_argument("--tenant", default=None)
+    key.add_argument("--role", choices=["admin", "service", "user"], default="service")
+    key.add_argument("--user-id", default=None)
+    args = parser.parse_args()
+
+    if args.command == "run":
+        from serve_app.launcher import run
+
+        run()
+    elif args.command == "migrate":
+        from serve_app.db.migrations import migrate
+
+        print("applied:", migrate(_dsn()) or "nothing (up to date)")
+    elif args.command == "create-key":
+        print(asyncio.run(_create_key(args.tenant, args.role, args.user_id)))
+
+
+def _dsn() -> str:
+    dsn = get_settings().database_url
+    if not dsn:
+        raise SystemExit("MEMSERVE_DATABASE_URL is required for this command")
+    return dsn
+
+
+async def _create_key(tenant: str | None, role: str, user_id: str | None) -> str:
+    from serve_app.db.pool import open_pool
+    from serve_app.store.keys import KeyStore
+
+    settings = get_settings()
+    pool = await open_pool(_dsn(), settings)
+    try:
+        key, _ = await KeyStore(pool).create(tenant or settings.default_tenant, role, user_id)
+        return key
+    finally:
+        await pool.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""The HTTP API (FastAPI). Routers read their collaborators from ``app.state``."""
+
+from serve_app.api.app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,42 @@
+"""/v1/search: semantic search over the caller's memories."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+
+from serve_app.api.deps import principal
+from serve_app.auth import Principal, resolve_owner
+from serve_app.retrieval.query import SearchQuery
+from serve_app.schemas import SearchRequest, SearchResponse
+
+router = APIRouter(prefix="/v1", tags=["search"])
+
+
+def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: int) -> SearchQuery:
+    f = body.filters
+    return SearchQuery(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        top_k=body.top_k or default_top_k,
+        threshold=body.threshold,
+        types=tuple(t.value for t in body.types or ()),
+        tags=tuple(body.tags or ()),
+        agent_id=body.agent_id,
+        session_id=body.session_id,
+        metadata=dict(f.metadata) if f and f.metadata else {},
+        created_after=f.created_after if f else None,
+        created_before=f.created_before if f else None,
+        text=body.query,
+        mode=body.mode,
+    )
+
+
+@router.post("/search", response_model=SearchResponse)
+async def search(
+    body: SearchRequest, request: Request, caller: Annotated[Principal, Depends(principal)]
+):
+    owner = resolve_owner(caller, body.user_id)
+    q = to_query(body, owner.tenant_id, owner.user_id, request.app.state.settings.default_top_k)
+    return {"results": await request.app.state.service.search(q)}

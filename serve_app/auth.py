@@ -1,0 +1,46 @@
+"""Who is calling, and whose memories they may touch.
+
+The identity comes from the API key only: a service key acts for any user of
+its tenant and must name one; a user key is bound to its user and may not name
+another. The tenant is never taken from the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from serve_app.errors import ApiError
+from serve_app.store.records import Owner
+
+
+@dataclass(frozen=True)
+class Principal:
+    key_id: str
+    tenant_id: str
+    role: str  # admin | service | user
+    user_id: str | None = None
+
+    @property
+    def actor(self) -> str:
+        return f"{self.role}:{self.key_id}"
+
+
+def bearer_token(header: str | None) -> str:
+    if not header:
+        raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key> header")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "expected Authorization: Bearer <key>")
+    return token.strip()
+
+
+def resolve_owner(principal: Principal, requested_user_id: str | None) -> Owner:
+    """The owner a request acts on, or a 4xx if the key may not act for that user."""
+    if principal.role == "user":
+        if requested_user_id is not None and requested_user_id != principal.user_id:
+            raise ApiError(403, "forbidden", "a user key may only act for its own user")
+        assert principal.user_id is not None
+        return Owner(principal.tenant_id, principal.user_id)
+    if requested_user_id is None:
+        raise ApiError(400, "invalid_request", "user_id is required with a service key")
+    return Owner(principal.tenant_id, requested_user_id)

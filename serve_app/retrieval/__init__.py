@@ -1,0 +1,1 @@
+"""Search over a user's memories: SQL filters, pgvector search, (later) caches and fusion."""

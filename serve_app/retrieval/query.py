@@ -1,0 +1,74 @@
+"""What a search asks for, independent of where it is answered (pgvector or a cache)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    tenant_id: str
+    user_id: str
+    top_k: int
+    threshold: float | None = None
+    types: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    agent_id: str | None = None
+    session_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    text: str = ""
+    mode: str = "hybrid"
+
+    @property
+    def filtered(self) -> bool:
+        return bool(
+            self.types
+            or self.tags
+            or self.agent_id
+            or self.session_id
+            or self.metadata
+            or self.created_after
+            or self.created_before
+        )
+
+
+def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, list[Any]]:
+    """WHERE clause over memory_items for the query's owner and filters."""
+    a = sql.Identifier(alias)
+    parts: list[sql.Composable] = [
+        sql.SQL("{}.tenant_id = %s").format(a),
+        sql.SQL("{}.user_id = %s").format(a),
+        sql.SQL("{}.status = 'active'").format(a),
+        sql.SQL("({}.expires_at IS NULL OR {}.expires_at > now())").format(a, a),
+    ]
+    params: list[Any] = [q.tenant_id, q.user_id]
+    if q.types:
+        parts.append(sql.SQL("{}.type = ANY(%s)").format(a))
+        params.append(list(q.types))
+    if q.tags:
+        parts.append(sql.SQL("{}.tags && %s").format(a))
+        params.append(list(q.tags))
+    if q.agent_id is not None:
+        parts.append(sql.SQL("{}.agent_id = %s").format(a))
+        params.append(q.agent_id)
+    if q.session_id is not None:
+        parts.append(sql.SQL("{}.session_id = %s").format(a))
+        params.append(q.session_id)
+    if q.metadata:
+        from psycopg.types.json import Jsonb
+
+        parts.append(sql.SQL("{}.metadata @> %s").format(a))
+        params.append(Jsonb(q.metadata))
+    if q.created_after is not None:
+        parts.append(sql.SQL("{}.created_at >= %s").format(a))
+        params.append(q.created_after)
+    if q.created_before is not None:
+        parts.append(sql.SQL("{}.created_at < %s").format(a))
+        params.append(q.created_before)
+    return sql.SQL(" AND ").join(parts), params

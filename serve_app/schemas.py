@@ -1,0 +1,218 @@
+"""Request and response bodies of the HTTP API (DESIGN §8 is the contract).
+
+Validation happens here, before anything touches the database, so bad input is
+a 4xx that changes nothing. Limits come from settings.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from serve_app.settings import get_settings
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")
+]
+
+
+class MemoryType(StrEnum):
+    semantic = "semantic"
+    fact = "fact"
+    preference = "preference"
+    procedural = "procedural"
+    episodic = "episodic"
+    insight = "insight"
+
+
+Scope = Literal["user", "session", "agent", "org"]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, str_strip_whitespace=False)
+
+
+def _check_content(value: str) -> str:
+    if not value.strip():
+        raise ValueError("content must not be empty")
+    limit = get_settings().max_content_chars
+    if len(value) > limit:
+        raise ValueError(f"content is longer than {limit} characters")
+    if "\x00" in value:
+        raise ValueError("content must not contain NUL characters")
+    return value
+
+
+def _check_tags(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    s = get_settings()
+    if len(value) > s.max_tags:
+        raise ValueError(f"at most {s.max_tags} tags")
+    out: list[str] = []
+    for tag in value:
+        if not tag.strip() or len(tag) > s.max_tag_chars or "\x00" in tag:
+            raise ValueError(f"each tag must be 1..{s.max_tag_chars} characters")
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    limit = get_settings().max_metadata_bytes
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError("metadata must be finite JSON") from exc
+    if len(encoded.encode()) > limit:
+        raise ValueError(f"metadata is larger than {limit} bytes")
+    if "\\u0000" in encoded:
+        raise ValueError("metadata must not contain NUL characters")
+    return value
+
+
+class MemoryFields(StrictModel):
+    content: str
+    type: MemoryType = MemoryType.semantic
+    agent_id: Identifier | None = None
+    session_id: Identifier | None = None
+    tags: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    infer: bool = False
+    scope: Scope | None = None
+
+    _content = field_validator("content")(_check_content)
+    _tags = field_validator("tags")(_check_tags)
+    _metadata = field_validator("metadata")(_check_metadata)
+
+
+class MemoryCreate(MemoryFields):
+    user_id: Identifier | None = None
+
+
+class MemoryBatchCreate(StrictModel):
+    user_id: Identifier | None = None
+    items: list[MemoryFields] = Field(min_length=1)
+
+    @field_validator("items")
+    @classmethod
+    def _limit(cls, value: list[MemoryFields]) -> list[MemoryFields]:
+        limit = get_settings().max_batch_items
+        if len(value) > limit:
+            raise ValueError(f"at most {limit} items per batch")
+        return value
+
+
+class MemoryPatch(StrictModel):
+    content: str | None = None
+    tags: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    type: MemoryType | None = None
+
+    _content = field_validator("content")(_check_content)
+    _tags = field_validator("tags")(_check_tags)
+    _metadata = field_validator("metadata")(_check_metadata)
+
+
+class SearchFilters(StrictModel):
+    """Exact-match filters on memory metadata keys (all must match)."""
+
+    metadata: dict[str, str | int | float | bool] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class SearchRequest(StrictModel):
+    user_id: Identifier | None = None
+    query: str
+    top_k: int | None = Field(default=None, ge=1)
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+    types: list[MemoryType] | None = Field(default=None, max_length=16)
+    tags: list[str] | None = None
+    filters: SearchFilters | None = None
+    agent_id: Identifier | None = None
+    session_id: Identifier | None = None
+    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
+
+    _query = field_validator("query")(_check_content)
+    _tags = field_validator("tags")(_check_tags)
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int | None) -> int | None:
+        limit = get_settings().max_top_k
+        if value is not None and value > limit:
+            raise ValueError(f"top_k must be at most {limit}")
+        return value
+
+
+class Memory(BaseModel):
+    id: UUID
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    scope: str
+    type: str
+    content: str
+    tags: list[str]
+    metadata: dict[str, Any]
+    importance: float
+    confidence: float
+    source: str
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = None
+
+
+class ScoredMemory(Memory):
+    score: float
+    similarity: float | None = None
+
+
+class MemoryList(BaseModel):
+    memories: list[Memory]
+    next_cursor: str | None
+
+
+class MemoryBatch(BaseModel):
+    memories: list[Memory]
+
+
+class SearchResponse(BaseModel):
+    results: list[ScoredMemory]
+
+
+class DeletedCount(BaseModel):
+    deleted: int
+
+
+class HistoryEvent(BaseModel):
+    id: int
+    memory_id: UUID
+    event: str
+    old_content: str | None
+    new_content: str | None
+    actor: str | None
+    created_at: datetime
+
+
+class HistoryResponse(BaseModel):
+    events: list[HistoryEvent]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

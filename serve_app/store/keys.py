@@ -1,0 +1,89 @@
+"""API keys: stored as SHA-256 hashes, bound to a tenant and a role."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+KEY_PREFIX = "msk_"
+
+
+def hash_key(key: str) -> str:
+    # Keys are 256-bit random tokens, so a fast hash is enough (no dictionary to attack).
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+class KeyStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def lookup(self, key: str) -> dict[str, Any] | None:
+        """The active key's row, or None (unknown or revoked)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id, tenant_id, role, user_id FROM api_keys"
+                " WHERE key_hash = %s AND revoked_at IS NULL",
+                (hash_key(key),),
+            )
+            return await cur.fetchone()
+
+    async def create(
+        self, tenant_id: str, role: str, user_id: str | None = None, name: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        key = generate_key()
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s)"
+                " RETURNING id, tenant_id, role, user_id, prefix, name, created_at, revoked_at",
+                (uuid.uuid4(), tenant_id, role, user_id, hash_key(key), key[:12], name),
+            )
+            return key, await cur.fetchone()
+
+    async def list(self, tenant_id: str) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id, tenant_id, role, user_id, prefix, name, created_at, revoked_at"
+                " FROM api_keys WHERE tenant_id = %s ORDER BY created_at",
+                (tenant_id,),
+            )
+            return await cur.fetchall()
+
+    async def revoke(self, tenant_id: str, key_id: uuid.UUID) -> bool:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE api_keys SET revoked_at = now()"
+                " WHERE id = %s AND tenant_id = %s AND revoked_at IS NULL",
+                (key_id, tenant_id),
+            )
+            return cur.rowcount > 0
+
+
+def seed_key(dsn: str, tenant_id: str, role: str, key: str, name: str) -> bool:
+    """Register a configured key (bootstrap/admin) if absent; True when it was added now."""
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        cur = conn.execute(
+            "INSERT INTO api_keys (id, tenant_id, role, key_hash, prefix, name)"
+            " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (key_hash) DO NOTHING",
+            (uuid.uuid4(), tenant_id, role, hash_key(key), key[:12], name),
+        )
+        return cur.rowcount > 0
+
+
+def has_key(dsn: str, tenant_id: str, role: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM api_keys WHERE tenant_id = %s AND role = %s AND revoked_at IS NULL",
+            (tenant_id, role),
+        ).fetchone()
+        return row is not None

@@ -1,0 +1,46 @@
+"""Plain records passed between the API layer and the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose memories a call may touch: always a tenant, and a user for user-scoped data."""
+
+    tenant_id: str
+    user_id: str
+
+
+@dataclass
+class NewMemory:
+    content: str
+    type: str = "semantic"
+    scope: str = "user"
+    agent_id: str | None = None
+    session_id: str | None = None
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    importance: float = 0.5
+    confidence: float = 1.0
+    source: str = "api"
+    expires_at: datetime | None = None
+
+
+MEMORY_COLUMNS = (
+    "id, user_id, agent_id, session_id, scope, type, content, tags, metadata, importance,"
+    " confidence, source, created_at, updated_at, expires_at"
+)
+
+
+def owner_key(user_id: str | None, scope: str, agent_id: str | None) -> str:
+    """Cache/version key of the set a memory belongs to."""
+    if scope in ("user", "session") and user_id is not None:
+        return user_id
+    if scope == "agent":
+        return f"@agent:{agent_id or ''}"
+    return "@org"
