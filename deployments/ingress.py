@@ -15,6 +15,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from serve_app.api import create_app
+from serve_app.api.state import AppState, install
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
 from serve_app.retrieval.query import SearchQuery
@@ -43,21 +44,30 @@ class Ingress:
         await asyncio.to_thread(ensure_table, dsn, info["table_slug"], info["dim"])
         if settings.bootstrap_key:
             await asyncio.to_thread(
-                seed_key, dsn, settings.default_tenant, "service", settings.bootstrap_key, "bootstrap"
+                seed_key,
+                dsn,
+                settings.default_tenant,
+                "service",
+                settings.bootstrap_key,
+                "bootstrap",
             )
         if settings.admin_key:
             await asyncio.to_thread(
                 seed_key, dsn, settings.default_tenant, "admin", settings.admin_key, "admin"
             )
         self.pool = await open_pool(dsn, settings)
-        state = fastapi_app.state
-        state.pool = self.pool
-        state.keys = KeyStore(self.pool)
-        state.model = info
-        state.service = MemoryService(
-            MemoryStore(self.pool, info["table_slug"]), self._embed, self._search
+        install(
+            AppState(
+                settings=settings,
+                pool=self.pool,
+                keys=KeyStore(self.pool),
+                service=MemoryService(
+                    MemoryStore(self.pool, info["table_slug"]), self._embed, self._search
+                ),
+                model=info,
+                readiness_probes={"embedder": self._probe_embedder},
+            )
         )
-        state.readiness_probes = {"embedder": self._probe_embedder}
 
     async def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
         if len(texts) == 1:

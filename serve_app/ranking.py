@@ -23,7 +23,10 @@ class RankWeights:
     @classmethod
     def from_settings(cls, s: Settings) -> RankWeights:
         return cls(
-            s.rank_w_similarity, s.rank_w_importance, s.rank_w_recency, s.rank_recency_half_life_days
+            s.rank_w_similarity,
+            s.rank_w_importance,
+            s.rank_w_recency,
+            s.rank_recency_half_life_days,
         )
 
 

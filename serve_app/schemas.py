@@ -37,7 +37,9 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, str_strip_whitespace=False)
 
 
-def _check_content(value: str) -> str:
+def _check_content(value: str | None) -> str | None:
+    if value is None:
+        return None
     if not value.strip():
         raise ValueError("content must not be empty")
     limit = get_settings().max_content_chars

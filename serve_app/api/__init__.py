@@ -1,4 +1,4 @@
-"""The HTTP API (FastAPI). Routers read their collaborators from ``app.state``."""
+"""The HTTP API (FastAPI). Routers read their collaborators from ``serve_app.api.state``."""
 
 from serve_app.api.app import create_app
 

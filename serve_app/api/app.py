@@ -17,7 +17,6 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         description="Memory layer for LLM chat platforms. Auth: `Authorization: Bearer <key>`.",
     )
-    app.state.settings = settings
     install_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     for module in (health, memories, search):

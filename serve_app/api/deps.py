@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from serve_app.api.state import current
 from serve_app.auth import Principal, bearer_token
 from serve_app.errors import ApiError
 
 
 async def principal(request: Request) -> Principal:
     token = bearer_token(request.headers.get("authorization"))
-    row = await request.app.state.keys.lookup(token)
+    row = await current().keys.lookup(token)
     if row is None:
         raise ApiError(401, "unauthorized", "invalid or revoked API key")
     return Principal(str(row["id"]), row["tenant_id"], row["role"], row["user_id"])

@@ -7,6 +7,8 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from serve_app.api.state import current
+
 router = APIRouter(tags=["health"])
 
 
@@ -18,7 +20,7 @@ async def healthz():
 @router.get("/readyz")
 async def readyz(request: Request):
     """Ready when the database answers; also reports each component."""
-    state = request.app.state
+    state = current()
     components: dict[str, object] = {}
     ok = True
     try:

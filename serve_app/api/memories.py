@@ -8,6 +8,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from serve_app.api.deps import principal
+from serve_app.api.state import current
 from serve_app.auth import Principal, resolve_owner
 from serve_app.errors import ApiError
 from serve_app.schemas import (
@@ -50,7 +51,7 @@ def to_new_memory(f: MemoryFields) -> NewMemory:
 @router.post("", status_code=201, response_model=Memory)
 async def create_memory(body: MemoryCreate, request: Request, caller: Caller):
     owner = resolve_owner(caller, body.user_id)
-    rows = await request.app.state.service.add(owner, [to_new_memory(body)], caller.actor)
+    rows = await current().service.add(owner, [to_new_memory(body)], caller.actor)
     return rows[0]
 
 
@@ -58,7 +59,7 @@ async def create_memory(body: MemoryCreate, request: Request, caller: Caller):
 async def create_memories(body: MemoryBatchCreate, request: Request, caller: Caller):
     owner = resolve_owner(caller, body.user_id)
     items = [to_new_memory(i) for i in body.items]
-    rows = await request.app.state.service.add(owner, items, caller.actor)
+    rows = await current().service.add(owner, items, caller.actor)
     return {"memories": rows}
 
 
@@ -74,11 +75,11 @@ async def list_memories(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ):
     owner = resolve_owner(caller, user_id)
-    max_limit = request.app.state.settings.max_list_limit
+    max_limit = current().settings.max_list_limit
     if limit > max_limit:
         raise ApiError(422, "invalid_request", f"limit must be at most {max_limit}")
     try:
-        rows, next_cursor = await request.app.state.service.store.list(
+        rows, next_cursor = await current().service.store.list(
             owner,
             limit=limit,
             cursor=cursor,
@@ -100,7 +101,7 @@ async def delete_memories(
     session_id: Identifier | None = None,
 ):
     owner = resolve_owner(caller, user_id)
-    n = await request.app.state.service.store.delete_scope(
+    n = await current().service.store.delete_scope(
         owner, agent_id=agent_id, session_id=session_id, actor=caller.actor
     )
     return {"deleted": n}
@@ -108,7 +109,7 @@ async def delete_memories(
 
 @router.get("/{memory_id}", response_model=Memory)
 async def get_memory(memory_id: UUID, request: Request, caller: Caller, user_id: UserQuery = None):
-    return await request.app.state.service.get(resolve_owner(caller, user_id), memory_id)
+    return await current().service.get(resolve_owner(caller, user_id), memory_id)
 
 
 @router.patch("/{memory_id}", response_model=Memory)
@@ -123,14 +124,14 @@ async def update_memory(
         raise ApiError(422, "invalid_request", "nothing to update")
     if "type" in changes:
         changes["type"] = changes["type"].value
-    return await request.app.state.service.update(owner, memory_id, changes, caller.actor)
+    return await current().service.update(owner, memory_id, changes, caller.actor)
 
 
 @router.delete("/{memory_id}", status_code=204)
 async def delete_memory(
     memory_id: UUID, request: Request, caller: Caller, user_id: UserQuery = None
 ):
-    await request.app.state.service.delete(resolve_owner(caller, user_id), memory_id, caller.actor)
+    await current().service.delete(resolve_owner(caller, user_id), memory_id, caller.actor)
     return Response(status_code=204)
 
 
@@ -139,4 +140,4 @@ async def memory_history(
     memory_id: UUID, request: Request, caller: Caller, user_id: UserQuery = None
 ):
     owner = resolve_owner(caller, user_id)
-    return {"events": await request.app.state.service.history(owner, memory_id)}
+    return {"events": await current().service.history(owner, memory_id)}

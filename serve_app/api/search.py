@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from serve_app.api.deps import principal
+from serve_app.api.state import current
 from serve_app.auth import Principal, resolve_owner
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import SearchRequest, SearchResponse
@@ -38,5 +39,5 @@ async def search(
     body: SearchRequest, request: Request, caller: Annotated[Principal, Depends(principal)]
 ):
     owner = resolve_owner(caller, body.user_id)
-    q = to_query(body, owner.tenant_id, owner.user_id, request.app.state.settings.default_top_k)
-    return {"results": await request.app.state.service.search(q)}
+    q = to_query(body, owner.tenant_id, owner.user_id, current().settings.default_top_k)
+    return {"results": await current().service.search(q)}

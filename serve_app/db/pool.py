@@ -15,7 +15,9 @@ async def _configure(conn: AsyncConnection) -> None:
     conn.row_factory = dict_row
 
 
-async def open_pool(dsn: str, settings: Settings, *, min_size: int | None = None) -> AsyncConnectionPool:
+async def open_pool(
+    dsn: str, settings: Settings, *, min_size: int | None = None
+) -> AsyncConnectionPool:
     """Open a pool that fails fast (connect timeout, statement timeout) instead of hanging."""
     kwargs = {
         "connect_timeout": settings.db_connect_timeout_s,

@@ -34,10 +34,10 @@ class PgVectorSearch:
         ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(
-                sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, limit)))
+                sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                    sql.Literal(max(self.ef_search, limit))
+                )
             )
             await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cur = await conn.execute(
-                query, (vec, q.tenant_id, q.user_id, *params, vec, limit)
-            )
+            cur = await conn.execute(query, (vec, q.tenant_id, q.user_id, *params, vec, limit))
             return await cur.fetchall()

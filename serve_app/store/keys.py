@@ -69,13 +69,15 @@ class KeyStore:
             return cur.rowcount > 0
 
 
-def seed_key(dsn: str, tenant_id: str, role: str, key: str, name: str) -> bool:
+def seed_key(
+    dsn: str, tenant_id: str, role: str, key: str, name: str, user_id: str | None = None
+) -> bool:
     """Register a configured key (bootstrap/admin) if absent; True when it was added now."""
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         cur = conn.execute(
-            "INSERT INTO api_keys (id, tenant_id, role, key_hash, prefix, name)"
-            " VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (key_hash) DO NOTHING",
-            (uuid.uuid4(), tenant_id, role, hash_key(key), key[:12], name),
+            "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name)"
+            " VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (key_hash) DO NOTHING",
+            (uuid.uuid4(), tenant_id, role, user_id, hash_key(key), key[:12], name),
         )
         return cur.rowcount > 0
 

@@ -114,7 +114,9 @@ class MemoryStore:
             ).format(v=self.vectors),
             (item_id, owner.tenant_id, okey, np.asarray(vector, dtype=np.float32)),
         )
-        await self._history(conn, owner.tenant_id, user_id, item_id, "ADD", None, item.content, actor)
+        await self._history(
+            conn, owner.tenant_id, user_id, item_id, "ADD", None, item.content, actor
+        )
         row["_owner"] = okey
         return row
 
@@ -210,8 +212,9 @@ class MemoryStore:
             params.append(session_id)
         async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
-                sql.SQL("DELETE FROM memory_items WHERE {} RETURNING id, user_id, scope, agent_id")
-                .format(sql.SQL(" AND ").join(where)),
+                sql.SQL(
+                    "DELETE FROM memory_items WHERE {} RETURNING id, user_id, scope, agent_id"
+                ).format(sql.SQL(" AND ").join(where)),
                 params,
             )
             gone = await cur.fetchall()

@@ -28,8 +28,13 @@ def test_importance_and_recency_break_near_ties():
 
 
 def test_similarity_dominates_with_default_weights():
-    out = rank([cand(1, 0.3, imp=1.0), cand(2, 0.9, imp=0.0)], RankWeights(), top_k=1,
-               threshold=None, now=NOW)
+    out = rank(
+        [cand(1, 0.3, imp=1.0), cand(2, 0.9, imp=0.0)],
+        RankWeights(),
+        top_k=1,
+        threshold=None,
+        now=NOW,
+    )
     assert out[0]["id"] == 2
 
 

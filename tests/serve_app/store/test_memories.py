@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import numpy as np
+import psycopg
 import pytest
 
 from serve_app.db.pool import open_pool
@@ -138,7 +139,8 @@ async def test_writes_bump_owner_version(store):
     async def version():
         async with store.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT version FROM memory_owner_versions WHERE tenant_id = 't1' AND owner = 'alice'"
+                "SELECT version FROM memory_owner_versions"
+                " WHERE tenant_id = 't1' AND owner = 'alice'"
             )
             row = await cur.fetchone()
             return row["version"] if row else 0
@@ -155,7 +157,7 @@ async def test_writes_bump_owner_version(store):
 
 async def test_batch_add_is_atomic(store):
     bad = [NewMemory(content="ok"), NewMemory(content="bad\x00nul")]
-    with pytest.raises(Exception):
+    with pytest.raises(psycopg.DataError):
         await store.add(A, bad, vecs(2))
     assert await store.count("t1") == 0
 

@@ -1,0 +1,60 @@
+"""One real service for all end-to-end tests, driven over HTTP."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from tests.e2e.service import ServiceProcess
+
+
+@dataclass
+class Keys:
+    service: str  # tenant "default", service role (bootstrap key)
+    service_t2: str  # tenant "t2", service role
+    alice: str  # tenant "default", user key of alice
+    bob: str  # tenant "default", user key of bob
+    alice_t2: str  # tenant "t2", user key of a *different* alice
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory):
+    svc = ServiceProcess(tmp_path_factory.mktemp("memserve"), "msk_boot_" + secrets.token_hex(8))
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="session")
+def keys(service) -> Keys:
+    def k(tenant: str, role: str, user: str | None = None) -> str:
+        return service.add_key("msk_" + secrets.token_hex(16), tenant, role, user)
+
+    return Keys(
+        service=service.bootstrap_key,
+        service_t2=k("t2", "service"),
+        alice=k("default", "user", "alice"),
+        bob=k("default", "user", "bob"),
+        alice_t2=k("t2", "user", "alice"),
+    )
+
+
+def client_for(service: ServiceProcess, key: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=service.base_url, headers=headers, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def api(service, keys) -> httpx.Client:
+    """Client with the default tenant's service key."""
+    with client_for(service, keys.service) as c:
+        yield c
+
+
+@pytest.fixture
+def uid() -> str:
+    """A fresh user id so tests do not see each other's memories."""
+    return "u_" + secrets.token_hex(6)
