@@ -18,7 +18,11 @@ from serve_app.api import create_app
 from serve_app.api.state import AppState, install
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
+from serve_app.db.resolve import resolve_dsn
+from serve_app.extraction.wiring import extraction_extras, extraction_probe
+from serve_app.metrics import start_pool_metrics
 from serve_app.retrieval.query import SearchQuery
+from serve_app.retrieval.shards import shard_key
 from serve_app.service import MemoryService
 from serve_app.settings import get_settings
 from serve_app.store import MemoryStore
@@ -32,13 +36,18 @@ fastapi_app = create_app(get_settings())
 @serve.deployment
 @serve.ingress(fastapi_app)
 class Ingress:
-    async def __init__(self, embedder: DeploymentHandle, retriever: DeploymentHandle) -> None:
+    async def __init__(
+        self,
+        embedder: DeploymentHandle,
+        retriever: DeploymentHandle,
+        extractor: DeploymentHandle | None = None,
+    ) -> None:
         settings = get_settings()
-        if not settings.database_url:
-            raise RuntimeError("MEMSERVE_DATABASE_URL is not set (the launcher sets it)")
+        resolve_dsn(settings)  # launcher's DSN, else the embedded server (`serve run`)
         dsn = settings.database_url
         self.embedder = embedder
         self.retriever = retriever
+        self.extractor = extractor
         info = await embedder.model_info.remote()
         await asyncio.to_thread(migrate, dsn)
         await asyncio.to_thread(ensure_table, dsn, info["table_slug"], info["dim"])
@@ -56,6 +65,9 @@ class Ingress:
                 seed_key, dsn, settings.default_tenant, "admin", settings.admin_key, "admin"
             )
         self.pool = await open_pool(dsn, settings)
+        self.pool_metrics = start_pool_metrics(
+            self.pool, "ingress", settings.pool_metrics_interval_s
+        )
         install(
             AppState(
                 settings=settings,
@@ -65,7 +77,11 @@ class Ingress:
                     MemoryStore(self.pool, info["table_slug"]), self._embed, self._search
                 ),
                 model=info,
-                readiness_probes={"embedder": self._probe_embedder},
+                readiness_probes={
+                    "embedder": self._probe_embedder,
+                    "extraction": self._probe_extraction,
+                },
+                extras=extraction_extras(settings, extractor),
             )
         )
 
@@ -78,7 +94,12 @@ class Ingress:
         return np.stack([np.asarray(v, dtype=np.float32) for v in vectors])
 
     async def _search(self, q: SearchQuery, vector: np.ndarray) -> list[dict]:
-        return await self.retriever.search.remote(q, vector)
+        # Route by shard so the user's cache stays warm on one retriever replica.
+        shard = shard_key(q, get_settings().retrieval_shards)
+        return await self.retriever.options(multiplexed_model_id=shard).search.remote(q, vector)
+
+    async def _probe_extraction(self) -> str:
+        return await extraction_probe(get_settings(), self.extractor)
 
     async def _probe_embedder(self) -> str:
         info = await self.embedder.model_info.remote()

@@ -1,26 +1,95 @@
-"""Retriever deployment: search the caller's memories and rank them."""
+"""Retriever deployment: hot FAISS cache + pgvector, routed by shard with Serve multiplexing.
+
+The ingress calls ``retriever.options(multiplexed_model_id=shard).search.remote(...)``
+(``serve_app.retrieval.shards``); Serve then prefers the replica that already "loaded"
+the shard, so a user's cache entries stay warm on one replica. When Serve unloads a
+shard (LRU over ``retrieval_shards_per_replica``) its users' entries are dropped.
+Freshness across replicas: version check per search, plus LISTEN invalidation.
+"""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from ray import serve
+from ray.serve.metrics import Counter, Gauge
 
 from models import get_spec
 from serve_app.db.pool import open_pool
+from serve_app.db.resolve import resolve_dsn
+from serve_app.retrieval.listener import ChangeListener
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.retriever import Retriever as RetrieverCore
+from serve_app.retrieval.shards import shard_of
 from serve_app.settings import get_settings
+
+log = logging.getLogger("ray.serve")
+
+
+class Shard:
+    """What Serve multiplexes: a shard id; unloading it drops its users from the cache."""
+
+    def __init__(self, shard_id: str, core: RetrieverCore) -> None:
+        self.shard_id = shard_id
+        self.core = core
+
+    async def __del__(self) -> None:
+        shards = self.core.s.retrieval_shards
+        self.core.cache.drop_where(lambda key: shard_of(key[0], key[1], shards) == self.shard_id)
 
 
 @serve.deployment
 class Retriever:
     async def __init__(self) -> None:
         settings = get_settings()
-        if not settings.database_url:
-            raise RuntimeError("MEMSERVE_DATABASE_URL is not set (the launcher sets it)")
+        dsn = resolve_dsn(settings)  # launcher's DSN, else the embedded server (`serve run`)
         slug = get_spec(settings.embed_model).table_slug
-        self.pool = await open_pool(settings.database_url, settings)
+        self.pool = await open_pool(dsn, settings)
         self.core = RetrieverCore(self.pool, slug, settings)
+        self.listener = ChangeListener(dsn, self.core.cache.invalidate)
+        self.listener.start()
+        self.m_lookups = Counter(
+            "memserve_retriever_cache_lookups",
+            description="Retriever searches by cache outcome (hot: answered from the cache).",
+            tag_keys=("outcome",),
+        )
+        self.m_hit_rate = Gauge(
+            "memserve_retriever_cache_hit_rate",
+            description="Share of owner lookups served by a fresh cache entry on this replica.",
+        )
+        self.m_bytes = Gauge(
+            "memserve_retriever_cache_bytes", description="Bytes held by this replica's cache."
+        )
+
+    @serve.multiplexed(max_num_models_per_replica=get_settings().retrieval_shards_per_replica)
+    async def shard(self, shard_id: str) -> Shard:
+        return Shard(shard_id, self.core)
 
     async def search(self, q: SearchQuery, vector: np.ndarray) -> list[dict]:
-        return await self.core.search(q, vector)
+        shard_id = serve.get_multiplexed_model_id()
+        if shard_id:
+            await self.shard(shard_id)
+        hot_before = self.core.served["hot"]
+        results = await self.core.search(q, vector)
+        outcome = "hot" if self.core.served["hot"] > hot_before else "cold"
+        self.m_lookups.inc(tags={"outcome": outcome})
+        self.m_hit_rate.set(self.core.cache.hit_rate)
+        self.m_bytes.set(self.core.cache.nbytes)
+        return results
+
+    async def stats(self) -> dict:
+        """Cache counters of this replica (tests, debugging)."""
+        import os
+
+        return {
+            "pid": os.getpid(),
+            **self.core.cache.stats(),
+            **self.core.served,
+            "notifications": self.listener.received,
+        }
+
+    async def __del__(self) -> None:
+        await self.listener.stop()
+        await self.core.close()
+        await self.pool.close()

@@ -44,6 +44,7 @@ def deployment_options(config: dict[str, Any], app_name: str = "memserve") -> di
 
 def build_app(options: dict[str, dict] | None = None) -> Application:
     from deployments.embedder import Embedder
+    from deployments.extractor import Extractor
     from deployments.ingress import Ingress
     from deployments.retriever import Retriever
 
@@ -52,16 +53,42 @@ def build_app(options: dict[str, dict] | None = None) -> Application:
     def opts(deployment):
         return deployment.options(**options.get(deployment.name, {}))
 
-    return opts(Ingress).bind(opts(Embedder).bind(), opts(Retriever).bind())
+    embedder = opts(Embedder).bind()
+    extractor = opts(Extractor).bind(embedder)  # issue 5: LLM extraction, off the chat path
+    return opts(Ingress).bind(embedder, opts(Retriever).bind(), extractor)
+
+
+def prepare_database() -> str:
+    """Without the launcher (`serve run`/`serve deploy`): find or start the database,
+    migrate it and make sure the default tenant has a service key (printed once if
+    generated), before any replica starts. Returns the DSN."""
+    from serve_app.db.migrations import migrate
+    from serve_app.db.resolve import resolve_dsn
+    from serve_app.launcher import _ensure_bootstrap_key
+    from serve_app.settings import get_settings
+
+    settings = get_settings()
+    dsn = resolve_dsn(settings)
+    migrate(dsn)
+    _ensure_bootstrap_key(dsn, settings)
+    return dsn
 
 
 def app_builder(args: dict[str, Any] | None = None) -> Application:
-    """Builder for `serve run serve_app.application:app_builder`."""
-    return build_app()
+    """Builder for `serve run serve_app.application:app_builder [config=<serve config>]`.
+
+    With an import path (not a config file) Serve applies no per-deployment
+    options, so they are read from ``config`` (default: the packaged file).
+    """
+    prepare_database()
+    path = (args or {}).get("config")
+    return build_app(deployment_options(load_config(Path(path) if path else None)))
 
 
 def __getattr__(name: str) -> Any:
-    # `app` is built on first access so importing this module stays cheap.
+    # `app` is built on first access so importing this module stays cheap; the
+    # Serve config's import_path points here and overrides the options itself.
     if name == "app":
+        prepare_database()
         return build_app()
     raise AttributeError(name)

@@ -36,6 +36,9 @@ def bearer_token(header: str | None) -> str:
 
 def resolve_owner(principal: Principal, requested_user_id: str | None) -> Owner:
     """The owner a request acts on, or a 4xx if the key may not act for that user."""
+    if requested_user_id is not None and requested_user_id.startswith("@"):
+        # '@...' names shared owners ('@org', '@agent:<id>'); a user by that name would alias them.
+        raise ApiError(422, "invalid_request", "user_id must not start with '@'")
     if principal.role == "user":
         if requested_user_id is not None and requested_user_id != principal.user_id:
             raise ApiError(403, "forbidden", "a user key may only act for its own user")

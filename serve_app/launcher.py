@@ -76,7 +76,16 @@ def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
         include_dashboard=settings.ray_dashboard,
         runtime_env={"env_vars": _ray_env()},
         logging_level=logging.WARNING,
+        **(
+            {"_metrics_export_port": settings.ray_metrics_port}
+            if settings.ray_metrics_port and not settings.ray_address
+            else {}
+        ),
     )
+    # ray.init replaces the SIGTERM handler (it would kill this process mid-request):
+    # take it back so SIGTERM drains in-flight requests like Ctrl-C does.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
         serve.run(build_app(deployment_options(config)), name="memserve", route_prefix="/")
@@ -88,6 +97,10 @@ def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
         while not stop.wait(0.5):
             pass
         print("shutting down...", flush=True)
+        from serve_app.drain import drain
+
+        ingress = deployment_options(config).get("Ingress", {})
+        drain(timeout_s=float(ingress.get("graceful_shutdown_timeout_s", 20)))
         serve.shutdown()
     finally:
         ray.shutdown()

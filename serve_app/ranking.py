@@ -1,8 +1,18 @@
-"""Final ordering of retrieved memories: similarity, importance and recency.
+"""Final ordering of retrieved memories: relevance, importance and recency.
 
-score = w_sim * similarity + w_imp * importance + w_rec * 0.5 ** (age_days / half_life)
-The threshold of a search is applied to ``similarity`` (cosine, -1..1) so it
-means the same whatever the weights; ``score`` only orders results.
+score = w_sim * relevance + w_imp * importance + w_rec * 0.5 ** (age_days / half_life)
+
+``relevance`` is what the search mode measures: in dense mode the cosine
+similarity itself; in hybrid and lexical mode the reciprocal-rank-fusion score
+normalised to 0..1 (1 = ranked first by every retriever used, see
+``serve_app.retrieval.fusion``). A candidate without ``relevance`` uses its similarity.
+
+The threshold of a search is always applied to ``similarity``: the cosine between
+the query embedding and the memory's embedding (-1..1), in every mode. Lexical-only
+hits (found by full-text search, not by the dense index) carry their real cosine
+too (the retriever computes it from their stored vectors), so a threshold drops a
+keyword match whose meaning is far from the query exactly as it drops a dense hit.
+``score`` only orders results; ``similarity`` is kept in results for callers.
 """
 
 from __future__ import annotations
@@ -60,7 +70,8 @@ def rank(
         sim = c.get("similarity")
         if threshold is not None and (sim is None or sim < threshold):
             continue
-        c["score"] = score(sim or 0.0, c["importance"], c["updated_at"], w, now)
+        rel = c.get("relevance", sim)
+        c["score"] = score(rel or 0.0, c["importance"], c["updated_at"], w, now)
         kept.append(c)
     kept.sort(key=lambda c: (-c["score"], str(c["id"])))
     return kept[:top_k]

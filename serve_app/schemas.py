@@ -218,3 +218,99 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
+
+
+# --- context, chat proxy, admin keys (issue 6) ---
+
+
+class ChatMessage(StrictModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str = Field(max_length=100_000)
+
+    @field_validator("content")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("content must not contain NUL characters")
+        return value
+
+
+class ContextRequest(StrictModel):
+    user_id: Identifier | None = None
+    query: str
+    session_id: Identifier | None = None
+    agent_id: Identifier | None = None
+    history: list[ChatMessage] | None = None
+    token_budget: int | None = Field(default=None, ge=1)
+    top_k: int | None = Field(default=None, ge=1)
+
+    _query = field_validator("query")(_check_content)
+
+    @field_validator("history")
+    @classmethod
+    def _history(cls, value: list[ChatMessage] | None) -> list[ChatMessage] | None:
+        limit = get_settings().max_history_items
+        if value is not None and len(value) > limit:
+            raise ValueError(f"at most {limit} history messages")
+        return value
+
+    @field_validator("token_budget")
+    @classmethod
+    def _budget(cls, value: int | None) -> int | None:
+        limit = get_settings().max_context_token_budget
+        if value is not None and value > limit:
+            raise ValueError(f"token_budget must be at most {limit}")
+        return value
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int | None) -> int | None:
+        limit = get_settings().max_top_k
+        if value is not None and value > limit:
+            raise ValueError(f"top_k must be at most {limit}")
+        return value
+
+
+class ContextFact(BaseModel):
+    id: UUID
+    category: str
+    key: str
+    value: str
+    confidence: float
+    importance: float
+    updated_at: datetime
+
+
+class ContextResponse(BaseModel):
+    context: str
+    memories: list[ScoredMemory]
+    facts: list[ContextFact]
+    search_query: str | None = None  # the (expanded) query searched; null: search skipped
+    tokens: int = 0  # approximate tokens of `context`
+
+
+class ApiKeyCreate(StrictModel):
+    role: Literal["service", "user"]
+    user_id: Identifier | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=128)
+    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+
+
+class ApiKeyInfo(BaseModel):
+    id: UUID
+    tenant_id: str
+    role: str
+    user_id: str | None
+    prefix: str
+    name: str | None
+    rate_limit_per_s: float | None = None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyCreated(ApiKeyInfo):
+    key: str  # shown once
+
+
+class ApiKeyList(BaseModel):
+    keys: list[ApiKeyInfo]

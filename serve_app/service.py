@@ -69,3 +69,7 @@ class MemoryService:
     async def search(self, q: SearchQuery) -> list[dict[str, Any]]:
         vector = (await self.embed([q.text], is_query=True))[0]
         return await self._search(q, vector)
+
+    async def search_vector(self, q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]:
+        """Search with an embedding the caller already has (context: one embed, two searches)."""
+        return await self._search(q, vector)

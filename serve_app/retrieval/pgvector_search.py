@@ -1,13 +1,22 @@
-"""Dense search answered by pgvector's HNSW index (iterative scans keep filtered queries full)."""
+"""Everything the retriever asks PostgreSQL: probe, owner loads, pgvector and full-text search.
+
+Dense search over small owners is an exact scan through the (tenant_id, owner)
+btree (a materialised CTE keeps the planner off the HNSW index, so a selective
+owner filter cannot starve the result); big owners use the HNSW index with
+pgvector 0.8 iterative scans (``relaxed_order``, re-sorted here) so filtered
+queries still return k rows.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.retrieval.lexical import or_tsquery, parse_tsvector
 from serve_app.retrieval.query import SearchQuery, item_filters
 from serve_app.store.records import MEMORY_COLUMNS
 from serve_app.store.vectors import table_name
@@ -17,27 +26,177 @@ _ITEM_COLS = sql.SQL(", ").join(
 )
 
 
+def as_array(value: Any) -> np.ndarray:
+    """A fetched pgvector value (numpy array or pgvector ``Vector``) as float32."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+@dataclass
+class Probe:
+    """What one round trip tells a search before it touches the cache."""
+
+    versions: dict[str, int]
+    counts: dict[str, int] = field(default_factory=dict)  # capped; only when asked
+    terms: dict[str, int] = field(default_factory=dict)  # query lexemes
+    allowed: list[Any] | None = None  # ids passing the filters (None: unfiltered or too many)
+    allowed_overflow: bool = False
+
+
+@dataclass
+class OwnerRows:
+    version: int
+    ids: list[Any]
+    vectors: np.ndarray
+    docs: list[dict[str, int]]
+
+
 class PgVectorSearch:
     def __init__(self, pool: AsyncConnectionPool, model_slug: str, ef_search: int) -> None:
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
         self.ef_search = ef_search
 
-    async def dense(self, q: SearchQuery, vector: np.ndarray, limit: int) -> list[dict[str, Any]]:
+    async def probe(
+        self, q: SearchQuery, *, count_cap: int, want_terms: bool, allowed_cap: int
+    ) -> Probe:
+        """Owner versions (+ capped sizes), query lexemes and filtered ids in one statement."""
+        owners = list(q.owner_keys)
+        parts = [
+            sql.SQL(
+                "(SELECT coalesce(json_agg(json_build_array(o.owner, coalesce(mv.version, 0),"
+                " CASE WHEN %s > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM {v} v"
+                " WHERE v.tenant_id = %s AND v.owner = o.owner LIMIT %s) s) END)), '[]')"
+                " FROM unnest(%s::text[]) AS o(owner) LEFT JOIN memory_owner_versions mv"
+                " ON mv.tenant_id = %s AND mv.owner = o.owner) AS owners"
+            ).format(v=self.vectors)
+        ]
+        params: list[Any] = [count_cap, q.tenant_id, count_cap, owners, q.tenant_id]
+        if want_terms:
+            parts.append(sql.SQL("to_tsvector('english', %s)::text AS terms"))
+            params.append(q.text)
+        if q.filtered and allowed_cap > 0:
+            where, wparams = item_filters(q)
+            parts.append(
+                sql.SQL(
+                    "array(SELECT i.id FROM memory_items i WHERE {} LIMIT %s) AS allowed"
+                ).format(where)
+            )
+            params.extend([*wparams, allowed_cap + 1])
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(sql.SQL("SELECT ") + sql.SQL(", ").join(parts), params)
+            row = await cur.fetchone()
+        probe = Probe(versions={o: int(ver) for o, ver, _ in row["owners"]})
+        probe.counts = {o: int(n) for o, _, n in row["owners"] if n is not None}
+        if want_terms:
+            probe.terms = parse_tsvector(row["terms"])
+        if "allowed" in row:
+            if len(row["allowed"]) > allowed_cap:
+                probe.allowed_overflow = True
+            else:
+                probe.allowed = list(row["allowed"])
+        return probe
+
+    async def load_owner(self, tenant_id: str, owner: str) -> OwnerRows:
+        """The owner's active vectors and lexemes with the version of the same snapshot."""
+        async with self.pool.connection() as conn:
+            await conn.set_isolation_level(3)  # REPEATABLE READ: one snapshot for both reads
+            try:
+                async with conn.transaction():
+                    cur = await conn.execute(
+                        "SELECT version FROM memory_owner_versions"
+                        " WHERE tenant_id = %s AND owner = %s",
+                        (tenant_id, owner),
+                    )
+                    row = await cur.fetchone()
+                    cur = await conn.execute(
+                        sql.SQL(
+                            "SELECT v.item_id, v.embedding, i.tsv::text AS tsv FROM {v} v"
+                            " JOIN memory_items i ON i.id = v.item_id"
+                            " WHERE v.tenant_id = %s AND v.owner = %s AND i.status = 'active'"
+                        ).format(v=self.vectors),
+                        (tenant_id, owner),
+                    )
+                    rows = await cur.fetchall()
+            finally:
+                await conn.set_isolation_level(None)
+        ids = [r["item_id"] for r in rows]
+        vecs = (
+            np.stack([as_array(r["embedding"]) for r in rows])
+            if rows
+            else np.zeros((0, 1), dtype=np.float32)
+        )
+        return OwnerRows(
+            version=int(row["version"]) if row else 0,
+            ids=ids,
+            vectors=vecs,
+            docs=[parse_tsvector(r["tsv"]) for r in rows],
+        )
+
+    async def dense(
+        self, q: SearchQuery, vector: np.ndarray, limit: int, *, exact: bool
+    ) -> list[dict[str, Any]]:
+        """Nearest items by cosine: exact owner scan, or HNSW with iterative scans."""
         where, params = item_filters(q)
         vec = np.asarray(vector, dtype=np.float32)
-        query = sql.SQL(
-            "SELECT {cols}, 1 - (v.embedding <=> %s) AS similarity"
-            " FROM {v} v JOIN memory_items i ON i.id = v.item_id"
-            " WHERE v.tenant_id = %s AND v.owner = %s AND {w}"
-            " ORDER BY v.embedding <=> %s LIMIT %s"
-        ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
+        owners = list(q.owner_keys)
+        if exact:
+            query = sql.SQL(
+                "WITH c AS MATERIALIZED (SELECT v.item_id, v.embedding <=> %s AS d FROM {v} v"
+                " WHERE v.tenant_id = %s AND v.owner = ANY(%s))"
+                " SELECT {cols}, 1 - c.d AS similarity"
+                " FROM c JOIN memory_items i ON i.id = c.item_id WHERE {w} ORDER BY c.d LIMIT %s"
+            ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
+            args = (vec, q.tenant_id, owners, *params, limit)
+        else:
+            query = sql.SQL(
+                "SELECT {cols}, 1 - (v.embedding <=> %s) AS similarity"
+                " FROM {v} v JOIN memory_items i ON i.id = v.item_id"
+                " WHERE v.tenant_id = %s AND v.owner = ANY(%s) AND {w}"
+                " ORDER BY v.embedding <=> %s LIMIT %s"
+            ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
+            args = (vec, q.tenant_id, owners, *params, vec, limit)
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(
-                sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                    sql.Literal(max(self.ef_search, limit))
+            if not exact:
+                await conn.execute(
+                    sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                        sql.Literal(max(self.ef_search, limit))
+                    )
                 )
-            )
-            await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cur = await conn.execute(query, (vec, q.tenant_id, q.user_id, *params, vec, limit))
+                await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cur = await conn.execute(query, args)
+            rows = await cur.fetchall()
+        rows.sort(key=lambda r: -r["similarity"])  # relaxed_order may be slightly off
+        return rows
+
+    async def lexical(
+        self, q: SearchQuery, vector: np.ndarray, terms: dict[str, int], limit: int
+    ) -> list[dict[str, Any]]:
+        """Full-text matches (OR of the query's lexemes) by ts_rank, with their cosine."""
+        tsq = or_tsquery(terms)
+        if not tsq:
+            return []
+        where, params = item_filters(q)
+        query = sql.SQL(
+            "SELECT {cols}, 1 - (v.embedding <=> %s) AS similarity,"
+            " ts_rank(i.tsv, %s::tsquery, 1) AS lexical"
+            " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
+            " WHERE {w} AND i.tsv @@ %s::tsquery ORDER BY lexical DESC, i.id LIMIT %s"
+        ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
+        vec = np.asarray(vector, dtype=np.float32)
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, (vec, tsq, *params, tsq, limit))
             return await cur.fetchall()
+
+    async def fetch(self, q: SearchQuery, ids: list[Any]) -> dict[Any, dict[str, Any]]:
+        """Current rows of candidate ids that still pass the query's owner and filters."""
+        if not ids:
+            return {}
+        where, params = item_filters(q)
+        query = sql.SQL("SELECT {cols} FROM memory_items i WHERE i.id = ANY(%s) AND {w}").format(
+            cols=_ITEM_COLS, w=where
+        )
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, (ids, *params))
+            return {r["id"]: r for r in await cur.fetchall()}

@@ -23,7 +23,14 @@ class SearchQuery:
     created_after: datetime | None = None
     created_before: datetime | None = None
     text: str = ""
-    mode: str = "hybrid"
+    mode: str = "hybrid"  # hybrid | dense | lexical
+    # Owner keys to search (store.records.owner_key): empty = the user's own memories;
+    # e.g. (user_id, "@agent:a1", "@org") searches their union.
+    owners: tuple[str, ...] = ()
+
+    @property
+    def owner_keys(self) -> tuple[str, ...]:
+        return self.owners or (self.user_id,)
 
     @property
     def filtered(self) -> bool:
@@ -39,15 +46,18 @@ class SearchQuery:
 
 
 def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, list[Any]]:
-    """WHERE clause over memory_items for the query's owner and filters."""
+    """WHERE clause over memory_items for the query's owners and filters.
+
+    ``owner`` is the generated owner-key column of migration 0004.
+    """
     a = sql.Identifier(alias)
     parts: list[sql.Composable] = [
         sql.SQL("{}.tenant_id = %s").format(a),
-        sql.SQL("{}.user_id = %s").format(a),
+        sql.SQL("{}.owner = ANY(%s)").format(a),
         sql.SQL("{}.status = 'active'").format(a),
         sql.SQL("({}.expires_at IS NULL OR {}.expires_at > now())").format(a, a),
     ]
-    params: list[Any] = [q.tenant_id, q.user_id]
+    params: list[Any] = [q.tenant_id, list(q.owner_keys)]
     if q.types:
         parts.append(sql.SQL("{}.type = ANY(%s)").format(a))
         params.append(list(q.types))

@@ -1,29 +1,230 @@
-"""The retriever's logic without Ray: candidate generation, then ranking.
+"""The retriever's logic without Ray: probe, hot cache or pgvector, fusion, ranking.
+
+One search:
+
+1. probe (one statement): the owners' versions, their sizes if not cached, the query's
+   lexemes, and, for filtered queries, the ids passing the filters (capped);
+2. hot path, when every owner is cached at a version >= the probed one (or small enough
+   to load now): FAISS dense top-n and BM25 top-n from the cache, restricted to the
+   allowed ids for filtered queries;
+   cold path otherwise: pgvector (exact owner scan or HNSW iterative scan) and full-text
+   search; a big cold owner is loaded into the cache in the background;
+3. reciprocal rank fusion of the dense and lexical lists (hybrid mode);
+4. the candidates' current rows are fetched with the owner and filter predicates (so
+   nothing deleted or filtered out can come back, whatever the cache holds);
+5. :func:`serve_app.ranking.rank`: threshold on cosine similarity, score, top-k.
 
 ``deployments/retriever.py`` wraps this class; unit tests use it directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import faiss
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.ranking import RankWeights, rank
-from serve_app.retrieval.pgvector_search import PgVectorSearch
+from serve_app.retrieval.cache import HotCache, Key, OwnerIndex
+from serve_app.retrieval.fusion import rrf
+from serve_app.retrieval.pgvector_search import PgVectorSearch, Probe
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
+
+_BUILD_IN_THREAD = 5_000  # vectors; bigger owners are indexed off the event loop
 
 
 class Retriever:
     def __init__(self, pool: AsyncConnectionPool, model_slug: str, settings: Settings) -> None:
+        self.s = settings
         self.pg = PgVectorSearch(pool, model_slug, settings.hnsw_ef_search)
         self.weights = RankWeights.from_settings(settings)
+        self.cache = HotCache(settings.cache_budget_mb * 1024 * 1024)
+        self._loading: dict[Key, asyncio.Task] = {}
+        self._background: set[asyncio.Task] = set()
+        self.served = {"hot": 0, "cold": 0}
+        faiss.omp_set_num_threads(max(1, settings.cache_faiss_threads))
 
     def candidate_count(self, q: SearchQuery) -> int:
-        return max(q.top_k * 3, 20)
+        return max(q.top_k * 3, 30)
+
+    # ---------------------------------------------------------------- search
 
     async def search(self, q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]:
-        candidates = await self.pg.dense(q, vector, self.candidate_count(q))
-        return rank(candidates, self.weights, top_k=q.top_k, threshold=q.threshold)
+        qv = np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(qv))
+        qv = qv / norm if norm > 0 else qv
+        want_dense = q.mode in ("hybrid", "dense")
+        want_lex = q.mode in ("hybrid", "lexical") and bool(q.text.strip())
+        owners = q.owner_keys
+        cached = self.cache.enabled and all((q.tenant_id, o) in self.cache for o in owners)
+        probe = await self.pg.probe(
+            q,
+            count_cap=0 if cached else max(self.s.cache_sync_load_max, self.s.pg_exact_scan_max),
+            want_terms=want_lex,
+            allowed_cap=self.s.cache_filter_max_ids if self.cache.enabled else 0,
+        )
+        entries = await self._entries(q, probe) if self.cache.enabled else None
+        if entries is not None:
+            self.served["hot"] += 1
+            return await self._hot(q, qv, probe, entries, want_dense, want_lex)
+        self.served["cold"] += 1
+        return await self._cold(q, qv, probe, want_dense=want_dense, want_lex=want_lex)
+
+    async def _entries(self, q: SearchQuery, probe: Probe) -> list[OwnerIndex] | None:
+        """Fresh cache entries for every owner, loading small ones now; None: go cold."""
+        if probe.allowed_overflow:
+            return None
+        out: list[OwnerIndex] = []
+        for owner in q.owner_keys:
+            key = (q.tenant_id, owner)
+            version = probe.versions.get(owner, 0)
+            entry = self.cache.get(key, version)
+            if entry is None:
+                size = probe.counts.get(owner)
+                if size is not None and size > self.s.cache_sync_load_max:
+                    self._load_behind(key)
+                    return None
+                entry = await self._load(key)
+                if entry.version < version:  # joined a load that began before the write
+                    entry = await self._load(key, fresh=True)
+                if entry.version < version:
+                    return None
+            out.append(entry)
+        return out
+
+    async def _hot(
+        self,
+        q: SearchQuery,
+        qv: np.ndarray,
+        probe: Probe,
+        entries: list[OwnerIndex],
+        want_dense: bool,
+        want_lex: bool,
+    ) -> list[dict[str, Any]]:
+        depth_d = max(self.s.dense_depth, 3 * q.top_k)
+        depth_l = max(self.s.lexical_depth, 3 * q.top_k)
+        dense: list[tuple[Any, float]] = []
+        lexical: list[tuple[Any, float]] = []
+        for e in entries:
+            allowed = e.rows_for(probe.allowed) if probe.allowed is not None else None
+            if want_dense:
+                dense.extend(e.dense(qv, depth_d, allowed))
+            if want_lex:
+                hits = e.bm25.top(probe.terms, depth_l, allowed)
+                lexical.extend((e.ids[r], s) for r, s in hits)
+        dense.sort(key=lambda t: -t[1])
+        lexical.sort(key=lambda t: -t[1])
+        dense, lexical = dense[:depth_d], lexical[:depth_l]
+        sims = dict(dense)
+        missing = [i for i, _ in lexical if i not in sims]
+        for e in entries:
+            if missing:
+                sims.update(e.similarity(qv, missing))
+        return await self._finish(q, [i for i, _ in dense], [i for i, _ in lexical], sims, {})
+
+    async def _cold(
+        self,
+        q: SearchQuery,
+        qv: np.ndarray,
+        probe: Probe,
+        *,
+        want_dense: bool,
+        want_lex: bool,
+    ) -> list[dict[str, Any]]:
+        depth_d = max(self.s.dense_depth, 3 * q.top_k)
+        depth_l = max(self.s.lexical_depth, 3 * q.top_k)
+        sizes = [probe.counts.get(o) for o in q.owner_keys]
+        exact = all(n is not None for n in sizes) and sum(sizes) <= self.s.pg_exact_scan_max
+        if q.mode == "dense":
+            depth_d = self.candidate_count(q)
+        dense_rows = await self.pg.dense(q, qv, depth_d, exact=exact) if want_dense else []
+        lex_rows = await self.pg.lexical(q, qv, probe.terms, depth_l) if want_lex else []
+        rows = {r["id"]: r for r in (*lex_rows, *dense_rows)}
+        sims = {i: float(r["similarity"]) for i, r in rows.items()}
+        return await self._finish(
+            q, [r["id"] for r in dense_rows], [r["id"] for r in lex_rows], sims, rows
+        )
+
+    async def _finish(
+        self,
+        q: SearchQuery,
+        dense_ids: list[Any],
+        lex_ids: list[Any],
+        sims: dict[Any, float],
+        rows: dict[Any, dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """Fuse, fetch current rows (if not fetched yet), attach scores, rank."""
+        n = self.candidate_count(q)
+        if q.mode == "dense":
+            order = dense_ids[:n]
+            relevance = {i: sims[i] for i in order}
+        else:
+            fused = rrf(
+                [dense_ids, lex_ids], [self.s.rrf_w_dense, self.s.rrf_w_lexical], self.s.rrf_k
+            )
+            order = sorted(fused, key=lambda i: (-fused[i], str(i)))[:n]
+            relevance = {i: fused[i] for i in order}
+        if not rows:
+            rows = await self.pg.fetch(q, order)
+        out = []
+        for i in order:
+            row = rows.get(i)
+            if row is None:  # deleted or no longer matching since it was cached
+                continue
+            row = dict(row)
+            row["similarity"] = sims.get(i)
+            row["relevance"] = relevance[i]
+            out.append(row)
+        ranked = rank(out, self.weights, top_k=q.top_k, threshold=q.threshold)
+        for r in ranked:
+            r.pop("relevance", None)
+        return ranked
+
+    # ---------------------------------------------------------------- loading
+
+    async def _load(self, key: Key, *, fresh: bool = False) -> OwnerIndex:
+        """Load an owner into the cache, sharing one load between concurrent searches."""
+        task = None if fresh else self._loading.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._do_load(key))
+            self._loading[key] = task
+            task.add_done_callback(
+                lambda t, k=key: self._loading.pop(k, None) if self._loading.get(k) is t else None
+            )
+        return await asyncio.shield(task)
+
+    def _load_behind(self, key: Key) -> None:
+        if key in self._loading:
+            return
+        task = asyncio.ensure_future(self._load(key))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _do_load(self, key: Key) -> OwnerIndex:
+        rows = await self.pg.load_owner(*key)
+
+        def build() -> OwnerIndex:
+            return OwnerIndex.build(
+                key,
+                rows.version,
+                rows.ids,
+                rows.vectors,
+                rows.docs,
+                hnsw_threshold=self.s.cache_hnsw_threshold,
+                hnsw_m=self.s.cache_hnsw_m,
+                ef_construction=self.s.cache_hnsw_ef_construction,
+                ef_search=self.s.cache_hnsw_ef_search,
+                bm25_k1=self.s.bm25_k1,
+                bm25_b=self.s.bm25_b,
+            )
+
+        entry = await asyncio.to_thread(build) if len(rows.ids) > _BUILD_IN_THREAD else build()
+        self.cache.put(entry)
+        return entry
+
+    async def close(self) -> None:
+        for t in list(self._background):
+            t.cancel()

@@ -12,6 +12,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 KEY_PREFIX = "msk_"
+# What may be shown about a key: never key_hash (nor the key, which is not stored).
+KEY_INFO_COLUMNS = (
+    "id, tenant_id, role, user_id, prefix, name, rate_limit_per_s, created_at, revoked_at"
+)
 
 
 def hash_key(key: str) -> str:
@@ -31,30 +35,46 @@ class KeyStore:
         """The active key's row, or None (unknown or revoked)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id, tenant_id, role, user_id FROM api_keys"
+                "SELECT id, tenant_id, role, user_id, rate_limit_per_s FROM api_keys"
                 " WHERE key_hash = %s AND revoked_at IS NULL",
                 (hash_key(key),),
             )
             return await cur.fetchone()
 
     async def create(
-        self, tenant_id: str, role: str, user_id: str | None = None, name: str | None = None
+        self,
+        tenant_id: str,
+        role: str,
+        user_id: str | None = None,
+        name: str | None = None,
+        rate_limit_per_s: float | None = None,
+        created_by: str | None = None,
     ) -> tuple[str, dict[str, Any]]:
         key = generate_key()
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s)"
-                " RETURNING id, tenant_id, role, user_id, prefix, name, created_at, revoked_at",
-                (uuid.uuid4(), tenant_id, role, user_id, hash_key(key), key[:12], name),
+                "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name,"
+                " rate_limit_per_s, created_by) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                f" RETURNING {KEY_INFO_COLUMNS}",
+                (
+                    uuid.uuid4(),
+                    tenant_id,
+                    role,
+                    user_id,
+                    hash_key(key),
+                    key[:12],
+                    name,
+                    rate_limit_per_s,
+                    created_by,
+                ),
             )
             return key, await cur.fetchone()
 
     async def list(self, tenant_id: str) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id, tenant_id, role, user_id, prefix, name, created_at, revoked_at"
-                " FROM api_keys WHERE tenant_id = %s ORDER BY created_at",
+                f"SELECT {KEY_INFO_COLUMNS} FROM api_keys WHERE tenant_id = %s"
+                " ORDER BY created_at, id",
                 (tenant_id,),
             )
             return await cur.fetchall()

@@ -138,7 +138,8 @@ class MemoryStore:
         async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
                 "SELECT id, user_id, scope, agent_id, content FROM memory_items"
-                " WHERE id = %s AND tenant_id = %s AND user_id = %s FOR UPDATE",
+                " WHERE id = %s AND tenant_id = %s AND user_id IS NOT DISTINCT FROM %s"
+                " FOR UPDATE",
                 (item_id, owner.tenant_id, owner.user_id),
             )
             old = await cur.fetchone()
@@ -185,7 +186,8 @@ class MemoryStore:
         """Delete one memory; its earlier history loses its content (right to be forgotten)."""
         async with self.pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
-                "DELETE FROM memory_items WHERE id = %s AND tenant_id = %s AND user_id = %s"
+                "DELETE FROM memory_items WHERE id = %s AND tenant_id = %s"
+                " AND user_id IS NOT DISTINCT FROM %s"
                 " RETURNING id, user_id, scope, agent_id",
                 (item_id, owner.tenant_id, owner.user_id),
             )
@@ -279,7 +281,8 @@ class MemoryStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 f"SELECT {MEMORY_COLUMNS} FROM memory_items"
-                " WHERE id = %s AND tenant_id = %s AND user_id = %s",
+                " WHERE id = %s AND tenant_id = %s AND user_id IS NOT DISTINCT FROM %s"
+                " AND (expires_at IS NULL OR expires_at > now())",
                 (item_id, owner.tenant_id, owner.user_id),
             )
             return await cur.fetchone()
@@ -294,9 +297,14 @@ class MemoryStore:
         agent_id: str | None = None,
         session_id: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """Newest first, keyset-paginated on (created_at, id)."""
-        where = [sql.SQL("tenant_id = %s"), sql.SQL("user_id = %s")]
-        params: list[Any] = [owner.tenant_id, owner.user_id]
+        """Newest first, keyset-paginated on (created_at, id); expired items are hidden."""
+        where = [sql.SQL("tenant_id = %s"), sql.SQL("(expires_at IS NULL OR expires_at > now())")]
+        params: list[Any] = [owner.tenant_id]
+        if owner.user_id is None:  # the tenant's shared (agent/org) memories
+            where.append(sql.SQL("user_id IS NULL"))
+        else:
+            where.append(sql.SQL("user_id = %s"))
+            params.append(owner.user_id)
         for column, value in (("type", type), ("agent_id", agent_id), ("session_id", session_id)):
             if value is not None:
                 where.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
@@ -321,7 +329,9 @@ class MemoryStore:
         """The memory's events, oldest first; None when the memory is not the owner's."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT 1 FROM memory_items WHERE id = %s AND tenant_id = %s AND user_id = %s",
+                "SELECT 1 FROM memory_items WHERE id = %s AND tenant_id = %s"
+                " AND user_id IS NOT DISTINCT FROM %s"
+                " AND (expires_at IS NULL OR expires_at > now())",
                 (item_id, owner.tenant_id, owner.user_id),
             )
             if await cur.fetchone() is None:

@@ -9,10 +9,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Owner:
-    """Whose memories a call may touch: always a tenant, and a user for user-scoped data."""
+    """Whose memories a call may touch: always a tenant, and a user for user-scoped data.
+
+    ``user_id`` None means the tenant's shared (agent/org) memories; only service
+    and admin keys get such an owner (serve_app.api.memories.shared_owner).
+    """
 
     tenant_id: str
-    user_id: str
+    user_id: str | None
 
 
 @dataclass

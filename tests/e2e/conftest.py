@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.e2e.service import ServiceProcess
+from tests.fakes.llm_server import FakeLLM
 
 
 @dataclass
@@ -21,8 +22,31 @@ class Keys:
 
 
 @pytest.fixture(scope="session")
-def service(tmp_path_factory):
-    svc = ServiceProcess(tmp_path_factory.mktemp("memserve"), "msk_boot_" + secrets.token_hex(8))
+def fake_llm():
+    """The scripted LLM every e2e service talks to (extraction and chat upstream)."""
+    server = FakeLLM().start()
+    yield server
+    server.stop()
+
+
+# Short LLM timeouts/retries and a fast re-scan so outage tests finish quickly.
+E2E_LLM_ENV = {
+    "MEMSERVE_LLM_MODEL": "fake",
+    "MEMSERVE_LLM_TIMEOUT_S": "3",
+    "MEMSERVE_LLM_MAX_RETRIES": "1",
+    "MEMSERVE_LLM_BACKOFF_S": "0.1",
+    "MEMSERVE_LLM_BREAKER_RESET_S": "1",
+    "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "1",
+}
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory, fake_llm):
+    svc = ServiceProcess(
+        tmp_path_factory.mktemp("memserve"),
+        "msk_boot_" + secrets.token_hex(8),
+        extra_env={"MEMSERVE_LLM_BASE_URL": fake_llm.url, **E2E_LLM_ENV},
+    )
     svc.start()
     yield svc
     svc.stop()

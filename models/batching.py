@@ -1,0 +1,48 @@
+"""Length-sorted, token-capped splitting of a batch of texts.
+
+A transformer batch is padded to its longest member, so one long text in a
+batch of short ones multiplies the work of all of them. Sorting by length and
+capping each sub-batch by padded tokens (rows x longest) keeps padding small
+and bounds memory per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def plan_batches(
+    lengths: Sequence[int], *, max_batch_tokens: int, max_batch_size: int | None = None
+) -> list[list[int]]:
+    """Split indices of ``lengths`` into sub-batches, shortest texts first.
+
+    Each sub-batch holds indices of texts of similar length, with
+    ``len(batch) * max(lengths in batch) <= max_batch_tokens`` (a single text
+    longer than the cap still gets a batch of its own) and at most
+    ``max_batch_size`` rows.
+    """
+    if max_batch_tokens <= 0:
+        raise ValueError("max_batch_tokens must be positive")
+    if max_batch_size is not None and max_batch_size <= 0:
+        raise ValueError("max_batch_size must be positive")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        n = max(int(lengths[i]), 1)
+        grown = max(longest, n)
+        full = max_batch_size is not None and len(current) >= max_batch_size
+        if current and (full or grown * (len(current) + 1) > max_batch_tokens):
+            batches.append(current)
+            current, grown = [], n
+        current.append(i)
+        longest = grown
+    if current:
+        batches.append(current)
+    return batches
+
+
+def padded_tokens(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> int:
+    """Tokens actually computed (with padding) for a plan: for tests and metrics."""
+    return sum(len(b) * max(lengths[i] for i in b) for b in batches if b)

@@ -1,0 +1,274 @@
+"""Sentence encoder on ONNX Runtime + Hugging Face tokenizers (no torch at run time).
+
+Plain Python, no Ray: :mod:`deployments.embedder` wraps it for Serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from models.batching import plan_batches
+from models.resolve import get_spec, resolve_onnx, resolve_tokenizer
+from models.spec import ModelSpec, Pooling
+
+log = logging.getLogger(__name__)
+
+Device = Literal["auto", "cpu", "cuda"]
+CPU_EP = "CPUExecutionProvider"
+CUDA_EP = "CUDAExecutionProvider"
+
+# Tokenizing is linear in characters even though the result is truncated;
+# no WordPiece token is longer than 100 characters, so this bounds the work
+# for pathological inputs without changing what a normal text encodes to.
+_CHARS_PER_TOKEN_CAP = 64
+
+
+class DeviceUnavailableError(RuntimeError):
+    """``device="cuda"`` was asked for but CUDA cannot be used."""
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, pooling: Pooling) -> np.ndarray:
+    """Sentence vectors from token vectors: CLS (first token) or masked mean."""
+    if hidden.ndim != 3:
+        raise ValueError(f"expected (batch, tokens, dim) hidden states, got {hidden.shape}")
+    hidden = hidden.astype(np.float32, copy=False)
+    if pooling == "cls":
+        return hidden[:, 0, :]
+    if pooling == "mean":
+        weights = mask.astype(np.float32)[:, :, None]
+        summed = (hidden * weights).sum(axis=1)
+        counts = np.clip(weights.sum(axis=1), 1e-9, None)
+        return summed / counts
+    raise ValueError(f"unknown pooling {pooling!r}")
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.clip(norms, 1e-12, None)
+
+
+def gpu_visible(env: dict[str, str] | None = None) -> bool:
+    """Whether this process may see an NVIDIA GPU (cheap check, no CUDA init)."""
+    env = dict(os.environ) if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "NoDevFiles"):
+        return False
+    return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
+
+
+def select_providers(
+    device: str, available: Sequence[str], has_gpu: bool
+) -> list[str | tuple[str, dict[str, Any]]]:
+    """ONNX Runtime providers for a device setting.
+
+    ``cpu`` is always CPU; ``cuda`` requires onnxruntime-gpu (the ``gpu``
+    extra) and fails otherwise; ``auto`` takes CUDA only when the CUDA EP is
+    installed and a GPU is visible, else CPU. CPU stays last as fallback for
+    nodes CUDA does not implement.
+    """
+    device = (device or "auto").lower()
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"embed device must be auto, cpu or cuda, not {device!r}")
+    if device == "cpu":
+        return [CPU_EP]
+    if CUDA_EP in available and (has_gpu or device == "cuda"):
+        return [(CUDA_EP, {"device_id": 0}), CPU_EP]
+    if device == "cuda":
+        raise DeviceUnavailableError(
+            "embed_device=cuda but onnxruntime has no CUDAExecutionProvider "
+            f"(providers: {', '.join(available)}); install the gpu extra (onnxruntime-gpu)"
+        )
+    return [CPU_EP]
+
+
+def default_threads() -> int:
+    """CPUs this process may use (affinity-aware), for ONNX Runtime intra-op threads."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class Encoder:
+    """Texts in, L2-normalised float32 vectors out, for one :class:`ModelSpec`.
+
+    Texts are tokenized with truncation to ``spec.max_tokens`` (never an
+    error), sorted by length and run in sub-batches capped by padded tokens.
+    Queries get ``spec.query_prefix``; documents get none.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        session: Any,
+        tokenizer: Any,
+        *,
+        device: str = "cpu",
+        max_batch_tokens: int = 8192,
+        max_batch_size: int = 64,
+        onnx_path: Path | None = None,
+    ) -> None:
+        self.spec = spec
+        self.device = device
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.onnx_path = onnx_path
+        self._session = session
+        self._tokenizer = tokenizer
+        self._input_names = {i.name for i in session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - self._input_names
+        if missing:
+            raise ValueError(f"ONNX model of {spec.name} lacks inputs {sorted(missing)}")
+        self._output_name, self._pooled = self._pick_output(session)
+        self._max_chars = spec.max_tokens * _CHARS_PER_TOKEN_CAP
+
+    @staticmethod
+    def _pick_output(session: Any) -> tuple[str, bool]:
+        outputs = session.get_outputs()
+        by_name = {o.name: o for o in outputs}
+        if "last_hidden_state" in by_name:
+            return "last_hidden_state", False
+        for out in outputs:
+            if len(out.shape) == 3:
+                return out.name, False
+        for out in outputs:  # a graph with pooling built in
+            if len(out.shape) == 2:
+                return out.name, True
+        raise ValueError("ONNX model has no (batch, tokens, dim) or (batch, dim) output")
+
+    @property
+    def dim(self) -> int:
+        return self.spec.dim
+
+    def _prepare(self, texts: Sequence[str], is_query: Sequence[bool]) -> list[str]:
+        prefix = self.spec.query_prefix
+        out = []
+        for text, query in zip(texts, is_query, strict=True):
+            if not isinstance(text, str):
+                raise TypeError(f"texts must be str, got {type(text).__name__}")
+            text = text[: self._max_chars]
+            out.append(prefix + text if query and prefix else text)
+        return out
+
+    def _tokenize(self, texts: Sequence[str], is_query: Sequence[bool]) -> list[list[int]]:
+        encodings = self._tokenizer.encode_batch(self._prepare(texts, is_query))
+        return [e.ids for e in encodings]
+
+    def token_counts(self, texts: Sequence[str], *, is_query: bool = False) -> list[int]:
+        """Tokens each text runs as (special tokens included, after truncation)."""
+        return [len(ids) for ids in self._tokenize(texts, [is_query] * len(texts))]
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        """Embed texts: shape (n, dim), float32, L2-normalised when the spec says so."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a sequence of texts, not one str")
+        return self.encode_mixed(texts, [is_query] * len(texts))
+
+    def encode_mixed(self, texts: Sequence[str], is_query: Sequence[bool]) -> np.ndarray:
+        """Embed texts where each one is a query or a document (one Serve batch)."""
+        out = np.zeros((len(texts), self.spec.dim), dtype=np.float32)
+        if not texts:
+            return out
+        ids = self._tokenize(texts, is_query)
+        lengths = [len(x) for x in ids]
+        plan = plan_batches(
+            lengths, max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size
+        )
+        for rows in plan:
+            out[rows] = self._run([ids[i] for i in rows])
+        return out
+
+    def _run(self, ids: list[list[int]]) -> np.ndarray:
+        width = max(len(x) for x in ids)
+        input_ids = np.zeros((len(ids), width), dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for row, seq in enumerate(ids):
+            input_ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        (result,) = self._session.run([self._output_name], feeds)
+        vectors = (
+            np.asarray(result, dtype=np.float32)
+            if self._pooled
+            else pool(np.asarray(result), mask, self.spec.pooling)
+        )
+        if vectors.shape[1] != self.spec.dim:
+            raise ValueError(
+                f"model {self.spec.name} produced {vectors.shape[1]}-d vectors, spec says {self.spec.dim}"
+            )
+        return l2_normalize(vectors) if self.spec.normalize else vectors
+
+    def warmup(self) -> None:
+        """Run a short and a full-length batch so the first request pays no allocation."""
+        self.encode(["warm-up"] * 4)
+        self.encode(["warm " * self.spec.max_tokens] * 2, is_query=True)
+
+
+def load_encoder(
+    name_or_dir: str | os.PathLike[str] | ModelSpec,
+    device: str = "auto",
+    threads: int | None = None,
+    *,
+    models_dir: Path | None = None,
+    max_batch_tokens: int = 8192,
+    max_batch_size: int = 64,
+) -> Encoder:
+    """Build an :class:`Encoder` from a spec name, a model directory or a spec.
+
+    Files are resolved and sha256-checked (see :mod:`models.resolve`); nothing
+    is downloaded. ``threads`` defaults to the CPUs this process may use.
+    """
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    spec = (
+        name_or_dir
+        if isinstance(name_or_dir, ModelSpec)
+        else get_spec(name_or_dir, models_dir=models_dir)
+    )
+    providers = select_providers(device, ort.get_available_providers(), gpu_visible())
+    on_gpu = providers[0] != CPU_EP
+    onnx_path = resolve_onnx(spec, gpu=on_gpu, models_dir=models_dir)
+    tokenizer_path = resolve_tokenizer(spec, models_dir=models_dir)
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.no_padding()  # we pad per length-sorted sub-batch ourselves
+    tokenizer.enable_truncation(max_length=spec.max_tokens)
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = int(threads) if threads else default_threads()
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(onnx_path), sess_options=options, providers=providers)
+    used = session.get_providers()
+    actual = "cuda" if CUDA_EP in used else "cpu"
+    if device == "cuda" and actual != "cuda":
+        raise DeviceUnavailableError(f"CUDA requested but ONNX Runtime runs on {used}")
+    if on_gpu and actual != "cuda":
+        log.warning("CUDA EP could not start for %s; running on CPU", spec.name)
+    log.info(
+        "encoder %s on %s (%s), %d threads",
+        spec.name,
+        actual,
+        onnx_path,
+        options.intra_op_num_threads,
+    )
+    return Encoder(
+        spec,
+        session,
+        tokenizer,
+        device=actual,
+        max_batch_tokens=max_batch_tokens,
+        max_batch_size=max_batch_size,
+        onnx_path=onnx_path,
+    )

@@ -1,0 +1,74 @@
+"""Junk guard: what must never be extracted again.
+
+The service injects a memory block into system prompts (POST /v1/context, chat
+proxy). If that block, a system prompt, or an assistant restating recalled
+memories were fed back to extraction, memories would feed on themselves. The
+context builder wraps its block with :func:`wrap_context`; extraction strips it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from serve_app.text import normalize
+
+CONTEXT_OPEN = "<memserve-context>"
+CONTEXT_CLOSE = "</memserve-context>"
+
+_BLOCK = re.compile(re.escape(CONTEXT_OPEN) + r".*?" + re.escape(CONTEXT_CLOSE), re.DOTALL)
+_UNCLOSED = re.compile(re.escape(CONTEXT_OPEN) + r".*\Z", re.DOTALL)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+MIN_CONTAINMENT_CHARS = 12  # shorter memories would match too much by containment
+
+
+def wrap_context(text: str) -> str:
+    """Mark an injected memory block so extraction can recognise and drop it."""
+    return f"{CONTEXT_OPEN}\n{text}\n{CONTEXT_CLOSE}"
+
+
+def strip_context(text: str) -> str:
+    """Remove every injected block (an unclosed one runs to the end of the text)."""
+    text = _BLOCK.sub(" ", text)
+    text = _UNCLOSED.sub(" ", text)
+    return text.strip()
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+def contained(sentence: str, memories: Iterable[str]) -> bool:
+    """Normalised containment either way (a restatement quotes or paraphrases little)."""
+    s = normalize(sentence)
+    if not s:
+        return True
+    for m in memories:
+        n = normalize(m)
+        if len(n) < MIN_CONTAINMENT_CHARS:
+            continue
+        if n in s or (len(s) >= MIN_CONTAINMENT_CHARS and s in n):
+            return True
+    return False
+
+
+@dataclass
+class Turn:
+    """One conversation message as extraction sees it."""
+
+    role: str
+    content: str
+    turn_index: int = 0
+
+
+def clean_turns(turns: Sequence[Turn]) -> list[Turn]:
+    """Drop system turns and injected context blocks; empty turns disappear."""
+    out: list[Turn] = []
+    for t in turns:
+        if t.role == "system":
+            continue
+        content = strip_context(t.content)
+        if content:
+            out.append(Turn(t.role, content, t.turn_index))
+    return out

@@ -1,0 +1,143 @@
+"""Async client for any OpenAI-compatible chat-completions endpoint.
+
+Asks for JSON output (``response_format: json_object``), bounds every call with
+a timeout, retries transient failures (connection errors, timeouts, 429/5xx)
+with exponential backoff, and goes through a circuit breaker so an outage costs
+one fast refusal per call instead of a pile of hanging requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+
+import httpx
+
+from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
+from serve_app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class LLMUnavailable(RuntimeError):
+    """Transient: the endpoint is down, slow, overloaded or the breaker is open.
+
+    The turns stay queued and are retried later.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # timeout | connect | http_5xx | http_429 | circuit_open | http_4xx
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 30.0
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    breaker_failures: int = 5
+    breaker_reset_s: float = 30.0
+    max_tokens: int = 1024
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> LLMConfig | None:
+        """None when no endpoint is configured (extraction off)."""
+        if not s.llm_base_url:
+            return None
+        return cls(
+            base_url=s.llm_base_url.rstrip("/"),
+            model=s.llm_model,
+            api_key=s.llm_api_key,
+            timeout_s=s.llm_timeout_s,
+            max_retries=s.llm_max_retries,
+            backoff_s=s.llm_backoff_s,
+            breaker_failures=s.llm_breaker_failures,
+            breaker_reset_s=s.llm_breaker_reset_s,
+            max_tokens=s.llm_max_tokens,
+        )
+
+
+_RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class LLMClient:
+    def __init__(self, config: LLMConfig, transport: httpx.AsyncBaseTransport | None = None):
+        self.config = config
+        headers = {"Content-Type": "application/json"}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        self._http = httpx.AsyncClient(
+            base_url=config.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(config.timeout_s, connect=min(5.0, config.timeout_s)),
+            transport=transport,
+        )
+        self.breaker = CircuitBreaker(config.breaker_failures, config.breaker_reset_s)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def complete_json(self, system: str, user: str) -> str:
+        """The assistant message content of one JSON-mode completion.
+
+        Raises :class:`LLMUnavailable` for anything transient (after retries).
+        """
+        try:
+            self.breaker.before_call()
+        except CircuitOpen as exc:
+            raise LLMUnavailable("circuit_open", str(exc)) from None
+        body = {
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+            ],
+            "temperature": 0,
+            "max_tokens": self.config.max_tokens,
+            "response_format": {"type": "json_object"},
+        }
+        last: LLMUnavailable | None = None
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                delay = self.config.backoff_s * (2 ** (attempt - 1))
+                await asyncio.sleep(delay * (0.5 + random.random()))
+            try:
+                content = await self._post(body)
+            except LLMUnavailable as exc:
+                last = exc
+                if exc.kind == "http_4xx":
+                    break  # our request is wrong; retrying will not help
+                log.warning("LLM call failed (%s), attempt %d", exc, attempt + 1)
+                continue
+            self.breaker.success()
+            return content
+        self.breaker.failure()
+        assert last is not None
+        raise last
+
+    async def _post(self, body: dict) -> str:
+        try:
+            resp = await self._http.post("/chat/completions", json=body)
+        except httpx.TimeoutException as exc:
+            raise LLMUnavailable("timeout", f"LLM timed out: {type(exc).__name__}") from None
+        except httpx.HTTPError as exc:
+            raise LLMUnavailable("connect", f"LLM unreachable: {type(exc).__name__}") from None
+        if resp.status_code >= 400:
+            kind = (
+                "http_429"
+                if resp.status_code == 429
+                else "http_5xx"
+                if resp.status_code in _RETRYABLE_STATUS
+                else "http_4xx"
+            )
+            raise LLMUnavailable(kind, f"LLM answered HTTP {resp.status_code}")
+        try:
+            return resp.json()["choices"][0]["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError):
+            # Not an OpenAI-shaped body: a broken proxy, treat as transient.
+            raise LLMUnavailable("http_5xx", "LLM answer is not a chat completion") from None

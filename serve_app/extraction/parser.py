@@ -1,0 +1,232 @@
+"""Lenient JSON parsing, strict validation of what the LLM answered.
+
+Models wrap JSON in code fences, add prose around it, or stop mid-object when
+they hit the token limit. We find the first JSON object, repair a truncated tail
+when possible, then validate with pydantic and drop items that break the
+contract instead of failing the whole answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
+FACT_CATEGORIES = ("identity", "preference", "constraint", "instruction")
+MAX_CONTENT_CHARS = 2000
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+class BadOutput(ValueError):
+    """The LLM's answer holds no usable JSON object."""
+
+
+class ExtractedMemory(BaseModel):
+    type: Literal["fact", "semantic", "preference", "procedural", "episodic", "insight"]
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    tags: list[str] = Field(default_factory=list, max_length=16)
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, v: str) -> str:
+        v = v.replace("\x00", "").strip()
+        if not v:
+            raise ValueError("empty content")
+        return v
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            return []
+        return [t.strip()[:64] for t in v if isinstance(t, str) and t.strip()][:16]
+
+
+class ExtractedFact(BaseModel):
+    category: Literal["identity", "preference", "constraint", "instruction"]
+    key: str = Field(min_length=1, max_length=64)
+    value: str = Field(min_length=1, max_length=500)
+    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _category(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key(cls, v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        return re.sub(r"[^a-z0-9]+", "_", v.strip().lower()).strip("_")
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _value(cls, v: Any) -> Any:
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            v = str(v)
+        return v.replace("\x00", "").strip() if isinstance(v, str) else v
+
+
+class Extraction(BaseModel):
+    memories: list[ExtractedMemory] = Field(default_factory=list)
+    facts: list[ExtractedFact] = Field(default_factory=list)
+    dropped: int = 0  # items that broke the contract
+
+
+def _balanced_candidates(text: str) -> list[str]:
+    """Substrings from each '{' to its matching '}' (string-aware), or to the end."""
+    out = []
+    start = text.find("{")
+    while start != -1 and len(out) < 5:
+        depth, in_str, esc = 0, False, False
+        end = None
+        for i in range(start, len(text)):
+            c = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    end = i + 1
+                    break
+        out.append(text[start:end] if end else text[start:])
+        if end is None:
+            break
+        start = text.find("{", end)
+    return out
+
+
+def _repair_truncated(fragment: str) -> Any:
+    """Close a JSON object cut off mid-way; drop the incomplete last element."""
+    stack: list[str] = []
+    in_str, esc = False, False
+    cut_points: list[int] = []  # positions after a complete value inside a container
+    for i, c in enumerate(fragment):
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+            continue
+        if c == '"':
+            in_str = True
+        elif c in "{[":
+            stack.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if stack:
+                stack.pop()
+            cut_points.append(i + 1)
+        elif c == ",":
+            cut_points.append(i)
+    for cut in reversed(cut_points):
+        head = fragment[:cut].rstrip().rstrip(",")
+        closers = _closers(head)
+        if closers is None:
+            continue
+        try:
+            return json.loads(head + closers)
+        except json.JSONDecodeError:
+            continue
+    raise BadOutput("truncated JSON could not be repaired")
+
+
+def _closers(text: str) -> str | None:
+    stack: list[str] = []
+    in_str, esc = False, False
+    for c in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+            continue
+        if c == '"':
+            in_str = True
+        elif c in "{[":
+            stack.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if not stack:
+                return None
+            stack.pop()
+    if in_str:
+        return None
+    return "".join(reversed(stack))
+
+
+def load_json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text`` (fences, prose and truncation tolerated)."""
+    if not text or not text.strip():
+        raise BadOutput("empty answer")
+    sources = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    for source in sources:
+        try:
+            value = json.loads(source)
+            if isinstance(value, dict):
+                return value
+        except json.JSONDecodeError:
+            pass
+        for cand in _balanced_candidates(source):
+            try:
+                value = json.loads(cand)
+            except json.JSONDecodeError:
+                try:
+                    value = _repair_truncated(cand)
+                except BadOutput:
+                    continue
+            if isinstance(value, dict):
+                return value
+    raise BadOutput("no JSON object in the answer")
+
+
+def _valid_items(raw: Any, model: type[BaseModel]) -> tuple[list[Any], int]:
+    if not isinstance(raw, list):
+        return [], (0 if raw is None else 1)
+    items, dropped = [], 0
+    for entry in raw:
+        try:
+            items.append(model.model_validate(entry))
+        except ValidationError:
+            dropped += 1
+    return items, dropped
+
+
+def parse_extraction(text: str) -> Extraction:
+    """Validated memories and facts; raises :class:`BadOutput` when nothing is usable."""
+    obj = load_json_object(text)
+    if "memories" not in obj and "facts" not in obj:
+        raise BadOutput("JSON object has neither 'memories' nor 'facts'")
+    memories, d1 = _valid_items(obj.get("memories"), ExtractedMemory)
+    facts, d2 = _valid_items(obj.get("facts"), ExtractedFact)
+    return Extraction(memories=memories, facts=facts, dropped=d1 + d2)
+
+
+def parse_summary(text: str) -> str:
+    obj = load_json_object(text)
+    summary = obj.get("summary")
+    if not isinstance(summary, str) or not summary.strip():
+        raise BadOutput("JSON object has no 'summary' string")
+    return summary.strip()[:MAX_CONTENT_CHARS]

@@ -1,0 +1,71 @@
+"""Prompts for extraction and episodic summaries (the JSON contract of DESIGN §4).
+
+The first line of each system prompt is a stable marker so logs (and the test
+LLM) can tell the two kinds of call apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from serve_app.extraction.junk import Turn
+
+EXTRACT_MARKER = "[memserve:extract:v1]"
+SUMMARY_MARKER = "[memserve:summarize:v1]"
+
+EXTRACT_SYSTEM = f"""{EXTRACT_MARKER}
+You maintain long-term memory about a user of a chat assistant. Read the
+conversation and write down only what will still be useful in future
+conversations with this user.
+
+Keep: who the user is, what they like or dislike, constraints they live with,
+standing instructions for the assistant, how they want things done, and notable
+events or plans with their concrete details.
+Skip: small talk, questions without lasting value, the assistant's own
+knowledge or advice, anything only true for this moment, and anything the
+assistant merely repeats from what it already knew about the user.
+
+Each memory must stand on its own: keep the context that makes it meaningful.
+  bad:  "budget is $10,000"
+  good: "The user's budget for the Hawaii vacation is $10,000"
+
+Memory types:
+  fact        a stable fact about the user or their world
+  preference  a like, dislike or chosen way of doing things
+  procedural  an instruction or how-to the assistant should follow
+  episodic    an event or plan, with when/where if known
+  insight     a pattern you infer from several statements (use sparingly)
+importance: 0..1, how much this should shape future answers.
+confidence: 0..1, how sure you are that the user really means it.
+
+Structured facts are key/value pairs for deterministic lookup, with category
+one of identity, preference, constraint, instruction and a short snake_case
+key (name, location, language, diet, timezone, ...). Use the same key for the
+same attribute; a new value for a key replaces the old one.
+
+Answer with one JSON object and nothing else:
+{{"memories": [{{"type": "...", "content": "...", "importance": 0.0, "confidence": 0.0,
+"tags": ["..."]}}], "facts": [{{"category": "...", "key": "...", "value": "...",
+"confidence": 0.0}}]}}
+Either list may be empty."""
+
+SUMMARY_SYSTEM = f"""{SUMMARY_MARKER}
+Summarise this part of a conversation between a user and an assistant for the
+assistant's long-term memory: what the user wanted, what was decided or found
+out, and concrete details (names, numbers, dates) worth recalling later. Write
+2-5 sentences in the third person ("The user ..."). Do not add anything that
+was not said.
+Answer with one JSON object and nothing else: {{"summary": "..."}}"""
+
+
+def format_turns(turns: Sequence[Turn]) -> str:
+    return "\n".join(f"[{t.turn_index}] {t.role}: {t.content}" for t in turns)
+
+
+def extraction_user_prompt(turns: Sequence[Turn]) -> str:
+    return "Conversation:\n" + format_turns(turns)
+
+
+def summary_user_prompt(turns: Sequence[Turn]) -> str:
+    first, last = turns[0].turn_index, turns[-1].turn_index
+    return f"Turns {first}-{last}:\n" + format_turns(turns)

@@ -1,0 +1,223 @@
+"""The short-term buffer (``session_turns``), which is also the durable extraction queue.
+
+A turn with ``extracted_at IS NULL`` is pending. Extraction claims a session's
+pending turns with a lease (``claimed_until``) so replicas never share work and
+a crashed replica's claim simply runs out; success stamps ``extracted_at``,
+a transient failure releases the claim, so no turn is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from serve_app.store.records import Owner
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    tenant_id: str
+    user_id: str
+    session_id: str
+
+    @property
+    def owner(self) -> Owner:
+        return Owner(self.tenant_id, self.user_id)
+
+    def as_tuple(self) -> tuple[str, str, str]:
+        return (self.tenant_id, self.user_id, self.session_id)
+
+
+@dataclass(frozen=True)
+class Appended:
+    first_index: int
+    last_index: int
+    pending_user_turns: int  # user turns of the session not yet extracted
+    uncompressed_turns: int
+
+
+class TurnStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def append(
+        self,
+        key: SessionKey,
+        messages: Sequence[tuple[str, str]],
+        *,
+        agent_id: str | None,
+        ttl_hours: float,
+        meta: dict[str, Any] | None = None,
+    ) -> Appended:
+        """Append (role, content) messages with consecutive turn indexes, in one transaction."""
+        async with self.pool.connection() as conn, conn.transaction():
+            # Serialise appends to one session so turn indexes never collide.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", ("turns:" + "/".join(key.as_tuple()),)
+            )
+            cur = await conn.execute(
+                "SELECT coalesce(max(turn_index), 0) AS n FROM session_turns"
+                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s",
+                key.as_tuple(),
+            )
+            last = (await cur.fetchone())["n"]
+            rows = [
+                (
+                    *key.as_tuple(),
+                    agent_id,
+                    last + i + 1,
+                    role,
+                    content,
+                    f"{ttl_hours} hours",
+                    Jsonb(meta or {}),
+                )
+                for i, (role, content) in enumerate(messages)
+            ]
+            async with conn.cursor() as c:
+                await c.executemany(
+                    "INSERT INTO session_turns (tenant_id, user_id, session_id, agent_id,"
+                    " turn_index, role, content, expires_at, meta)"
+                    " VALUES (%s,%s,%s,%s,%s,%s,%s, now() + %s::interval, %s)",
+                    rows,
+                )
+            cur = await conn.execute(
+                "SELECT count(*) FILTER (WHERE extracted_at IS NULL AND role = 'user') AS p,"
+                " count(*) FILTER (WHERE compressed_at IS NULL) AS u FROM session_turns"
+                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s",
+                key.as_tuple(),
+            )
+            counts = await cur.fetchone()
+            # New turns reopen an ended session (it is no longer extracted in full at once).
+            await conn.execute(
+                "UPDATE session_state SET ended_at = NULL, updated_at = now()"
+                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s"
+                " AND ended_at IS NOT NULL",
+                key.as_tuple(),
+            )
+        return Appended(last + 1, last + len(messages), counts["p"], counts["u"])
+
+    async def end(self, key: SessionKey, agent_id: str | None = None) -> int:
+        """Mark the session ended (it is then extracted and summarised in full)."""
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO session_state (tenant_id, user_id, session_id, agent_id, ended_at)"
+                " VALUES (%s,%s,%s,%s, now()) ON CONFLICT (tenant_id, user_id, session_id)"
+                " DO UPDATE SET ended_at = now(), updated_at = now()",
+                (*key.as_tuple(), agent_id),
+            )
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM session_turns WHERE tenant_id = %s AND user_id = %s"
+                " AND session_id = %s AND extracted_at IS NULL",
+                key.as_tuple(),
+            )
+            return (await cur.fetchone())["n"]
+
+    async def is_ended(self, key: SessionKey) -> bool:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT ended_at FROM session_state WHERE tenant_id = %s AND user_id = %s"
+                " AND session_id = %s",
+                key.as_tuple(),
+            )
+            row = await cur.fetchone()
+        return bool(row and row["ended_at"])
+
+    async def claim_pending(self, key: SessionKey, limit: int, lease_s: float) -> list[dict]:
+        """Claim up to ``limit`` oldest pending turns of the session (skips others' claims)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE session_turns SET claimed_until = now() + %s * interval '1 second'"
+                " WHERE id IN (SELECT id FROM session_turns WHERE tenant_id = %s AND user_id = %s"
+                " AND session_id = %s AND extracted_at IS NULL"
+                " AND (claimed_until IS NULL OR claimed_until < now())"
+                " ORDER BY turn_index LIMIT %s FOR UPDATE SKIP LOCKED)"
+                " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta",
+                (lease_s, *key.as_tuple(), limit),
+            )
+            rows = await cur.fetchall()
+        return sorted(rows, key=lambda r: r["turn_index"])
+
+    async def mark_extracted(self, ids: Sequence[int], error: str | None = None) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE session_turns SET extracted_at = now(), claimed_until = NULL,"
+                " extract_error = %s WHERE id = ANY(%s)",
+                (error, list(ids)),
+            )
+
+    async def release(self, ids: Sequence[int], *, failed_attempt: bool = False) -> int:
+        """Release the claim; ``failed_attempt`` counts an unusable answer (returns the count)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE session_turns SET claimed_until = NULL,"
+                " extract_attempts = extract_attempts + %s WHERE id = ANY(%s)"
+                " RETURNING extract_attempts",
+                (1 if failed_attempt else 0, list(ids)),
+            )
+            rows = await cur.fetchall()
+        return max((r["extract_attempts"] for r in rows), default=0)
+
+    async def uncompressed(self, key: SessionKey) -> list[dict]:
+        """Turns not yet summarised, oldest first (extracted ones only: extraction goes first)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id, turn_index, role, content, extracted_at FROM session_turns"
+                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s"
+                " AND compressed_at IS NULL ORDER BY turn_index",
+                key.as_tuple(),
+            )
+            return await cur.fetchall()
+
+    async def mark_compressed(self, ids: Sequence[int]) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE session_turns SET compressed_at = now() WHERE id = ANY(%s)", (list(ids),)
+            )
+
+    async def due_sessions(self, every_n: int, idle_s: float, limit: int = 200) -> list[SessionKey]:
+        """Sessions whose pending turns should be extracted now.
+
+        Due: N or more pending user turns, or the session ended, or the oldest
+        pending turn waited ``idle_s`` (nothing stays in the queue forever).
+        """
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT t.tenant_id, t.user_id, t.session_id FROM session_turns t"
+                " LEFT JOIN session_state s USING (tenant_id, user_id, session_id)"
+                " WHERE t.extracted_at IS NULL"
+                " AND (t.claimed_until IS NULL OR t.claimed_until < now())"
+                " GROUP BY t.tenant_id, t.user_id, t.session_id, s.ended_at"
+                " HAVING count(*) FILTER (WHERE t.role = 'user') >= %s"
+                " OR s.ended_at IS NOT NULL"
+                " OR min(t.created_at) < now() - %s * interval '1 second'"
+                " ORDER BY min(t.created_at) LIMIT %s",
+                (every_n, idle_s, limit),
+            )
+            rows = await cur.fetchall()
+        return [SessionKey(r["tenant_id"], r["user_id"], r["session_id"]) for r in rows]
+
+    async def purge_expired(self) -> int:
+        """Drop expired turns, but never one still waiting for extraction."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "DELETE FROM session_turns WHERE expires_at < now() AND extracted_at IS NOT NULL"
+            )
+            return cur.rowcount
+
+    async def pending_count(self, key: SessionKey | None = None) -> int:
+        async with self.pool.connection() as conn:
+            if key is None:
+                cur = await conn.execute(
+                    "SELECT count(*) AS n FROM session_turns WHERE extracted_at IS NULL"
+                )
+            else:
+                cur = await conn.execute(
+                    "SELECT count(*) AS n FROM session_turns WHERE tenant_id = %s"
+                    " AND user_id = %s AND session_id = %s AND extracted_at IS NULL",
+                    key.as_tuple(),
+                )
+            return (await cur.fetchone())["n"]

@@ -1,0 +1,41 @@
+"""Ray fixtures for deployment tests: one local Ray per session, shared with other modules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """A 2-CPU local Ray; reuses one another module already started."""
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        started = True
+    yield
+    if started:
+        from ray import serve
+
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def embedder_handle(ray_session: None):
+    """The Embedder deployment alone, with small batches set through user_config."""
+    from ray import serve
+
+    from deployments.embedder import Embedder
+
+    app = Embedder.options(
+        name="EmbedderUnderTest",
+        user_config={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
+        ray_actor_options={"num_cpus": 1},
+    ).bind(model="all-minilm-l6-v2-int8", device="cpu")
+    handle = serve.run(app, name="embedder-test", route_prefix=None)
+    yield handle
+    serve.delete("embedder-test")

@@ -1,0 +1,314 @@
+"""A scripted OpenAI-compatible chat-completions server for tests.
+
+Runs ``http.server`` in a thread; the test (or, through ``POST /_control``, any
+process such as the e2e service) decides what it answers:
+
+- rules: the first rule whose ``contains`` text occurs in the request's messages
+  answers (optionally only for one kind of call and a limited number of times);
+- a queue of scripted answers, used before the rules;
+- failure modes: ``malformed`` (content that is not JSON), ``http500``,
+  ``delay`` (answer after ``delay_s``; with a short client timeout: a timeout),
+  and ``down()`` (the socket is closed: connection refused) / ``up()``.
+
+Defaults without a rule: an extraction call gets ``{"memories": [], "facts": []}``,
+a summary call gets a summary quoting the first user turn, and any other chat
+call (the chat proxy's upstream) gets ``DEFAULT_CHAT_ANSWER``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
+
+DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."
+
+
+@dataclass
+class Rule:
+    contains: str
+    answer: str
+    kind: str | None = None  # extract | summary | chat; None: any
+    times: int | None = None  # None: unlimited
+
+
+def kind_of(messages: list[dict[str, Any]]) -> str:
+    text = " ".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+    if EXTRACT_MARKER in text:
+        return "extract"
+    if SUMMARY_MARKER in text:
+        return "summary"
+    return "chat"
+
+
+def extraction(memories: list[dict] | None = None, facts: list[dict] | None = None) -> str:
+    """An answer that follows the extraction contract."""
+    return json.dumps({"memories": memories or [], "facts": facts or []})
+
+
+def memory(content: str, type: str = "fact", importance: float = 0.7, confidence: float = 0.9):
+    return {"type": type, "content": content, "importance": importance, "confidence": confidence}
+
+
+def fact(category: str, key: str, value: str, confidence: float = 0.9) -> dict:
+    return {"category": category, "key": key, "value": value, "confidence": confidence}
+
+
+class FakeLLM:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[socket.socket] = set()
+        self.reset()
+
+    # ---------- lifecycle ----------
+
+    @property
+    def url(self) -> str:
+        """Base URL as OpenAI clients expect it (MEMSERVE_LLM_BASE_URL)."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> FakeLLM:
+        handler = _make_handler(self)
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer((self.host, self.port), handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def down(self) -> None:
+        """Close the socket: clients get connection refused until :meth:`up`.
+
+        Open keep-alive connections are cut too, as when a real server dies.
+        """
+        self.stop()
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def up(self) -> None:
+        if self._server is None:
+            self.start()
+
+    @property
+    def is_up(self) -> bool:
+        return self._server is not None
+
+    # ---------- scripting ----------
+
+    def reset(self) -> None:
+        with self._lock:
+            self.rules: list[Rule] = []
+            self.queue: list[str] = []
+            self.mode = "ok"  # ok | malformed | http500 | delay
+            self.delay_s = 0.0
+            self.requests: list[dict[str, Any]] = []
+
+    def add_rule(
+        self, contains: str, answer: str, kind: str | None = "extract", times: int | None = None
+    ) -> None:
+        with self._lock:
+            self.rules.append(Rule(contains, answer, kind, times))
+
+    def enqueue(self, *answers: str) -> None:
+        with self._lock:
+            self.queue.extend(answers)
+
+    def set_mode(self, mode: str, delay_s: float = 0.0) -> None:
+        assert mode in ("ok", "malformed", "http500", "delay"), mode
+        with self._lock:
+            self.mode = mode
+            self.delay_s = delay_s
+
+    def calls(self, kind: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r for r in self.requests if kind is None or r["kind"] == kind]
+
+    # ---------- answering ----------
+
+    def control(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /_control``: the same scripting over HTTP (for other processes)."""
+        action = body.get("action")
+        if action == "reset":
+            self.reset()
+        elif action == "rule":
+            self.add_rule(body["contains"], body["answer"], body.get("kind", "extract"),
+                          body.get("times"))  # fmt: skip
+        elif action == "enqueue":
+            self.enqueue(*body["answers"])
+        elif action == "mode":
+            self.set_mode(body["mode"], float(body.get("delay_s", 0.0)))
+        elif action == "down":
+            threading.Thread(target=self.down, daemon=True).start()
+        else:
+            raise ValueError(f"unknown action {action!r}")
+        return {"ok": True}
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, str | None]:
+        """(HTTP status, assistant content) for one chat-completions request."""
+        messages = body.get("messages") or []
+        kind = kind_of(messages)
+        text = "\n".join(str(m.get("content", "")) for m in messages)
+        with self._lock:
+            self.requests.append({"kind": kind, "messages": messages, "at": time.time()})
+            mode, delay = self.mode, self.delay_s
+            content = None
+            if kind == "extract" and self.queue:
+                content = self.queue.pop(0)
+            else:
+                for rule in self.rules:
+                    if (rule.kind in (None, kind)) and rule.contains in text:
+                        content = rule.answer
+                        if rule.times is not None:
+                            rule.times -= 1
+                            if rule.times <= 0:
+                                self.rules.remove(rule)
+                        break
+        if mode == "delay" and delay:
+            time.sleep(delay)
+        if mode == "http500":
+            return 500, None
+        if mode == "malformed":
+            return 200, "Sure! Here are the memories: {memories: [oops"
+        if content is None:
+            content = self._default(kind, messages)
+        return 200, content
+
+    @staticmethod
+    def _default(kind: str, messages: list[dict[str, Any]]) -> str:
+        if kind == "extract":
+            return extraction()
+        if kind == "summary":
+            user = str(messages[-1].get("content", "")) if messages else ""
+            lines = [ln for ln in user.splitlines() if "] user:" in ln]
+            first = lines[0].split("] user:", 1)[1].strip() if lines else "nothing notable"
+            return json.dumps({"summary": f"The user talked about: {first[:200]}"})
+        return DEFAULT_CHAT_ANSWER
+
+
+def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # keep test output clean
+            pass
+
+        def setup(self) -> None:
+            super().setup()
+            with fake._lock:
+                fake._conns.add(self.connection)
+
+        def finish(self) -> None:
+            with fake._lock:
+                fake._conns.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
+
+        def _json(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)  # the client may have given up (timeout tests)
+
+        def _body(self) -> dict[str, Any]:
+            n = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(n) or b"{}")
+
+        def _stream(self, body: dict[str, Any], content: str) -> None:
+            """OpenAI-style SSE: a role chunk, content in a few pieces, a stop chunk, [DONE]."""
+            base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk",
+                    "created": int(time.time()), "model": body.get("model", "fake")}  # fmt: skip
+            step = max(1, len(content) // 3)
+            deltas = [{"role": "assistant", "content": ""}] + [
+                {"content": content[i : i + step]} for i in range(0, len(content), step)
+            ]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+                      for d in deltas]  # fmt: skip
+            events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                for event in events:
+                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+        def do_GET(self) -> None:
+            if self.path == "/_requests":
+                self._json(200, {"requests": fake.calls()})
+            elif self.path in ("/v1/models", "/models"):
+                self._json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+            else:
+                self._json(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:
+            try:
+                body = self._body()
+            except ValueError:
+                self._json(400, {"error": {"message": "invalid JSON"}})
+                return
+            if self.path == "/_control":
+                try:
+                    self._json(200, fake.control(body))
+                except (KeyError, ValueError, AssertionError) as exc:
+                    self._json(400, {"error": {"message": str(exc)}})
+                return
+            if self.path not in ("/v1/chat/completions", "/chat/completions"):
+                self._json(404, {"error": {"message": "not found"}})
+                return
+            if not fake.is_up:  # went down while this connection was open
+                self.close_connection = True
+                return
+            status, content = fake.answer(body)
+            if status != 200:
+                self._json(status, {"error": {"message": "scripted failure", "type": "server"}})
+                return
+            if body.get("stream"):
+                self._stream(body, content or "")
+                return
+            self._json(
+                200,
+                {
+                    "id": f"chatcmpl-{len(fake.requests)}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", "fake"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": content},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                },
+            )
+
+    return Handler

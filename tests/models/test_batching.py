@@ -1,0 +1,47 @@
+"""Length-sorted, token-capped batch plans."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from models.batching import padded_tokens, plan_batches
+
+
+def test_every_index_once_and_sorted_by_length() -> None:
+    rng = random.Random(7)
+    lengths = [rng.randint(1, 300) for _ in range(200)]
+    plan = plan_batches(lengths, max_batch_tokens=2048, max_batch_size=32)
+    flat = [i for batch in plan for i in batch]
+    assert sorted(flat) == list(range(200))
+    assert [lengths[i] for i in flat] == sorted(lengths)
+
+
+def test_caps_tokens_and_rows() -> None:
+    rng = random.Random(3)
+    lengths = [rng.randint(1, 256) for _ in range(300)]
+    plan = plan_batches(lengths, max_batch_tokens=1024, max_batch_size=16)
+    for batch in plan:
+        assert len(batch) <= 16
+        assert len(batch) * max(lengths[i] for i in batch) <= 1024
+
+
+def test_short_texts_not_padded_to_long_ones() -> None:
+    lengths = [12] * 31 + [256]
+    plan = plan_batches(lengths, max_batch_tokens=2048)
+    assert plan[-1] == [31]  # the long text runs alone
+    naive = len(lengths) * max(lengths)
+    assert padded_tokens(lengths, plan) < naive / 3
+
+
+def test_single_text_over_cap_gets_own_batch() -> None:
+    assert plan_batches([5000, 3], max_batch_tokens=100) == [[1], [0]]
+
+
+def test_empty_and_bad_args() -> None:
+    assert plan_batches([], max_batch_tokens=10) == []
+    with pytest.raises(ValueError):
+        plan_batches([1], max_batch_tokens=0)
+    with pytest.raises(ValueError):
+        plan_batches([1], max_batch_tokens=10, max_batch_size=0)

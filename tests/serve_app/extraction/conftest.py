@@ -1,0 +1,111 @@
+"""Fixtures for the extraction pipeline: real Postgres, real encoder, scripted LLM."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from models import load_encoder
+from serve_app.db.pool import open_pool
+from serve_app.extraction.llm import LLMClient, LLMConfig
+from serve_app.extraction.pipeline import ExtractionPipeline
+from serve_app.extraction.turns import SessionKey, TurnStore
+from serve_app.settings import Settings
+from serve_app.store.vectors import ensure_table
+from tests.fakes.llm_server import FakeLLM
+
+MODEL = "all-minilm-l6-v2-int8"
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    return load_encoder(MODEL, threads=1)
+
+
+@pytest.fixture(scope="session")
+def fake_llm_server():
+    server = FakeLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_llm(fake_llm_server):
+    fake_llm_server.up()
+    fake_llm_server.reset()
+    yield fake_llm_server
+    fake_llm_server.up()
+    fake_llm_server.reset()
+
+
+def test_settings(llm_url: str | None, **overrides) -> Settings:
+    values = dict(
+        llm_base_url=llm_url,
+        llm_timeout_s=1.0,
+        llm_max_retries=1,
+        llm_backoff_s=0.02,
+        llm_breaker_failures=3,
+        llm_breaker_reset_s=0.3,
+        extract_every_n_turns=2,
+        compress_every_m_turns=100,
+        extract_scan_interval_s=0.2,
+    )
+    values.update(overrides)
+    return Settings(**values)
+
+
+class Harness:
+    """A pipeline over a fresh database plus helpers to feed it turns."""
+
+    def __init__(self, pipeline: ExtractionPipeline, pool) -> None:
+        self.pipeline = pipeline
+        self.pool = pool
+        self.turns = TurnStore(pool)
+
+    async def say(self, key: SessionKey, *messages: tuple[str, str], meta=None) -> None:
+        await self.turns.append(key, list(messages), agent_id=None, ttl_hours=1.0, meta=meta)
+
+    async def rows(self, sql: str, *params) -> list[dict]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()
+
+    async def memories(self, user: str, source: str | None = None) -> list[dict]:
+        if source is None:
+            return await self.rows(
+                "SELECT * FROM memory_items WHERE user_id = %s ORDER BY created_at", user
+            )
+        return await self.rows(
+            "SELECT * FROM memory_items WHERE user_id = %s AND source = %s ORDER BY created_at",
+            user,
+            source,
+        )
+
+
+@pytest.fixture
+async def make_harness(fresh_db, encoder):
+    pools, clients = [], []
+    ensure_table(fresh_db, encoder.spec.table_slug, encoder.spec.dim)
+
+    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        return await asyncio.to_thread(encoder.encode, list(texts), is_query=is_query)
+
+    async def make(settings: Settings) -> Harness:
+        pool = await open_pool(fresh_db, settings, min_size=1)
+        await pool.wait()
+        pools.append(pool)
+        config = LLMConfig.from_settings(settings)
+        llm = LLMClient(config) if config else None
+        if llm:
+            clients.append(llm)
+        pipeline = ExtractionPipeline(pool, encoder.spec.table_slug, embed, llm, settings)
+        return Harness(pipeline, pool)
+
+    yield make
+    for c in clients:
+        await c.close()
+    for p in pools:
+        await p.close()
