@@ -82,6 +82,22 @@ def rate(fn: Callable[[], int], seconds: float, min_runs: int = 3) -> float:
     return done / (time.perf_counter() - start)
 
 
+def _rotating_call(
+    encode: Callable[[list[str]], Any], pool: list[str], batch_size: int
+) -> Callable[[], int]:
+    """Each call encodes the next ``batch_size`` texts of ``pool`` (same texts for every runner)."""
+    offset = 0
+
+    def call() -> int:
+        nonlocal offset
+        start = offset % (len(pool) - batch_size + 1)
+        encode(pool[start : start + batch_size])
+        offset += batch_size
+        return batch_size
+
+    return call
+
+
 def ensure_export(models_dir: Path) -> Path:
     target = models_dir / EXPORT_NAME
     if not (target / "memserve_model.json").is_file():
@@ -125,15 +141,7 @@ def bench_encoders(
     for kind, pool in texts.items():
         for batch_size in BATCH_SIZES:
             for name, encode in runners.items():
-                offset = [0]
-
-                def call(encode: Callable[[list[str]], Any] = encode, bs: int = batch_size) -> int:
-                    # Rotate through the pool so no cache helps; same texts for every runner.
-                    start = offset[0] % (len(pool) - bs + 1)
-                    encode(pool[start : start + bs])
-                    offset[0] += bs
-                    return bs
-
+                call = _rotating_call(encode, pool, batch_size)
                 sps = rate(call, seconds if batch_size > 1 else seconds / 2)
                 rows.append({"texts": kind, "batch": batch_size, "runner": name, "sps": sps})
                 print(f"  {kind:5} batch {batch_size:3}  {name:36} {sps:9.1f} sentences/s")

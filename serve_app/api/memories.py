@@ -79,7 +79,24 @@ def read_owner(caller: Principal, user_id: str | None) -> Owner:
     return resolve_owner(caller, user_id)
 
 
-@router.post("", status_code=201, response_model=Memory)
+QUEUED_SCHEMA = {
+    "type": "object",
+    "properties": {"status": {"type": "string"}, "job_id": {"type": "string"}},
+    "required": ["status", "job_id"],
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Memory,
+    responses={
+        202: {
+            "description": "infer: true: queued for extraction",
+            "content": {"application/json": {"schema": QUEUED_SCHEMA}},
+        }
+    },
+)
 async def create_memory(body: MemoryCreate, request: Request, caller: Caller):
     """201 with the memory; with ``infer: true`` (and an LLM configured) 202
     ``{"status": "queued", "job_id"}``: the content goes through extraction

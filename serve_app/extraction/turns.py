@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -40,6 +41,33 @@ class Appended:
     uncompressed_turns: int
 
 
+_APPEND_SQL = """
+WITH base AS (
+    SELECT coalesce(max(turn_index), 0) AS n,
+           count(*) FILTER (WHERE extracted_at IS NULL AND role = 'user') AS pending,
+           count(*) FILTER (WHERE compressed_at IS NULL) AS uncompressed
+    FROM session_turns WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s
+), ins AS (
+    INSERT INTO session_turns (tenant_id, user_id, session_id, agent_id, turn_index, role,
+                               content, expires_at, meta)
+    SELECT %(t)s, %(u)s, %(s)s, %(agent)s, base.n + m.ord, m.role, m.content,
+           now() + %(ttl)s::interval, %(meta)s
+    FROM base, unnest(%(roles)s::text[], %(contents)s::text[])
+         WITH ORDINALITY AS m(role, content, ord)
+    RETURNING role
+), reopen AS (
+    UPDATE session_state SET ended_at = NULL, updated_at = now()
+    WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s AND ended_at IS NOT NULL
+    RETURNING 1
+)
+SELECT base.n AS last,
+       base.pending + (SELECT count(*) FROM ins WHERE role = 'user') AS pending,
+       base.uncompressed + (SELECT count(*) FROM ins) AS uncompressed,
+       (SELECT count(*) FROM reopen) AS reopened
+FROM base
+"""
+
+
 class TurnStore:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
@@ -53,52 +81,29 @@ class TurnStore:
         ttl_hours: float,
         meta: dict[str, Any] | None = None,
     ) -> Appended:
-        """Append (role, content) messages with consecutive turn indexes, in one transaction."""
-        async with self.pool.connection() as conn, conn.transaction():
-            # Serialise appends to one session so turn indexes never collide.
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", ("turns:" + "/".join(key.as_tuple()),)
-            )
-            cur = await conn.execute(
-                "SELECT coalesce(max(turn_index), 0) AS n FROM session_turns"
-                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s",
-                key.as_tuple(),
-            )
-            last = (await cur.fetchone())["n"]
-            rows = [
-                (
-                    *key.as_tuple(),
-                    agent_id,
-                    last + i + 1,
-                    role,
-                    content,
-                    f"{ttl_hours} hours",
-                    Jsonb(meta or {}),
-                )
-                for i, (role, content) in enumerate(messages)
-            ]
-            async with conn.cursor() as c:
-                await c.executemany(
-                    "INSERT INTO session_turns (tenant_id, user_id, session_id, agent_id,"
-                    " turn_index, role, content, expires_at, meta)"
-                    " VALUES (%s,%s,%s,%s,%s,%s,%s, now() + %s::interval, %s)",
-                    rows,
-                )
-            cur = await conn.execute(
-                "SELECT count(*) FILTER (WHERE extracted_at IS NULL AND role = 'user') AS p,"
-                " count(*) FILTER (WHERE compressed_at IS NULL) AS u FROM session_turns"
-                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s",
-                key.as_tuple(),
-            )
-            counts = await cur.fetchone()
-            # New turns reopen an ended session (it is no longer extracted in full at once).
-            await conn.execute(
-                "UPDATE session_state SET ended_at = NULL, updated_at = now()"
-                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s"
-                " AND ended_at IS NOT NULL",
-                key.as_tuple(),
-            )
-        return Appended(last + 1, last + len(messages), counts["p"], counts["u"])
+        """Append (role, content) messages with consecutive turn indexes.
+
+        One statement (one round trip: this is the chat path): next indexes, the
+        insert, the counts and re-opening an ended session. Two concurrent
+        appends to one session collide on the unique index; the loser retries.
+        """
+        roles = [r for r, _ in messages]
+        contents = [c for _, c in messages]
+        for attempt in range(5):
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(_APPEND_SQL, {
+                        "t": key.tenant_id, "u": key.user_id, "s": key.session_id,
+                        "agent": agent_id, "roles": roles, "contents": contents,
+                        "ttl": f"{ttl_hours} hours", "meta": Jsonb(meta or {}),
+                    })  # fmt: skip
+                    row = await cur.fetchone()
+                break
+            except UniqueViolation:
+                if attempt == 4:
+                    raise
+        last = row["last"]
+        return Appended(last + 1, last + len(messages), row["pending"], row["uncompressed"])
 
     async def end(self, key: SessionKey, agent_id: str | None = None) -> int:
         """Mark the session ended (it is then extracted and summarised in full)."""

@@ -15,7 +15,11 @@ pytestmark = pytest.mark.slow
 def test_model_info_and_user_config(embedder_handle) -> None:
     info = embedder_handle.model_info.remote().result()
     assert info["name"] == "all-minilm-l6-v2-int8"
-    assert (info["dim"], info["table_slug"], info["device"]) == (384, "all_minilm_l6_v2_int8", "cpu")
+    assert (info["dim"], info["table_slug"], info["device"]) == (
+        384,
+        "all_minilm_l6_v2_int8",
+        "cpu",
+    )
     assert info["threads"] == 1  # from the replica's num_cpus
     assert (info["max_batch_size"], info["batch_wait_timeout_s"]) == (8, 0.002)
 

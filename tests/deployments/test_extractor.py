@@ -53,6 +53,7 @@ def extractor(ray_session, db, llm):
         "MEMSERVE_LLM_BREAKER_FAILURES": "1",
         "MEMSERVE_LLM_BREAKER_RESET_S": "0.5",
         "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "3600",  # scans are driven by the test
+        "MEMSERVE_EXTRACT_EVERY_N_TURNS": "1",
     }
     opts = {"runtime_env": {"env_vars": env}, "num_cpus": 0.1}
     embedder = Embedder.options(name="EmbedderForExtractor", ray_actor_options=opts).bind(

@@ -85,7 +85,9 @@ def test_invalid_specs(tmp_path: Path) -> None:
 def test_cache_entry_found_by_name(tmp_path: Path) -> None:
     entry = tmp_path / "my-model"
     entry.mkdir()
-    spec = ModelSpec(name="my-model", dim=384, pooling="mean", max_tokens=128, onnx=(FileRef("m.onnx"),))
+    spec = ModelSpec(
+        name="my-model", dim=384, pooling="mean", max_tokens=128, onnx=(FileRef("m.onnx"),)
+    )
     spec.save(entry)
     found = get_spec("my-model", models_dir=tmp_path)
     assert found.name == "my-model" and found.base_dir == entry

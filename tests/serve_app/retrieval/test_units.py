@@ -71,7 +71,9 @@ def test_flat_is_exact_and_hnsw_has_high_recall():
 
 def entry(owner: str, n: int, version: int = 1) -> OwnerIndex:
     x = unit(np.random.default_rng(0).standard_normal((n, 16)))
-    return OwnerIndex.build(("t", owner), version, list(range(n)), x, [{}] * n, hnsw_threshold=10**6)
+    return OwnerIndex.build(
+        ("t", owner), version, list(range(n)), x, [{}] * n, hnsw_threshold=10**6
+    )
 
 
 def test_cache_lru_eviction_under_budget_and_versions():
