@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint format bench smoke clean
+.PHONY: run test lint format bench smoke soak locust serve-run clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,22 @@ lint: $(DEV_STAMP)
 
 format: $(DEV_STAMP)
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+# Operations (docs/operations.md). smoke: 60 s Locust mix on a fresh service, 0 failures.
+smoke: $(DEV_STAMP)
+	cd loadtests && ../$(PY) smoke.py --users $${USERS:-20} --seconds $${SECONDS_:-60}
+
+# Soak: 30 min (MINUTES=2 for a trial); replica memory over time in loadtests/results/.
+soak: $(DEV_STAMP)
+	cd loadtests && ../$(PY) soak.py --minutes $${MINUTES:-30} --users $${USERS:-20}
+
+# Locust web UI against a running service (make run); MEMSERVE_API_KEY must be set.
+locust: $(DEV_STAMP)
+	$(VENV)/bin/locust -f loadtests/locustfile.py --host $${HOST:-http://127.0.0.1:8000}
+
+# The Serve config without the launcher (embedded Postgres is attached/started by the app).
+serve-run: $(STAMP)
+	$(VENV)/bin/serve run serve_app/serve_config.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache

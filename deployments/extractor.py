@@ -28,6 +28,7 @@ from serve_app.extraction.metrics import ExtractionMetrics
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
 from serve_app.extraction.turns import SessionKey
+from serve_app.metrics import start_pool_metrics
 from serve_app.settings import get_settings
 from serve_app.store.vectors import ensure_table
 
@@ -46,6 +47,9 @@ class Extractor:
         await asyncio.to_thread(migrate, dsn)
         await asyncio.to_thread(ensure_table, dsn, info["table_slug"], info["dim"])
         self.pool = await open_pool(dsn, settings)
+        self.pool_metrics = start_pool_metrics(
+            self.pool, "extractor", settings.pool_metrics_interval_s
+        )
         config = LLMConfig.from_settings(settings)
         self.llm = LLMClient(config) if config else None
         self.pipeline = ExtractionPipeline(

@@ -18,6 +18,7 @@ from ray.serve.metrics import Counter, Gauge
 from models import get_spec
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
+from serve_app.metrics import start_pool_metrics
 from serve_app.retrieval.listener import ChangeListener
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.retriever import Retriever as RetrieverCore
@@ -46,6 +47,9 @@ class Retriever:
         dsn = resolve_dsn(settings)  # launcher's DSN, else the embedded server (`serve run`)
         slug = get_spec(settings.embed_model).table_slug
         self.pool = await open_pool(dsn, settings)
+        self.pool_metrics = start_pool_metrics(
+            self.pool, "retriever", settings.pool_metrics_interval_s
+        )
         self.core = RetrieverCore(self.pool, slug, settings)
         self.listener = ChangeListener(dsn, self.core.cache.invalidate)
         self.listener.start()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import secrets
 import statistics
@@ -69,6 +70,20 @@ async def ingest(client: httpx.AsyncClient, n: int, concurrency: int) -> list[fl
     return latencies
 
 
+async def baseline(client: httpx.AsyncClient, n: int, concurrency: int) -> list[float]:
+    """GET /healthz at the same concurrency: the HTTP + Serve floor on this machine now."""
+    latencies: list[float] = []
+
+    async def worker(k: int) -> None:
+        for _ in range(k):
+            t0 = time.perf_counter()
+            await client.get("/healthz")
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    await asyncio.gather(*(worker(n // concurrency) for _ in range(concurrency)))
+    return latencies
+
+
 async def end_to_end(client: httpx.AsyncClient, fake: FakeLLM, runs: int) -> list[float]:
     out = []
     for i in range(runs):
@@ -101,11 +116,14 @@ async def measure(svc: ServiceProcess, fake: FakeLLM, args) -> dict:
         base_url=svc.base_url, headers=headers, timeout=30, limits=limits
     ) as client:
         await ingest(client, 40, args.concurrency)  # warm-up
+        await asyncio.sleep(args.llm_delay * 4)  # let the warm-up's extractions finish
+        e2e = await end_to_end(client, fake, args.e2e_runs)  # an idle extractor
+        floor = await baseline(client, args.turns, args.concurrency)
         calls_before = len(fake.calls("extract"))
         lat = await ingest(client, args.turns, args.concurrency)
         llm_calls = len(fake.calls("extract")) - calls_before
-        e2e = await end_to_end(client, fake, args.e2e_runs)
     return {
+        "healthz_ms": {"p50": statistics.median(floor), "p95": pct(floor, 95)},
         "turn_ingest_ms": {
             "n": len(lat),
             "p50": statistics.median(lat),
@@ -156,7 +174,8 @@ def main() -> None:
             "concurrency": args.concurrency,
             "every_n_turns": EVERY_N,
             "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-            "cpus": __import__("os").cpu_count(),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
             "at": datetime.now(UTC).isoformat(),
         }
     )
@@ -167,7 +186,10 @@ def main() -> None:
           f"{t['p99']:>10.1f}")  # fmt: skip
     print(f"{'turn -> memory searchable':<34}{e['n']:>6}{e['p50']:>10.0f}{e['p95']:>10.0f}"
           f"{e['max']:>10.0f}")  # fmt: skip
+    f = result["healthz_ms"]
+    print(f"{'GET /healthz (floor, same load)':<34}{'':>6}{f['p50']:>10.1f}{f['p95']:>10.1f}")
     print(f"LLM extraction calls during the ingest phase: {result['llm_calls_during_ingest']}")
+    print(f"load average at the end: {os.getloadavg()}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")

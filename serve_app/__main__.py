@@ -1,4 +1,4 @@
-"""Command line: `python -m serve_app run|migrate|create-key`."""
+"""Command line: `python -m serve_app run|migrate|create-key|stop-db`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="start Postgres (embedded unless a DSN is set), Ray and the app")
     sub.add_parser("migrate", help="apply schema migrations to MEMSERVE_DATABASE_URL")
+    sub.add_parser("stop-db", help="stop the embedded PostgreSQL left running by `serve run`")
     key = sub.add_parser("create-key", help="create an API key (printed once)")
     key.add_argument("--tenant", default=None)
     key.add_argument("--role", choices=["admin", "service", "user"], default="service")
@@ -27,6 +28,11 @@ def main() -> None:
         from serve_app.db.migrations import migrate
 
         print("applied:", migrate(_dsn()) or "nothing (up to date)")
+    elif args.command == "stop-db":
+        from serve_app.db.resolve import stop_embedded
+
+        stopped = stop_embedded(get_settings().data_dir)
+        print("embedded PostgreSQL stopped" if stopped else "embedded PostgreSQL was not running")
     elif args.command == "create-key":
         print(asyncio.run(_create_key(args.tenant, args.role, args.user_id)))
 

@@ -65,6 +65,11 @@ def _check_tags(value: list[str] | None) -> list[str] | None:
     return out
 
 
+def _check_importance(value: float | None) -> float | None:
+    # Stored as PostgreSQL `real`: 1e-308 would underflow (a 500); 6 decimals are plenty.
+    return None if value is None else round(value, 6)
+
+
 def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -94,6 +99,7 @@ class MemoryFields(StrictModel):
     _content = field_validator("content")(_check_content)
     _tags = field_validator("tags")(_check_tags)
     _metadata = field_validator("metadata")(_check_metadata)
+    _importance = field_validator("importance")(_check_importance)
 
 
 class MemoryCreate(MemoryFields):
@@ -123,6 +129,7 @@ class MemoryPatch(StrictModel):
     _content = field_validator("content")(_check_content)
     _tags = field_validator("tags")(_check_tags)
     _metadata = field_validator("metadata")(_check_metadata)
+    _importance = field_validator("importance")(_check_importance)
 
 
 class SearchFilters(StrictModel):
@@ -293,7 +300,7 @@ class ApiKeyCreate(StrictModel):
     role: Literal["service", "user"]
     user_id: Identifier | None = None
     name: str | None = Field(default=None, min_length=1, max_length=128)
-    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    rate_limit_per_s: float | None = Field(default=None, ge=0.001, le=1_000_000)
 
 
 class ApiKeyInfo(BaseModel):

@@ -90,11 +90,14 @@ class Settings(BaseSettings):
     pg_exact_scan_max: int = 5_000  # owners up to this size: exact scan via the owner btree
     dense_depth: int = 100  # dense candidates fused per search (at least 3 x top_k)
     lexical_depth: int = 100  # lexical candidates fused per search
-    rrf_k: int = 60
+    fusion: str = "zscore"  # hybrid fusion on cached owners: zscore | rrf (RRF always when cold)
+    fusion_alpha: float = 0.6  # zscore: weight of z(cosine) vs z(BM25)
+    fusion_full_max: int = 50_000  # zscore needs every score of the owner; bigger: RRF
+    rrf_k: int = 10
     rrf_w_dense: float = 1.0
     rrf_w_lexical: float = 1.0
     bm25_k1: float = 1.2
-    bm25_b: float = 0.75
+    bm25_b: float = 0.3  # short memories: weak length normalisation (measured on LoCoMo)
 
     # --- extraction (issue 5; LLM endpoint: llm_* contract variables above) ---
     extract_every_n_turns: int = 4  # user turns per session between extractions

@@ -99,6 +99,13 @@ class OwnerIndex:
         sims, rows = self.index.search(query.reshape(1, -1), k)
         return [(self.ids[r], float(s)) for r, s in zip(rows[0], sims[0], strict=True) if r >= 0]
 
+    def all_vectors(self) -> np.ndarray | None:
+        """Zero-copy view of a flat index's vectors (None for HNSW)."""
+        if self.kind != "flat" or not self.ids:
+            return None
+        n, d = len(self.ids), self.index.d
+        return faiss.rev_swig_ptr(self.index.get_xb(), n * d).reshape(n, d)
+
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         return self.index.reconstruct_batch(np.asarray(rows, dtype=np.int64))
 

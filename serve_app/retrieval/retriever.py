@@ -104,6 +104,10 @@ class Retriever:
         want_dense: bool,
         want_lex: bool,
     ) -> list[dict[str, Any]]:
+        if q.mode == "hybrid" and self.s.fusion == "zscore" and want_lex:
+            fused = self._zscore(q, qv, probe, entries)
+            if fused is not None:
+                return await self._finish(q, [], [], *fused)
         depth_d = max(self.s.dense_depth, 3 * q.top_k)
         depth_l = max(self.s.lexical_depth, 3 * q.top_k)
         dense: list[tuple[Any, float]] = []
@@ -124,6 +128,49 @@ class Retriever:
             if missing:
                 sims.update(e.similarity(qv, missing))
         return await self._finish(q, [i for i, _ in dense], [i for i, _ in lexical], sims, {})
+
+    def _zscore(
+        self, q: SearchQuery, qv: np.ndarray, probe: Probe, entries: list[OwnerIndex]
+    ) -> tuple[dict[Any, float], dict[Any, dict], dict[Any, float]] | None:
+        """Score fusion over the whole cached set: alpha * z(cosine) + (1 - alpha) * z(BM25).
+
+        Standardising each score over all of the owner's memories (not just the top
+        candidates) keeps their scales comparable; on LoCoMo it beats RRF (see
+        loadtests/eval_retrieval.py). Flat (small) owners only; None: use RRF.
+        """
+        ids: list[Any] = []
+        dense, lex = [], []
+        for e in entries:
+            x = e.all_vectors()
+            if x is None or len(e) > self.s.fusion_full_max:
+                return None
+            rows = e.rows_for(probe.allowed) if probe.allowed is not None else None
+            d, lx = x @ qv, e.bm25.scores(probe.terms)
+            if rows is not None:
+                d, lx = d[rows], lx[rows]
+                ids.extend(e.ids[int(r)] for r in rows)
+            else:
+                ids.extend(e.ids)
+            dense.append(d)
+            lex.append(lx)
+        if not ids:
+            return {}, {}, {}
+        d, lx = np.concatenate(dense), np.concatenate(lex)
+
+        def z(v: np.ndarray) -> np.ndarray:
+            sd = float(v.std())
+            return (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
+
+        a = self.s.fusion_alpha
+        s = a * z(d) + (1 - a) * z(lx)
+        n = min(self.candidate_count(q), len(ids))
+        top = np.argpartition(-s, n - 1)[:n]
+        top = top[np.argsort(-s[top], kind="stable")]
+        lo, hi = float(s[top[-1]]), float(s[top[0]])
+        span = hi - lo if hi > lo else 1.0
+        sims = {ids[i]: float(d[i]) for i in top}
+        relevance = {ids[i]: (float(s[i]) - lo) / span for i in top}
+        return sims, {}, relevance
 
     async def _cold(
         self,
@@ -155,10 +202,13 @@ class Retriever:
         lex_ids: list[Any],
         sims: dict[Any, float],
         rows: dict[Any, dict[str, Any]],
+        relevance: dict[Any, float] | None = None,
     ) -> list[dict[str, Any]]:
         """Fuse, fetch current rows (if not fetched yet), attach scores, rank."""
         n = self.candidate_count(q)
-        if q.mode == "dense":
+        if relevance is not None:  # already fused (score fusion)
+            order = sorted(relevance, key=lambda i: (-relevance[i], str(i)))
+        elif q.mode == "dense":
             order = dense_ids[:n]
             relevance = {i: sims[i] for i in order}
         else:

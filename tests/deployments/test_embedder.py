@@ -48,3 +48,12 @@ async def test_concurrent_callers_are_batched_and_each_gets_its_own_vector(
     batches = after["batches_run"] - before["batches_run"]
     assert after["texts_embedded"] - before["texts_embedded"] == 40
     assert batches <= 40 // 2  # dynamic batching grouped concurrent calls (max 8 per batch)
+
+
+def test_replica_threads_fallbacks() -> None:
+    from deployments.embedder import replica_threads
+    from models.encoder import default_threads
+
+    assert replica_threads(3) == 3  # MEMSERVE_EMBED_THREADS wins
+    # Outside a replica (the test driver has no assigned CPUs): the OS's CPUs.
+    assert replica_threads(None) == default_threads()

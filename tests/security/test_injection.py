@@ -180,3 +180,16 @@ def test_sql_text_is_stored_verbatim_and_harmless(sec_service, tenant):
         listed = c.get("/v1/memories", params={"user_id": "victim", "limit": 200}).json()
         assert "Victim likes jazz" in [m["content"] for m in listed["memories"]]
     assert counts(sec_service, t)["api_keys"] == 2
+
+
+def test_float_underflow_is_not_a_server_error(sec_service, tenant):
+    """Found by schemathesis: importance 1e-308 underflowed PostgreSQL `real` (500)."""
+    _, svc_key, _ = tenant
+    with http(sec_service, svc_key) as c:
+        r = c.post("/v1/memories", json={"user_id": "victim", "content": "t", "importance": 1e-308})
+        assert r.status_code == 201 and r.json()["importance"] == 0.0
+        r = c.post(
+            "/v1/memories/batch",
+            json={"user_id": "victim", "items": [{"content": "u", "importance": 2.5e-58}]},
+        )
+        assert r.status_code == 201

@@ -262,3 +262,11 @@ async def test_scheduler_runs_again_for_triggers_during_a_run(make_harness, fake
     await sched.drain()
     assert await h.turns.pending_count(k) == 0
     assert len(fake_llm.calls("extract")) == 2
+
+
+async def test_concurrent_appends_get_distinct_turn_indexes(make_harness):
+    h = await make_harness(settings_for(None))
+    k = key("lena")
+    await asyncio.gather(*(h.say(k, ("user", f"m{i}"), ("assistant", "ok")) for i in range(8)))
+    rows = await h.rows("SELECT turn_index FROM session_turns ORDER BY turn_index")
+    assert [r["turn_index"] for r in rows] == list(range(1, 17))

@@ -62,7 +62,7 @@ async def test_modes_hot_and_cold_agree(env):
     rows, vecs = await seed(store)
     zebra = (await add(store, A, ["the zebra crossing"], rand(1, 99)))[0]
     hot, cold = core(pool), core(pool, cache_budget_mb=0)
-    for r in (hot, cold):
+    for r in (hot, cold, core(pool, fusion="rrf")):
         dense = await r.search(q("zebra", mode="dense"), vecs[7])
         assert dense[0]["id"] == rows[7]["id"]
         assert dense[0]["similarity"] == pytest.approx(1.0, abs=1e-4)
