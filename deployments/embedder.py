@@ -72,6 +72,7 @@ class Embedder:
             device=device or settings.embed_device,
             threads=self._threads,
             max_batch_tokens=settings.embed_max_batch_tokens,
+            spinning=settings.embed_spinning,
         )
         # One worker thread: batches run one at a time off the event loop, so
         # the next batch keeps filling while this one computes.

@@ -67,6 +67,7 @@ class Settings(BaseSettings):
     embed_max_batch_size: int = 32
     embed_batch_wait_s: float = 0.005
     embed_max_batch_tokens: int = 8192
+    embed_spinning: bool | None = None  # ONNX Runtime idle-thread spinning; None: ORT default
     models_cache: Path | None = None  # default: <data_dir>/models
 
     # --- retrieval / ranking ---

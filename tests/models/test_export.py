@@ -13,6 +13,7 @@ import pytest
 from models import ChecksumMismatchError, get_spec, load_encoder
 from models.export import (
     CHECK_SENTENCES,
+    FP16_FILE,
     FP32_FILE,
     INT8_FILE,
     ExportError,
@@ -20,6 +21,7 @@ from models.export import (
     export,
     resolve_source,
 )
+from models.resolve import resolve_onnx
 from models.spec import SPEC_FILE
 
 pytestmark = pytest.mark.slow
@@ -110,3 +112,15 @@ def test_vectors_are_normalised(exported_minilm: tuple[Path, str]) -> None:
     cache, name = exported_minilm
     vectors = load_encoder(name, device="cpu", models_dir=cache).encode(["a", "b c d"])
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_fp16_graph_for_gpu(exported_minilm: tuple[Path, str]) -> None:
+    """CUDA picks the fp16 graph; it agrees with fp32 (checked here on the CPU provider)."""
+    cache, name = exported_minilm
+    spec = get_spec(name, models_dir=cache)
+    assert resolve_onnx(spec, gpu=True).name == FP16_FILE
+    assert resolve_onnx(spec, gpu=False).name == INT8_FILE
+    fp16 = load_encoder(dataclasses.replace(spec, onnx=spec.onnx_gpu[:1]), device="cpu")
+    fp32 = load_encoder(dataclasses.replace(spec, onnx=spec.onnx[1:]), device="cpu")
+    cos = (fp16.encode(CHECK_SENTENCES) * fp32.encode(CHECK_SENTENCES)).sum(axis=1)
+    assert cos.min() > 0.999

@@ -32,7 +32,7 @@ TOPICS = (
     "salary negotiation and the new job offer",
     "blood test results and the doctor appointment",
 )
-MAX_EXAMPLES = 400
+MAX_EXAMPLES = 300
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from schemathesis.checks import positive_data_acceptance
 from tests.security.conftest import CASES, FINDINGS
 
 pytestmark = pytest.mark.e2e
-EXAMPLES_PER_OPERATION = 40
+EXAMPLES_PER_OPERATION = 20
 
 
 @pytest.fixture(scope="module")
