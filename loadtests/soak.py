@@ -30,7 +30,8 @@ def replica_rss(root_pid: int) -> dict[str, float]:
         try:
             cmd = " ".join(proc.cmdline())
             if TITLE in cmd:
-                name = cmd.split(TITLE, 1)[1].split()[0]
+                # Ray appends the running method to the title (Ingress.handle_request...).
+                name = cmd.split(TITLE, 1)[1].split()[0].split(".")[0]
                 out[f"{name}#{proc.pid}"] = round(proc.memory_info().rss / 2**20, 1)
         except (psutil.NoSuchProcess, psutil.AccessDenied, IndexError):
             continue

@@ -70,7 +70,7 @@ def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
     from serve_app.application import build_app, deployment_options, load_config
 
     config = load_config(settings.serve_config)
-    ray.init(
+    init_kwargs = dict(
         address=settings.ray_address,
         num_cpus=settings.ray_num_cpus or max(os.cpu_count() or 1, 4),
         include_dashboard=settings.ray_dashboard,
@@ -82,6 +82,17 @@ def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
             else {}
         ),
     )
+    for attempt in range(3):
+        # Ray gives a new local node a fixed 30 s to register; a saturated machine can
+        # miss that. Starting again is safe (nothing was deployed yet).
+        try:
+            ray.init(**init_kwargs)
+            break
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+            log.warning("Ray node start timed out; retrying (%d/2)", attempt + 1)
+            ray.shutdown()
     # ray.init replaces the SIGTERM handler (it would kill this process mid-request):
     # take it back so SIGTERM drains in-flight requests like Ctrl-C does.
     for sig in (signal.SIGINT, signal.SIGTERM):
