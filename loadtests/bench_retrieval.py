@@ -217,7 +217,9 @@ async def measure(
     from serve_app.settings import Settings
 
     dsn = db_dsn(admin_dsn)
-    settings = Settings(database_url=dsn, hnsw_ef_search=ef_search, db_pool_max=4)
+    settings = Settings(
+        database_url=dsn, hnsw_ef_search=ef_search, db_pool_max=4, db_statement_timeout_ms=120_000
+    )
     pool = await open_pool(dsn, settings, min_size=2)
     await pool.wait()
     rng = np.random.default_rng(seed)
