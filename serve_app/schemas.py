@@ -70,6 +70,18 @@ def _check_importance(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
+def _at_most(setting: str, message: str, *, size: bool = False):
+    """A validator: the value (or its length, with ``size``) may not exceed a setting."""
+
+    def check(value: Any) -> Any:
+        limit = getattr(get_settings(), setting)
+        if value is not None and (len(value) if size else value) > limit:
+            raise ValueError(message.format(limit=limit))
+        return value
+
+    return check
+
+
 def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -110,13 +122,9 @@ class MemoryBatchCreate(StrictModel):
     user_id: Identifier | None = None
     items: list[MemoryFields] = Field(min_length=1)
 
-    @field_validator("items")
-    @classmethod
-    def _limit(cls, value: list[MemoryFields]) -> list[MemoryFields]:
-        limit = get_settings().max_batch_items
-        if len(value) > limit:
-            raise ValueError(f"at most {limit} items per batch")
-        return value
+    _items = field_validator("items")(
+        _at_most("max_batch_items", "at most {limit} items per batch", size=True)
+    )
 
 
 class MemoryPatch(StrictModel):
@@ -155,13 +163,7 @@ class SearchRequest(StrictModel):
     _query = field_validator("query")(_check_content)
     _tags = field_validator("tags")(_check_tags)
 
-    @field_validator("top_k")
-    @classmethod
-    def _top_k(cls, value: int | None) -> int | None:
-        limit = get_settings().max_top_k
-        if value is not None and value > limit:
-            raise ValueError(f"top_k must be at most {limit}")
-        return value
+    _top_k = field_validator("top_k")(_at_most("max_top_k", "top_k must be at most {limit}"))
 
 
 class Memory(BaseModel):
@@ -253,29 +255,14 @@ class ContextRequest(StrictModel):
 
     _query = field_validator("query")(_check_content)
 
-    @field_validator("history")
-    @classmethod
-    def _history(cls, value: list[ChatMessage] | None) -> list[ChatMessage] | None:
-        limit = get_settings().max_history_items
-        if value is not None and len(value) > limit:
-            raise ValueError(f"at most {limit} history messages")
-        return value
+    _history = field_validator("history")(
+        _at_most("max_history_items", "at most {limit} history messages", size=True)
+    )
+    _budget = field_validator("token_budget")(
+        _at_most("max_context_token_budget", "token_budget must be at most {limit}")
+    )
 
-    @field_validator("token_budget")
-    @classmethod
-    def _budget(cls, value: int | None) -> int | None:
-        limit = get_settings().max_context_token_budget
-        if value is not None and value > limit:
-            raise ValueError(f"token_budget must be at most {limit}")
-        return value
-
-    @field_validator("top_k")
-    @classmethod
-    def _top_k(cls, value: int | None) -> int | None:
-        limit = get_settings().max_top_k
-        if value is not None and value > limit:
-            raise ValueError(f"top_k must be at most {limit}")
-        return value
+    _top_k = field_validator("top_k")(_at_most("max_top_k", "top_k must be at most {limit}"))
 
 
 class ContextFact(BaseModel):

@@ -67,7 +67,9 @@ class Settings(BaseSettings):
     embed_max_batch_size: int = 32
     embed_batch_wait_s: float = 0.005
     embed_max_batch_tokens: int = 8192
-    embed_spinning: bool | None = None  # ONNX Runtime idle-thread spinning; None: ORT default
+    # ONNX Runtime idle threads busy-wait when True; off by default because replicas share
+    # CPUs with other deployments (and Postgres), whose work spinning threads would steal.
+    embed_spinning: bool = False
     models_cache: Path | None = None  # default: <data_dir>/models
 
     # --- retrieval / ranking ---

@@ -114,8 +114,10 @@ async def create_memory(body: MemoryCreate, request: Request, caller: Caller):
 async def create_memories(body: MemoryBatchCreate, request: Request, caller: Caller):
     items = [to_new_memory(i, caller) for i in body.items]
     owner = write_owner(caller, body.user_id, items)
-    if owner.user_id is not None and sessions.inference_enabled() and any(
-        i.infer for i in body.items
+    if (
+        owner.user_id is not None
+        and sessions.inference_enabled()
+        and any(i.infer for i in body.items)
     ):
         # infer items become extraction jobs (listed in "jobs"); the others are stored.
         jobs = [await sessions.queue_inference(owner, f) for f in body.items if f.infer]

@@ -84,25 +84,36 @@ class Extraction(BaseModel):
     dropped: int = 0  # items that broke the contract
 
 
+def _structure(text: str, start: int = 0) -> tuple[list[tuple[int, str]], bool]:
+    """(index, char) of every character outside JSON strings, and whether the text
+    ends inside a string. Brackets and commas inside values never count as structure.
+    """
+    out: list[tuple[int, str]] = []
+    in_str, esc = False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+            continue
+        if c == '"':
+            in_str = True
+        out.append((i, c))
+    return out, in_str
+
+
 def _balanced_candidates(text: str) -> list[str]:
     """Substrings from each '{' to its matching '}' (string-aware), or to the end."""
     out = []
     start = text.find("{")
     while start != -1 and len(out) < 5:
-        depth, in_str, esc = 0, False, False
-        end = None
-        for i in range(start, len(text)):
-            c = text[i]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "{":
+        depth, end = 0, None
+        for i, c in _structure(text, start)[0]:
+            if c == "{":
                 depth += 1
             elif c == "}":
                 depth -= 1
@@ -118,25 +129,9 @@ def _balanced_candidates(text: str) -> list[str]:
 
 def _repair_truncated(fragment: str) -> Any:
     """Close a JSON object cut off mid-way; drop the incomplete last element."""
-    stack: list[str] = []
-    in_str, esc = False, False
     cut_points: list[int] = []  # positions after a complete value inside a container
-    for i, c in enumerate(fragment):
-        if in_str:
-            if esc:
-                esc = False
-            elif c == "\\":
-                esc = True
-            elif c == '"':
-                in_str = False
-            continue
-        if c == '"':
-            in_str = True
-        elif c in "{[":
-            stack.append("}" if c == "{" else "]")
-        elif c in "}]":
-            if stack:
-                stack.pop()
+    for i, c in _structure(fragment)[0]:
+        if c in "}]":
             cut_points.append(i + 1)
         elif c == ",":
             cut_points.append(i)
@@ -153,26 +148,17 @@ def _repair_truncated(fragment: str) -> Any:
 
 
 def _closers(text: str) -> str | None:
+    """The brackets that close ``text``, or None if it cannot be closed."""
     stack: list[str] = []
-    in_str, esc = False, False
-    for c in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif c == "\\":
-                esc = True
-            elif c == '"':
-                in_str = False
-            continue
-        if c == '"':
-            in_str = True
-        elif c in "{[":
+    chars, in_string = _structure(text)
+    for _, c in chars:
+        if c in "{[":
             stack.append("}" if c == "{" else "]")
         elif c in "}]":
             if not stack:
                 return None
             stack.pop()
-    if in_str:
+    if in_string:
         return None
     return "".join(reversed(stack))
 
