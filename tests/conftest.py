@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -29,17 +31,26 @@ def pg_admin_dsn(pg_server) -> str:
     return pg_server[1]
 
 
-@pytest.fixture
-def fresh_db(pg_admin_dsn) -> str:
-    """A new, migrated database per test (cheap: CREATE DATABASE from template0)."""
-    name = f"t_{os.urandom(6).hex()}"
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+@contextmanager
+def scratch_database(admin_dsn: str, prefix: str = "t") -> Iterator[str]:
+    """A new, migrated database on the session server, dropped afterwards."""
+    name = f"{prefix}_{os.urandom(6).hex()}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = pg_admin_dsn.replace("/postgres?", f"/{name}?")
+    dsn = admin_dsn.replace("/postgres?", f"/{name}?")
     migrate(dsn)
-    yield dsn
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    try:
+        yield dsn
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_db(pg_admin_dsn) -> Iterator[str]:
+    """A new, migrated database per test (cheap: CREATE DATABASE is fast)."""
+    with scratch_database(pg_admin_dsn) as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="session")

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
-import psycopg
 import pytest
 
-from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
 from serve_app.extraction.turns import SessionKey, TurnStore
 from serve_app.settings import Settings
+from tests.conftest import scratch_database
 from tests.fakes.llm_server import FakeLLM, extraction, fact, memory
 
 APP = "extractor-test"
@@ -20,14 +18,8 @@ APP = "extractor-test"
 
 @pytest.fixture(scope="module")
 def db(pg_admin_dsn):
-    name = f"t_ext_{os.urandom(4).hex()}"
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = pg_admin_dsn.replace("/postgres?", f"/{name}?")
-    migrate(dsn)
-    yield dsn
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_dsn, "t_ext") as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,16 @@ through the store (as the ingress does) and searches across both replicas at onc
 from __future__ import annotations
 
 import asyncio
-import os
 
 import numpy as np
-import psycopg
 import pytest
 
-from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.vectors import ensure_table
+from tests.conftest import scratch_database
 
 APP = "retriever-test"
 SLUG, DIM = "all_minilm_l6_v2_int8", 384
@@ -31,15 +29,9 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def db(pg_admin_dsn):
-    name = f"t_ret_{os.urandom(4).hex()}"
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = pg_admin_dsn.replace("/postgres?", f"/{name}?")
-    migrate(dsn)
-    ensure_table(dsn, SLUG, DIM)
-    yield dsn
-    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_dsn, "t_ret") as dsn:
+        ensure_table(dsn, SLUG, DIM)
+        yield dsn
 
 
 @pytest.fixture(scope="module")
