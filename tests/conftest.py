@@ -53,24 +53,6 @@ def fresh_db(pg_admin_dsn) -> Iterator[str]:
         yield dsn
 
 
-@pytest.fixture(scope="session")
-def ray_session(pg_admin_dsn):
-    """One in-process Ray for every test that deploys Serve apps directly.
-
-    Replicas get ``MEMSERVE_DATABASE_URL`` of the session's embedded server.
-    Tests that need the whole service over HTTP use ``tests/e2e`` instead.
-    """
-    import ray
-    from ray import serve
-
-    os.environ["MEMSERVE_DATABASE_URL"] = pg_admin_dsn
-    if not ray.is_initialized():
-        ray.init(
-            num_cpus=4,
-            include_dashboard=False,
-            runtime_env={"env_vars": {"MEMSERVE_DATABASE_URL": pg_admin_dsn}},
-            logging_level="WARNING",
-        )
-    yield ray
-    serve.shutdown()
-    ray.shutdown()
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run tests/ops last: they start services of their own and stop the shared one."""
+    items.sort(key=lambda item: "/tests/ops/" in str(item.path))

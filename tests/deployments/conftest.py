@@ -1,4 +1,9 @@
-"""Ray fixtures for deployment tests: one local Ray per session, shared with other modules."""
+"""Ray fixtures for deployment tests: one local Ray for this package, shut down after it.
+
+Package scope keeps Ray from lingering while later packages start whole services
+(each with its own Ray): on 2 cores, concurrent Ray start-ups can miss Ray's fixed
+30 s node start-up deadline.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_session() -> Iterator[None]:
     """A 2-CPU local Ray; reuses one another module already started."""
     import ray
@@ -24,7 +29,7 @@ def ray_session() -> Iterator[None]:
         ray.shutdown()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def embedder_handle(ray_session: None):
     """The Embedder deployment alone, with small batches set through user_config."""
     from ray import serve

@@ -28,6 +28,13 @@ def start_service(data_dir: Path, **extra_env: str) -> ServiceProcess:
     return svc
 
 
+@pytest.fixture(scope="package", autouse=True)
+def _quiet_machine() -> None:
+    """Stop the shared e2e service first (ops tests run last): one Ray at a time on 2 cores."""
+    for svc in list(ServiceProcess.running):
+        svc.stop()
+
+
 @pytest.fixture(scope="package")
 def ops_service(tmp_path_factory) -> Iterator[ServiceProcess]:
     """One service shared by the ops tests that leave it healthy (faults are healed)."""
