@@ -24,6 +24,7 @@ _DEPLOYMENT_KEYS = {
     "graceful_shutdown_wait_loop_s",
     "health_check_period_s",
     "health_check_timeout_s",
+    "logging_config",
 }
 
 
