@@ -70,7 +70,7 @@ def _check_importance(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def _at_most(setting: str, message: str, *, size: bool = False):
+def at_most(setting: str, message: str, *, size: bool = False):
     """A validator: the value (or its length, with ``size``) may not exceed a setting."""
 
     def check(value: Any) -> Any:
@@ -123,7 +123,7 @@ class MemoryBatchCreate(StrictModel):
     items: list[MemoryFields] = Field(min_length=1)
 
     _items = field_validator("items")(
-        _at_most("max_batch_items", "at most {limit} items per batch", size=True)
+        at_most("max_batch_items", "at most {limit} items per batch", size=True)
     )
 
 
@@ -163,7 +163,7 @@ class SearchRequest(StrictModel):
     _query = field_validator("query")(_check_content)
     _tags = field_validator("tags")(_check_tags)
 
-    _top_k = field_validator("top_k")(_at_most("max_top_k", "top_k must be at most {limit}"))
+    _top_k = field_validator("top_k")(at_most("max_top_k", "top_k must be at most {limit}"))
 
 
 class Memory(BaseModel):
@@ -256,13 +256,13 @@ class ContextRequest(StrictModel):
     _query = field_validator("query")(_check_content)
 
     _history = field_validator("history")(
-        _at_most("max_history_items", "at most {limit} history messages", size=True)
+        at_most("max_history_items", "at most {limit} history messages", size=True)
     )
     _budget = field_validator("token_budget")(
-        _at_most("max_context_token_budget", "token_budget must be at most {limit}")
+        at_most("max_context_token_budget", "token_budget must be at most {limit}")
     )
 
-    _top_k = field_validator("top_k")(_at_most("max_top_k", "top_k must be at most {limit}"))
+    _top_k = field_validator("top_k")(at_most("max_top_k", "top_k must be at most {limit}"))
 
 
 class ContextFact(BaseModel):

@@ -31,8 +31,7 @@ from serve_app.api.deps import principal
 from serve_app.api.state import AppState, current
 from serve_app.auth import Principal, resolve_owner
 from serve_app.errors import ApiError
-from serve_app.schemas import ErrorResponse, Identifier
-from serve_app.settings import get_settings
+from serve_app.schemas import ErrorResponse, Identifier, at_most
 from serve_app.store.records import Owner
 
 log = logging.getLogger(__name__)
@@ -75,13 +74,9 @@ class ChatCompletionRequest(BaseModel):
     user: Identifier | None = None
     metadata: dict[str, str] | None = None
 
-    @field_validator("messages")
-    @classmethod
-    def _limit(cls, value: list[ProxyMessage]) -> list[ProxyMessage]:
-        limit = get_settings().max_chat_messages
-        if len(value) > limit:
-            raise ValueError(f"at most {limit} messages")
-        return value
+    _limit = field_validator("messages")(
+        at_most("max_chat_messages", "at most {limit} messages", size=True)
+    )
 
 
 def _identifier(value: str | None, what: str) -> str | None:

@@ -27,8 +27,7 @@ from serve_app.errors import ApiError
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
 from serve_app.extraction.turns import SessionKey, TurnStore
-from serve_app.schemas import Identifier, MemoryFields, StrictModel, _check_content
-from serve_app.settings import get_settings
+from serve_app.schemas import Identifier, MemoryFields, StrictModel, _check_content, at_most
 from serve_app.store.records import Owner
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -48,13 +47,9 @@ class TurnsRequest(StrictModel):
     agent_id: Identifier | None = None
     messages: list[Message] = Field(min_length=1)
 
-    @field_validator("messages")
-    @classmethod
-    def _limit(cls, value: list[Message]) -> list[Message]:
-        limit = get_settings().max_batch_items
-        if len(value) > limit:
-            raise ValueError(f"at most {limit} messages per call")
-        return value
+    _limit = field_validator("messages")(
+        at_most("max_batch_items", "at most {limit} messages per call", size=True)
+    )
 
 
 class EndRequest(StrictModel):

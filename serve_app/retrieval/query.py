@@ -58,26 +58,21 @@ def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, list
         sql.SQL("({}.expires_at IS NULL OR {}.expires_at > now())").format(a, a),
     ]
     params: list[Any] = [q.tenant_id, list(q.owner_keys)]
-    if q.types:
-        parts.append(sql.SQL("{}.type = ANY(%s)").format(a))
-        params.append(list(q.types))
-    if q.tags:
-        parts.append(sql.SQL("{}.tags && %s").format(a))
-        params.append(list(q.tags))
-    if q.agent_id is not None:
-        parts.append(sql.SQL("{}.agent_id = %s").format(a))
-        params.append(q.agent_id)
-    if q.session_id is not None:
-        parts.append(sql.SQL("{}.session_id = %s").format(a))
-        params.append(q.session_id)
+    for column, op, value in (
+        ("type", "= ANY(%s)", list(q.types) if q.types else None),
+        ("tags", "&& %s", list(q.tags) if q.tags else None),
+        ("agent_id", "= %s", q.agent_id),
+        ("session_id", "= %s", q.session_id),
+        ("created_at", ">= %s", q.created_after),
+    ):
+        if value is not None:
+            parts.append(sql.SQL("{}.{} " + op).format(a, sql.Identifier(column)))
+            params.append(value)
     if q.metadata:
         from psycopg.types.json import Jsonb
 
         parts.append(sql.SQL("{}.metadata @> %s").format(a))
         params.append(Jsonb(q.metadata))
-    if q.created_after is not None:
-        parts.append(sql.SQL("{}.created_at >= %s").format(a))
-        params.append(q.created_after)
     if q.created_before is not None:
         parts.append(sql.SQL("{}.created_at < %s").format(a))
         params.append(q.created_before)
