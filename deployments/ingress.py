@@ -16,6 +16,7 @@ from ray.serve.handle import DeploymentHandle
 
 from serve_app.api import create_app
 from serve_app.api.state import AppState, install
+from serve_app.db.listener import NotifyListener
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
@@ -26,6 +27,7 @@ from serve_app.retrieval.shards import shard_key
 from serve_app.service import MemoryService
 from serve_app.settings import get_settings
 from serve_app.store import MemoryStore
+from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
 from serve_app.store.keys import KeyStore, seed_key
 from serve_app.store.vectors import ensure_table
 
@@ -68,11 +70,17 @@ class Ingress:
         self.pool_metrics = start_pool_metrics(
             self.pool, "ingress", settings.pool_metrics_interval_s
         )
+        key_cache = KeyCache(settings.auth_cache_ttl_s, settings.auth_cache_max_keys)
+        self.key_listener = NotifyListener(
+            dsn, KEYS_CHANNEL, key_cache.drop, on_connect=key_cache.clear
+        )
+        key_cache.trusted = self.key_listener.connected.is_set
+        self.key_listener.start()
         install(
             AppState(
                 settings=settings,
                 pool=self.pool,
-                keys=KeyStore(self.pool),
+                keys=KeyStore(self.pool, key_cache),
                 service=MemoryService(
                     MemoryStore(self.pool, info["table_slug"]), self._embed, self._search
                 ),
@@ -106,6 +114,9 @@ class Ingress:
         return f"ok ({info['name']}, {info.get('device', 'cpu')})"
 
     async def __del__(self) -> None:
+        listener = getattr(self, "key_listener", None)
+        if listener is not None:
+            await listener.stop()
         pool = getattr(self, "pool", None)
         if pool is not None:
             await pool.close()

@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     db_pool_max: int = 10
     db_connect_timeout_s: float = 3.0
     db_pool_timeout_s: float = 3.0  # how long a request waits for a connection before 503
+    db_pool_check_idle_s: float = 1.0  # ping a pooled connection idle longer than this
     db_statement_timeout_ms: int = 5000
 
     # --- limits ---
@@ -137,6 +138,8 @@ class Settings(BaseSettings):
     rate_limit_per_s: float = 50.0  # per API key, token bucket per ingress replica; 0: off
     rate_limit_burst: int = 100
     rate_limit_max_keys: int = 100_000  # buckets kept per replica (LRU)
+    auth_cache_ttl_s: float = 60.0  # authenticated keys cached per ingress replica; 0: off
+    auth_cache_max_keys: int = 100_000  # (revocations reach the cache via NOTIFY at once)
 
     # --- operations (issue 7) ---
     ray_metrics_port: int | None = None  # Prometheus port of the local Ray node; unset: Ray's

@@ -33,6 +33,9 @@ class OwnerIndex:
     bm25: BM25
     row_of: dict[Any, int] = field(default_factory=dict)
     kind: str = "flat"
+    # Current memory_items rows by id (as of ``version``): an unfiltered search on a
+    # fresh entry answers without reading them again. Empty: not kept.
+    rows: dict[Any, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -49,6 +52,7 @@ class OwnerIndex:
         ef_search: int = 128,
         bm25_k1: float = 1.2,
         bm25_b: float = 0.75,
+        rows: list[dict[str, Any]] | None = None,
     ) -> OwnerIndex:
         dim = vectors.shape[1] if vectors.ndim == 2 and len(vectors) else 1
         x = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), dim)
@@ -72,6 +76,7 @@ class OwnerIndex:
             bm25=BM25(docs, bm25_k1, bm25_b),
             row_of={i: r for r, i in enumerate(ids)},
             kind=kind,
+            rows={r["id"]: r for r in rows or ()},
         )
 
     def __len__(self) -> int:
@@ -80,7 +85,8 @@ class OwnerIndex:
     def nbytes(self) -> int:
         n, d = len(self.ids), self.index.d
         graph = n * self.index.hnsw.nb_neighbors(0) * 4 * 1.2 if self.kind == "hnsw" else 0
-        return int(n * d * 4 + graph + n * 90 + self.bm25.nbytes())
+        rows = sum(len(r.get("content") or "") + 400 for r in self.rows.values())
+        return int(n * d * 4 + graph + n * 90 + self.bm25.nbytes() + rows)
 
     def dense(
         self, query: np.ndarray, k: int, allowed: np.ndarray | None = None

@@ -50,6 +50,7 @@ class OwnerRows:
     ids: list[Any]
     vectors: np.ndarray
     docs: list[dict[str, int]]
+    rows: list[dict[str, Any]] = field(default_factory=list)  # memory_items columns
 
 
 class PgVectorSearch:
@@ -63,16 +64,27 @@ class PgVectorSearch:
     ) -> Probe:
         """Owner versions (+ capped sizes), query lexemes and filtered ids in one statement."""
         owners = list(q.owner_keys)
-        parts = [
-            sql.SQL(
-                "(SELECT coalesce(json_agg(json_build_array(o.owner, coalesce(mv.version, 0),"
-                " CASE WHEN %s > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM {v} v"
-                " WHERE v.tenant_id = %s AND v.owner = o.owner LIMIT %s) s) END)), '[]')"
-                " FROM unnest(%s::text[]) AS o(owner) LEFT JOIN memory_owner_versions mv"
-                " ON mv.tenant_id = %s AND mv.owner = o.owner) AS owners"
-            ).format(v=self.vectors)
-        ]
-        params: list[Any] = [count_cap, q.tenant_id, count_cap, owners, q.tenant_id]
+        parts: list[sql.Composable]
+        if count_cap <= 0:  # the hot path: versions only, a lean statement
+            parts = [
+                sql.SQL(
+                    "(SELECT coalesce(json_agg(json_build_array(mv.owner, mv.version, NULL)),"
+                    " '[]') FROM memory_owner_versions mv WHERE mv.tenant_id = %s"
+                    " AND mv.owner = ANY(%s)) AS owners"
+                )
+            ]
+            params: list[Any] = [q.tenant_id, owners]
+        else:
+            parts = [
+                sql.SQL(
+                    "(SELECT coalesce(json_agg(json_build_array(o.owner, coalesce(mv.version, 0),"
+                    " (SELECT count(*) FROM (SELECT 1 FROM {v} v WHERE v.tenant_id = %s"
+                    " AND v.owner = o.owner LIMIT %s) s))), '[]')"
+                    " FROM unnest(%s::text[]) AS o(owner) LEFT JOIN memory_owner_versions mv"
+                    " ON mv.tenant_id = %s AND mv.owner = o.owner) AS owners"
+                ).format(v=self.vectors)
+            ]
+            params = [q.tenant_id, count_cap, owners, q.tenant_id]
         if want_terms:
             parts.append(sql.SQL("to_tsvector('english', %s)::text AS terms"))
             params.append(q.text)
@@ -87,7 +99,7 @@ class PgVectorSearch:
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql.SQL("SELECT ") + sql.SQL(", ").join(parts), params)
             row = await cur.fetchone()
-        probe = Probe(versions={o: int(ver) for o, ver, _ in row["owners"]})
+        probe = Probe(versions={o: int(ver) for o, ver, _ in row["owners"]})  # absent: 0
         probe.counts = {o: int(n) for o, _, n in row["owners"] if n is not None}
         if want_terms:
             probe.terms = parse_tsvector(row["terms"])
@@ -99,7 +111,7 @@ class PgVectorSearch:
         return probe
 
     async def load_owner(self, tenant_id: str, owner: str) -> OwnerRows:
-        """The owner's active vectors and lexemes with the version of the same snapshot."""
+        """The owner's active rows, vectors and lexemes with the version of the same snapshot."""
         async with self.pool.connection() as conn:
             await conn.set_isolation_level(3)  # REPEATABLE READ: one snapshot for both reads
             try:
@@ -112,26 +124,27 @@ class PgVectorSearch:
                     row = await cur.fetchone()
                     cur = await conn.execute(
                         sql.SQL(
-                            "SELECT v.item_id, v.embedding, i.tsv::text AS tsv FROM {v} v"
+                            "SELECT v.embedding, i.tsv::text AS tsv, {cols} FROM {v} v"
                             " JOIN memory_items i ON i.id = v.item_id"
                             " WHERE v.tenant_id = %s AND v.owner = %s AND i.status = 'active'"
-                        ).format(v=self.vectors),
+                        ).format(cols=_ITEM_COLS, v=self.vectors),
                         (tenant_id, owner),
                     )
                     rows = await cur.fetchall()
             finally:
                 await conn.set_isolation_level(None)
-        ids = [r["item_id"] for r in rows]
         vecs = (
-            np.stack([as_array(r["embedding"]) for r in rows])
+            np.stack([as_array(r.pop("embedding")) for r in rows])
             if rows
             else np.zeros((0, 1), dtype=np.float32)
         )
+        docs = [parse_tsvector(r.pop("tsv")) for r in rows]
         return OwnerRows(
             version=int(row["version"]) if row else 0,
-            ids=ids,
+            ids=[r["id"] for r in rows],
             vectors=vecs,
-            docs=[parse_tsvector(r["tsv"]) for r in rows],
+            docs=docs,
+            rows=rows,  # what is left: the memory_items columns a search returns
         )
 
     async def dense(

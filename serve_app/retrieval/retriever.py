@@ -2,16 +2,19 @@
 
 One search:
 
-1. probe (one statement): the owners' versions, their sizes if not cached, the query's
-   lexemes, and, for filtered queries, the ids passing the filters (capped);
+1. probe (one statement, the only database round trip of an unfiltered hot search):
+   the owners' versions, their sizes if not cached, the query's lexemes, and, for
+   filtered queries, the ids passing the filters (capped);
 2. hot path, when every owner is cached at a version >= the probed one (or small enough
    to load now): FAISS dense top-n and BM25 top-n from the cache, restricted to the
    allowed ids for filtered queries;
    cold path otherwise: pgvector (exact owner scan or HNSW iterative scan) and full-text
    search; a big cold owner is loaded into the cache in the background;
 3. reciprocal rank fusion of the dense and lexical lists (hybrid mode);
-4. the candidates' current rows are fetched with the owner and filter predicates (so
-   nothing deleted or filtered out can come back, whatever the cache holds);
+4. the candidates' current rows: on the hot path of an unfiltered query, the cache
+   entry's own rows (current: the entry's version was just checked); otherwise
+   fetched with the owner and filter predicates (so nothing deleted or filtered out
+   can come back, whatever the cache holds);
 5. :func:`serve_app.ranking.rank`: threshold on cosine similarity, score, top-k.
 
 ``deployments/retriever.py`` wraps this class; unit tests use it directly.
@@ -20,6 +23,7 @@ One search:
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import faiss
@@ -107,7 +111,8 @@ class Retriever:
         if q.mode == "hybrid" and self.s.fusion == "zscore" and want_lex:
             fused = self._zscore(q, qv, probe, entries)
             if fused is not None:
-                return await self._finish(q, [], [], *fused)
+                sims, _, relevance = fused
+                return await self._finish(q, [], [], sims, self._cached_rows(q, entries), relevance)
         depth_d = max(self.s.dense_depth, 3 * q.top_k)
         depth_l = max(self.s.lexical_depth, 3 * q.top_k)
         dense: list[tuple[Any, float]] = []
@@ -127,7 +132,25 @@ class Retriever:
         for e in entries:
             if missing:
                 sims.update(e.similarity(qv, missing))
-        return await self._finish(q, [i for i, _ in dense], [i for i, _ in lexical], sims, {})
+        return await self._finish(
+            q, [i for i, _ in dense], [i for i, _ in lexical], sims, self._cached_rows(q, entries)
+        )
+
+    @staticmethod
+    def _cached_rows(q: SearchQuery, entries: list[OwnerIndex]) -> dict[Any, dict[str, Any]]:
+        """The entries' own rows for an unfiltered query ({}: read them from the database).
+
+        The entries were checked against the owners' versions in this search, so their
+        rows are current; a filtered query reads rows with its filter predicates instead.
+        """
+        if q.filtered or any(len(e) and not e.rows for e in entries):
+            return {}
+        if len(entries) == 1:
+            return entries[0].rows
+        merged: dict[Any, dict[str, Any]] = {}
+        for e in entries:
+            merged.update(e.rows)
+        return merged
 
     def _zscore(
         self, q: SearchQuery, qv: np.ndarray, probe: Probe, entries: list[OwnerIndex]
@@ -219,11 +242,14 @@ class Retriever:
             relevance = {i: fused[i] for i in order}
         if not rows:
             rows = await self.pg.fetch(q, order)
+        now = datetime.now(UTC)
         out = []
         for i in order:
             row = rows.get(i)
             if row is None:  # deleted or no longer matching since it was cached
                 continue
+            if row["expires_at"] is not None and row["expires_at"] <= now:
+                continue  # expired since it was cached (expiry bumps no version)
             row = dict(row)
             row["similarity"] = sims.get(i)
             row["relevance"] = relevance[i]
@@ -269,6 +295,7 @@ class Retriever:
                 ef_search=self.s.cache_hnsw_ef_search,
                 bm25_k1=self.s.bm25_k1,
                 bm25_b=self.s.bm25_b,
+                rows=rows.rows,
             )
 
         entry = await asyncio.to_thread(build) if len(rows.ids) > _BUILD_IN_THREAD else build()

@@ -11,6 +11,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.store.key_cache import KeyCache
+
 KEY_PREFIX = "msk_"
 # What may be shown about a key: never key_hash (nor the key, which is not stored).
 KEY_INFO_COLUMNS = (
@@ -28,18 +30,26 @@ def generate_key() -> str:
 
 
 class KeyStore:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, cache: KeyCache | None = None) -> None:
         self.pool = pool
+        self.cache = cache
 
     async def lookup(self, key: str) -> dict[str, Any] | None:
         """The active key's row, or None (unknown or revoked)."""
+        key_hash = hash_key(key)
+        if self.cache is not None and (row := self.cache.get(key_hash)) is not None:
+            return row
+        generation = self.cache.generation if self.cache is not None else 0
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT id, tenant_id, role, user_id, rate_limit_per_s FROM api_keys"
                 " WHERE key_hash = %s AND revoked_at IS NULL",
-                (hash_key(key),),
+                (key_hash,),
             )
-            return await cur.fetchone()
+            row = await cur.fetchone()
+        if row is not None and self.cache is not None:
+            self.cache.put(key_hash, row, generation)
+        return row
 
     async def create(
         self,
@@ -83,10 +93,13 @@ class KeyStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "UPDATE api_keys SET revoked_at = now()"
-                " WHERE id = %s AND tenant_id = %s AND revoked_at IS NULL",
+                " WHERE id = %s AND tenant_id = %s AND revoked_at IS NULL RETURNING key_hash",
                 (key_id, tenant_id),
             )
-            return cur.rowcount > 0
+            row = await cur.fetchone()
+        if row is not None and self.cache is not None:
+            self.cache.drop(row["key_hash"])  # here at once; other replicas via NOTIFY
+        return row is not None
 
 
 def seed_key(

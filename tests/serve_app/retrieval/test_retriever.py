@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -173,3 +174,42 @@ async def test_concurrent_searches_share_one_load(env):
     r.pg.load_owner = counting
     results = await asyncio.gather(*(r.search(q(mode="dense"), vecs[i]) for i in range(8)))
     assert all(res for res in results) and calls == 1
+
+
+async def test_hot_unfiltered_search_answers_from_cached_rows(env, monkeypatch):
+    """One round trip: rows come from the fresh entry, identical to pgvector's; an
+    expiry that passed since loading (expiry bumps no version) still hides a memory."""
+    pool, store = env
+    rows, vecs = await seed(store)
+    hot, cold = core(pool), core(pool, cache_budget_mb=0)
+    await hot.search(q(mode="dense"), vecs[2])  # load
+    fetched: list[int] = []
+    real_fetch = hot.pg.fetch
+
+    async def counting_fetch(query, ids):
+        fetched.append(len(ids))
+        return await real_fetch(query, ids)
+
+    monkeypatch.setattr(hot.pg, "fetch", counting_fetch)
+    a = await hot.search(q(mode="dense"), vecs[2])
+    b = await cold.search(q(mode="dense"), vecs[2])
+
+    def fields(ms):
+        return [{k: v for k, v in m.items() if k not in ("score", "similarity")} for m in ms]
+
+    assert fields(a) == fields(b)
+    assert [m["similarity"] for m in a] == pytest.approx([m["similarity"] for m in b], abs=1e-4)
+    stored = {r["id"]: r for r in rows}
+    for mode in ("hybrid", "lexical"):
+        got = await hot.search(q("garden", mode=mode), vecs[2])
+        assert got and all(m["content"] == stored[m["id"]]["content"] for m in got)
+    assert fetched == []  # unfiltered + fresh entry: no second statement
+    await hot.search(q(mode="dense", types=("semantic",)), vecs[2])
+    assert len(fetched) == 1  # filtered: rows read with the filter predicates
+    soon = datetime.now(UTC) + timedelta(seconds=1)
+    short = (await add(store, A, ["fleeting note"], vecs[3][None, :], expires_at=soon))[0]
+    assert (await hot.search(q(mode="dense"), vecs[3]))[0]["id"] == short["id"]
+    await asyncio.sleep(max(0.0, (soon - datetime.now(UTC)).total_seconds()) + 0.05)
+    got = await hot.search(q(mode="dense"), vecs[3])
+    assert short["id"] not in {m["id"] for m in got} and got[0]["id"] == rows[3]["id"]
+    assert hot.served["cold"] == 0  # all of it answered from the cache
