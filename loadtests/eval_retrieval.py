@@ -120,7 +120,9 @@ def eval_locomo(api: Api, run: str, modes, max_queries: int | None) -> dict:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # split on "\n" only: str.splitlines() also splits inside strings at U+2028 and the
+    # like, which JSON leaves unescaped (agentset_msmarco has some)
+    return [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:

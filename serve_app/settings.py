@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     lexical_depth: int = 100  # lexical candidates fused per search
     fusion: str = "zscore"  # hybrid fusion on cached owners: zscore | rrf (RRF always when cold)
     fusion_alpha: float = 0.6  # zscore: weight of z(cosine) vs z(BM25)
+    # zscore: share of the best adjacent memory's (creation order) fused score a memory
+    # gets (chat turns: the answer sits next to the matching turn); 0: off. Scaled by the
+    # owner's sequential coherence, full from fusion_neighbour_coherence (chats ~0.2,
+    # unrelated documents ~0), see serve_app/retrieval/neighbours.py
+    fusion_neighbour_weight: float = 0.4
+    fusion_neighbour_coherence: float = 0.1
     fusion_full_max: int = 50_000  # zscore needs every score of the owner; bigger: RRF
     rrf_k: int = 10
     rrf_w_dense: float = 1.0

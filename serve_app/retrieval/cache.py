@@ -18,6 +18,7 @@ import faiss
 import numpy as np
 
 from serve_app.retrieval.lexical import BM25
+from serve_app.retrieval.neighbours import sequential_coherence
 
 Key = tuple[str, str]  # (tenant_id, owner)
 
@@ -36,6 +37,8 @@ class OwnerIndex:
     # Current memory_items rows by id (as of ``version``): an unfiltered search on a
     # fresh entry answers without reading them again. Empty: not kept.
     rows: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    # sequential_coherence of the vectors in row order, computed on first use
+    coherence_: float | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -111,6 +114,16 @@ class OwnerIndex:
             return None
         n, d = len(self.ids), self.index.d
         return faiss.rev_swig_ptr(self.index.get_xb(), n * d).reshape(n, d)
+
+    def coherence(self) -> float:
+        """How much consecutive rows (load order) are more alike than any two; 0 for HNSW.
+
+        See :func:`serve_app.retrieval.neighbours.sequential_coherence`.
+        """
+        if self.coherence_ is None:
+            x = self.all_vectors()
+            self.coherence_ = sequential_coherence(x) if x is not None else 0.0
+        return self.coherence_
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         return self.index.reconstruct_batch(np.asarray(rows, dtype=np.int64))

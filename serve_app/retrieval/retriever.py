@@ -33,6 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.ranking import RankWeights, rank
 from serve_app.retrieval.cache import HotCache, Key, OwnerIndex
 from serve_app.retrieval.fusion import rrf
+from serve_app.retrieval.neighbours import neighbour_boost, neighbour_weight
 from serve_app.retrieval.pgvector_search import PgVectorSearch, Probe
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
@@ -160,9 +161,13 @@ class Retriever:
         Standardising each score over all of the owner's memories (not just the top
         candidates) keeps their scales comparable; on LoCoMo it beats RRF (see
         loadtests/eval_retrieval.py). Flat (small) owners only; None: use RRF.
+        Then each memory gets a share of its best neighbour's fused score in the
+        owner's creation order (the cache's row order, as loaded), in proportion to
+        how coherent that order is, see :mod:`serve_app.retrieval.neighbours`.
         """
         ids: list[Any] = []
-        dense, lex = [], []
+        dense, lex, positions, weights = [], [], [], []
+        offset = 0  # owners' positions apart by a gap: no neighbours across owners
         for e in entries:
             x = e.all_vectors()
             if x is None or len(e) > self.s.fusion_full_max:
@@ -170,12 +175,20 @@ class Retriever:
             rows = e.rows_for(probe.allowed) if probe.allowed is not None else None
             d, lx = x @ qv, e.bm25.scores(probe.terms)
             if rows is not None:
+                rows = np.sort(rows)  # creation order
                 d, lx = d[rows], lx[rows]
                 ids.extend(e.ids[int(r)] for r in rows)
             else:
                 ids.extend(e.ids)
+                rows = np.arange(len(e))
             dense.append(d)
             lex.append(lx)
+            positions.append(rows + offset)
+            offset += len(e) + 1
+            w = neighbour_weight(
+                self.s.fusion_neighbour_weight, e.coherence(), self.s.fusion_neighbour_coherence
+            )
+            weights.append(np.full(len(rows), w, dtype=np.float32))
         if not ids:
             return {}, {}, {}
         d, lx = np.concatenate(dense), np.concatenate(lex)
@@ -186,6 +199,7 @@ class Retriever:
 
         a = self.s.fusion_alpha
         s = a * z(d) + (1 - a) * z(lx)
+        s = neighbour_boost(s, np.concatenate(weights), np.concatenate(positions))
         n = min(self.candidate_count(q), len(ids))
         top = np.argpartition(-s, n - 1)[:n]
         top = top[np.argsort(-s[top], kind="stable")]
