@@ -127,6 +127,7 @@ class PgVectorSearch:
                             "SELECT v.embedding, i.tsv::text AS tsv, {cols} FROM {v} v"
                             " JOIN memory_items i ON i.id = v.item_id"
                             " WHERE v.tenant_id = %s AND v.owner = %s AND i.status = 'active'"
+                            " ORDER BY i.seq"  # write order: neighbours are context
                         ).format(cols=_ITEM_COLS, v=self.vectors),
                         (tenant_id, owner),
                     )

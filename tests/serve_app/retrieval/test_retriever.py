@@ -213,3 +213,18 @@ async def test_hot_unfiltered_search_answers_from_cached_rows(env, monkeypatch):
     got = await hot.search(q(mode="dense"), vecs[3])
     assert short["id"] not in {m["id"] for m in got} and got[0]["id"] == rows[3]["id"]
     assert hot.served["cold"] == 0  # all of it answered from the cache
+
+
+async def test_cache_rows_follow_write_sequence(env):
+    """Neighbour smoothing reads an entry's row order as write order: the cache follows
+    ``memory_items.seq``, not the table's physical order."""
+    pool, store = env
+    rows, vecs = await seed(store, n=12)
+    await store.update(A, rows[5]["id"], {"content": "edited sixth note"}, vecs[5])
+    async with pool.connection() as conn:  # as if the first memory had been written last
+        await conn.execute("UPDATE memory_items SET seq = DEFAULT WHERE id = %s", (rows[0]["id"],))
+    r = core(pool)
+    await r.search(q(mode="dense"), vecs[1])
+    entry = r.cache._entries[("t1", "alice")]
+    assert entry.ids == [m["id"] for m in rows[1:]] + [rows[0]["id"]]
+    assert entry.rows[rows[5]["id"]]["content"] == "edited sixth note"
