@@ -71,6 +71,11 @@ def run(settings: Settings | None = None) -> None:
 
 
 def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
+    if settings.serve_throughput_optimized:
+        # Ray >= 2.56: user code on the replica's own event loop, gRPC between
+        # replicas, GC frozen after start-up. Read by every Ray process at import,
+        # so it goes into the environment the local node's processes inherit.
+        os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
     import ray
     from ray import serve
 

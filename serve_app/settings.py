@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     ray_address: str | None = None  # unset: start a local Ray
     ray_num_cpus: int | None = None
     ray_dashboard: bool = True
+    serve_throughput_optimized: bool = True  # RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (make run)
 
     # --- database ---
     db_pool_min: int = 1
@@ -67,7 +68,9 @@ class Settings(BaseSettings):
     embed_threads: int | None = None  # ONNX Runtime intra-op threads; default: replica CPUs
     embed_max_batch_size: int = 32
     embed_batch_wait_s: float = 0.005
-    embed_max_batch_tokens: int = 8192
+    # Padded tokens per ONNX Runtime run (texts sorted by length, split into runs of
+    # at most this many); default: 512 on CPU (cache-sized runs), 16384 on CUDA.
+    embed_max_batch_tokens: int | None = None
     # ONNX Runtime idle threads busy-wait when True; off by default because replicas share
     # CPUs with other deployments (and Postgres), whose work spinning threads would steal.
     embed_spinning: bool = False
