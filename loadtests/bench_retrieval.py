@@ -101,6 +101,7 @@ def load(admin_dsn: str, sizes: np.ndarray, *, m: int, ef_construction: int) -> 
     rows = int(sizes.sum())
     if loaded_rows(dsn) == rows:
         print(f"reusing loaded database ({rows} rows)")
+        migrate(dsn)  # schema changes since it was loaded
         return {"reused": True}
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
@@ -217,6 +218,7 @@ async def measure(
     from serve_app.settings import Settings
 
     dsn = db_dsn(admin_dsn)
+    migrate(dsn)  # a database loaded by an older version: bring its schema up to date
     settings = Settings(
         database_url=dsn, hnsw_ef_search=ef_search, db_pool_max=4, db_statement_timeout_ms=120_000
     )
