@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.db.pool import open_pool
 from serve_app.retrieval.cache import OwnerIndex
 from serve_app.retrieval.neighbours import (
     neighbour_boost,
@@ -15,8 +14,7 @@ from serve_app.retrieval.neighbours import (
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.retriever import Retriever
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
-from serve_app.store.vectors import ensure_table
+from serve_app.store import NewMemory, Owner
 
 DIM = 16
 SLUG = "nb16"
@@ -94,15 +92,6 @@ def test_owner_index_coherence_is_cached_and_zero_for_hnsw():
 
 
 # ---------------------------------------------------------------- retriever
-
-
-@pytest.fixture
-async def env(fresh_db):
-    ensure_table(fresh_db, SLUG, DIM)
-    pool = await open_pool(fresh_db, Settings(), min_size=1)
-    await pool.wait()
-    yield pool, MemoryStore(pool, SLUG)
-    await pool.close()
 
 
 QUERY = unit(np.eye(DIM)[0])  # the query's direction; the stream lies orthogonal to it

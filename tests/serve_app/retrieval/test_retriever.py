@@ -8,12 +8,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from serve_app.db.pool import open_pool
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.retriever import Retriever
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
-from serve_app.store.vectors import ensure_table
+from serve_app.store import NewMemory, Owner
 
 DIM = 16
 SLUG = "rt16"
@@ -26,15 +24,6 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 def rand(n: int, seed: int) -> np.ndarray:
     return unit(np.random.default_rng(seed).standard_normal((n, DIM)))
-
-
-@pytest.fixture
-async def env(fresh_db):
-    ensure_table(fresh_db, SLUG, DIM)
-    pool = await open_pool(fresh_db, Settings(), min_size=1)
-    await pool.wait()
-    yield pool, MemoryStore(pool, SLUG)
-    await pool.close()
 
 
 def core(pool, **overrides) -> Retriever:
