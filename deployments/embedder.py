@@ -9,6 +9,15 @@ run together (up to ``max_batch_size`` texts, waiting at most
 batch by length and splits it into sub-batches capped by padded tokens
 (``embed_max_batch_tokens``), so short messages are not padded to long ones.
 
+Batches are formed greedily: while a batch computes, new callers park at a
+gate in :meth:`Embedder.embed` instead of entering ``@serve.batch``'s queue,
+and are all released into it when the batch ends. Without the gate Serve cuts
+a new batch every ``batch_wait_timeout_s`` whether or not the encoder is free,
+so under load the encoder runs a backlog of tiny batches (about
+``batch_wait_timeout_s`` worth of arrivals each) instead of one batch of
+everything that queued while it was busy. With the gate the wait only matters
+when the encoder is idle, so it can stay short (a few ms at most).
+
 ``max_ongoing_requests`` defaults to 2 x the default ``max_batch_size`` (64):
 one full batch runs while the next one queues, and a replica never accepts
 more than it can batch, so excess load waits in the caller's queue where the
@@ -37,7 +46,7 @@ from serve_app.settings import get_settings
 log = logging.getLogger("ray.serve")
 
 DEFAULT_MAX_BATCH_SIZE = 32
-DEFAULT_BATCH_WAIT_S = 0.005
+DEFAULT_BATCH_WAIT_S = 0.001
 DEFAULT_MAX_ONGOING_REQUESTS = 2 * DEFAULT_MAX_BATCH_SIZE
 
 _BATCH_BOUNDARIES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -77,6 +86,9 @@ class Embedder:
         # One worker thread: batches run one at a time off the event loop, so
         # the next batch keeps filling while this one computes.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        # Closed while a batch computes: callers wait here, then join the next batch
+        # together (see the module docstring). Created lazily on the replica's loop.
+        self._gate: asyncio.Event | None = None
         self._embed_batch.set_max_batch_size(settings.embed_max_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(settings.embed_batch_wait_s)
         self._init_metrics()
@@ -128,24 +140,42 @@ class Embedder:
             self._m_wait.observe((started - t) * 1000)
         self._m_batch.observe(len(texts))
         loop = asyncio.get_running_loop()
-        vectors = await loop.run_in_executor(
-            self._pool, self.encoder.encode_mixed, list(texts), list(is_query)
-        )
+        gate = self._open_gate()
+        gate.clear()
+        try:
+            vectors = await loop.run_in_executor(
+                self._pool, self.encoder.encode_mixed, list(texts), list(is_query)
+            )
+        finally:
+            gate.set()
         self._m_encode.observe((time.perf_counter() - started) * 1000)
         self._m_texts.inc(len(texts))
         self._batches += 1
         self._texts += len(texts)
         return list(vectors)
 
+    def _open_gate(self) -> asyncio.Event:
+        if self._gate is None:
+            self._gate = asyncio.Event()
+            self._gate.set()
+        return self._gate
+
     async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
         """One text to a 1-D float32 vector, batched with concurrent callers."""
-        return await self._embed_batch(text, bool(is_query), time.perf_counter())
+        now = time.perf_counter()
+        gate = self._open_gate()
+        if not gate.is_set():
+            await gate.wait()
+        return await self._embed_batch(text, bool(is_query), now)
 
     async def embed_many(self, texts: list[str], is_query: bool = False) -> np.ndarray:
         """Several texts to a (n, dim) array; each text joins the shared batch queue."""
         if not texts:
             return np.zeros((0, self.encoder.spec.dim), dtype=np.float32)
         now = time.perf_counter()
+        gate = self._open_gate()
+        if not gate.is_set():
+            await gate.wait()
         rows = await asyncio.gather(*(self._embed_batch(t, bool(is_query), now) for t in texts))
         return np.stack(rows).astype(np.float32, copy=False)
 

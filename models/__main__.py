@@ -33,6 +33,15 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "--exclude-nodes", metavar="REGEX", help="keep matching nodes fp32 (intermediate/dense)"
     )
+    exp.add_argument(
+        "--optimize",
+        action="store_true",
+        help="also fuse attention and layer norms before quantizing "
+        "(slower on x86 CPUs with ORT 1.31, see models/export.py)",
+    )
+    exp.add_argument(
+        "--exact-gelu", action="store_true", help="keep erf GELU (default: tanh FastGelu)"
+    )
     exp.add_argument("--min-cosine", type=float, default=0.99)
     exp.add_argument("--force", action="store_true", help="replace an existing export")
 
@@ -63,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                 per_channel=not args.per_tensor,
                 reduce_range=args.reduce_range,
                 exclude_nodes=args.exclude_nodes,
+                optimize=args.optimize,
+                gelu_approximation=not args.exact_gelu,
                 min_cosine=args.min_cosine,
                 force=args.force,
             )

@@ -46,3 +46,38 @@ def plan_batches(
 def padded_tokens(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> int:
     """Tokens actually computed (with padding) for a plan: for tests and metrics."""
     return sum(len(b) * max(lengths[i] for i in b) for b in batches if b)
+
+
+def spread_batches(
+    batches: Sequence[Sequence[int]],
+    lengths: Sequence[int],
+    workers: int,
+    *,
+    min_split_tokens: int = 128,
+) -> list[list[int]]:
+    """Halve the costliest sub-batches so ``workers`` parallel runners finish together.
+
+    Cost is padded tokens (rows x longest). The costliest sub-batch is halved
+    while there are fewer sub-batches than workers, or while it is more than
+    half a worker's fair share and at least ``min_split_tokens`` (smaller runs
+    cost more per text than they gain in balance). Halves keep their length
+    order, so padding does not grow; single rows are never split.
+    """
+    out = [list(b) for b in batches if b]
+    if workers <= 1 or not out:
+        return out
+
+    def cost(rows: list[int]) -> int:
+        return len(rows) * max(max(int(lengths[i]), 1) for i in rows)
+
+    fair_half = sum(cost(b) for b in out) / (2 * workers)
+    while True:
+        k = max(range(len(out)), key=lambda j: cost(out[j]))
+        rows = out[k]
+        if len(rows) < 2:
+            break
+        if len(out) >= workers and (cost(rows) <= fair_half or cost(rows) < min_split_tokens):
+            break
+        half = len(rows) // 2
+        out[k : k + 1] = [rows[:half], rows[half:]]
+    return out

@@ -67,7 +67,8 @@ class Settings(BaseSettings):
     embed_device: str = "auto"  # auto | cpu | cuda
     embed_threads: int | None = None  # ONNX Runtime intra-op threads; default: replica CPUs
     embed_max_batch_size: int = 32
-    embed_batch_wait_s: float = 0.005
+    # Idle-encoder wait for a batch to fill; while a batch runs, callers queue anyway.
+    embed_batch_wait_s: float = 0.001
     # Padded tokens per ONNX Runtime run (texts sorted by length, split into runs of
     # at most this many); default: 512 on CPU (cache-sized runs), 16384 on CUDA.
     embed_max_batch_tokens: int | None = None

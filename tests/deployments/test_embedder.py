@@ -57,3 +57,58 @@ def test_replica_threads_fallbacks() -> None:
     assert replica_threads(3) == 3  # MEMSERVE_EMBED_THREADS wins
     # Outside a replica (the test driver has no assigned CPUs): the OS's CPUs.
     assert replica_threads(None) == default_threads()
+
+
+async def test_callers_arriving_during_a_batch_wait_and_join_the_next_one(monkeypatch) -> None:
+    """The gate: Serve alone would cut a batch every batch_wait_timeout_s while one runs."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ray.serve import batching
+
+    from deployments.embedder import Embedder
+
+    # Outside a replica there is no max_ongoing_requests to compare max_batch_size with.
+    monkeypatch.setattr(
+        batching._BatchQueue,
+        "_warn_if_max_batch_size_exceeds_max_ongoing_requests",
+        lambda self: None,
+    )
+
+    class SlowEncoder:
+        class spec:  # noqa: N801
+            dim, name = 2, "slow"
+
+        def __init__(self) -> None:
+            self.batches: list[int] = []
+
+        def encode_mixed(self, texts: list[str], is_query: list[bool]) -> np.ndarray:
+            self.batches.append(len(texts))
+            time.sleep(0.1)
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    class NoMetric:
+        def observe(self, *args, **kwargs) -> None: ...
+
+        def inc(self, *args, **kwargs) -> None: ...
+
+    embedder = Embedder.func_or_class.__new__(Embedder.func_or_class)
+    embedder.encoder = SlowEncoder()
+    embedder._pool = ThreadPoolExecutor(max_workers=1)
+    embedder._gate = None
+    embedder._batches = embedder._texts = 0
+    embedder._m_batch = embedder._m_wait = embedder._m_encode = embedder._m_texts = NoMetric()
+    embedder._embed_batch.set_max_batch_size(8)
+    embedder._embed_batch.set_batch_wait_timeout_s(0.001)
+
+    async def late(i: int) -> np.ndarray:
+        await asyncio.sleep(0.01 + i * 0.001)  # all arrive while the first batch runs
+        return await embedder.embed(f"text {i}")
+
+    first = asyncio.ensure_future(embedder.embed("first"))
+    rest = await asyncio.gather(*(late(i) for i in range(20)))
+    await first
+    assert len(rest) == 20 and all(v.shape == (2,) for v in rest)
+    # Without the gate: [1, 2, 3, 2, 3, 2, ...] (a batch per millisecond of arrivals).
+    assert sum(embedder.encoder.batches) == 21
+    assert len(embedder.encoder.batches) <= 4, embedder.encoder.batches

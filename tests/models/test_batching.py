@@ -45,3 +45,21 @@ def test_empty_and_bad_args() -> None:
         plan_batches([1], max_batch_tokens=0)
     with pytest.raises(ValueError):
         plan_batches([1], max_batch_tokens=10, max_batch_size=0)
+
+
+def test_spread_batches_balances_runs_for_workers() -> None:
+    from models.batching import spread_batches
+
+    short = [20] * 32
+    # One run of 8 short texts (160 tokens): halved once, one half per worker; runs under
+    # 128 tokens are not split further.
+    assert spread_batches([list(range(8))], short, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # 23 + 9 rows of 20 tokens: halved until no run exceeds half a worker's share (160).
+    plan = spread_batches([list(range(23)), list(range(23, 32))], short, 2)
+    assert sorted(len(b) for b in plan) == [4, 5, 5, 6, 6, 6]
+    assert sorted(i for b in plan for i in b) == list(range(32))
+    # Long texts are split down to single rows; single rows never are.
+    assert spread_batches([[0, 1], [2, 3]], [200] * 4, 2) == [[0], [1], [2], [3]]
+    assert spread_batches([[0], [1]], [5, 5], 8) == [[0], [1]]
+    assert spread_batches([[0, 1]], [5, 5], 1) == [[0, 1]]
+    assert spread_batches([], [], 4) == []

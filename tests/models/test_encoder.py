@@ -91,6 +91,27 @@ def test_token_cap_splits_batches_without_changing_vectors() -> None:
     np.testing.assert_allclose(small.encode(texts), big.encode(texts), atol=2e-4)
 
 
+def test_parallel_runs_give_the_same_vectors() -> None:
+    """threads=3 on CPU: sub-batches side by side on a 1-thread session, same results."""
+    texts = [f"sentence number {i} " * (i % 9 + 1) for i in range(50)] + ["word " * 400]
+    one = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1, max_batch_tokens=128)
+    three = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=3, max_batch_tokens=128)
+    pooled = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=3, parallel_runs=False)
+    assert (one.parallel, three.parallel, pooled.parallel) == (1, 3, 1)
+    expected = one.encode(texts)
+    np.testing.assert_allclose(three.encode(texts), expected, atol=2e-4)
+    np.testing.assert_allclose(pooled.encode(texts), expected, atol=2e-4)
+    np.testing.assert_allclose(three.encode(texts[:1]), expected[:1], atol=2e-4)
+
+
+def test_default_token_cap_is_cache_sized_on_cpu(minilm_encoder: Encoder) -> None:
+    from models.encoder import CPU_BATCH_TOKENS
+
+    assert minilm_encoder.max_batch_tokens == CPU_BATCH_TOKENS == 512
+    explicit = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1, max_batch_tokens=999)
+    assert explicit.max_batch_tokens == 999
+
+
 def test_pool_cls_and_mean() -> None:
     hidden = np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2)
     mask = np.array([[1, 1, 0], [1, 0, 0]])

