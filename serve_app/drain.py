@@ -50,16 +50,20 @@ def drain(
     timeout_s: float = 30.0,
     poll_s: float = 0.25,
     quiet_polls: int = 2,
+    flush_s: float = 1.0,
 ) -> bool:
     """Block until ``deployment`` has had no requests in flight for ``quiet_polls``
     consecutive polls (a request between proxy and replica is not counted yet, hence
-    more than one), or ``timeout_s`` passed. True if it drained."""
+    more than one) plus ``flush_s``, or ``timeout_s`` passed. True if it drained."""
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
         n = ongoing_requests(app, deployment)
         quiet = quiet + 1 if n == 0 else 0
         if quiet >= quiet_polls:
+            # A finished request's response may still be on its way back through
+            # the proxy: give it time to reach the client before the proxy stops.
+            time.sleep(flush_s)
             return True
         if n:
             log.info("draining: %d request(s) in flight", n)

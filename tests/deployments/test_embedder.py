@@ -105,10 +105,32 @@ async def test_callers_arriving_during_a_batch_wait_and_join_the_next_one(monkey
         await asyncio.sleep(0.01 + i * 0.001)  # all arrive while the first batch runs
         return await embedder.embed(f"text {i}")
 
-    first = asyncio.ensure_future(embedder.embed("first"))
-    rest = await asyncio.gather(*(late(i) for i in range(20)))
-    await first
+    try:
+        first = asyncio.ensure_future(embedder.embed("first"))
+        rest = await asyncio.gather(*(late(i) for i in range(20)))
+        await first
+    finally:
+        # The batch queue lives on the class: drop the one this process just made
+        # (it holds futures), or later tests could not pickle Embedder for Ray.
+        for wrapper in _batch_queue_wrappers(Embedder.func_or_class._embed_batch):
+            wrapper._queue = None
     assert len(rest) == 20 and all(v.shape == (2,) for v in rest)
     # Without the gate: [1, 2, 3, 2, 3, 2, ...] (a batch per millisecond of arrivals).
     assert sum(embedder.encoder.batches) == 21
     assert len(embedder.encoder.batches) <= 4, embedder.encoder.batches
+
+
+def _batch_queue_wrappers(fn, seen=None):
+    """The @serve.batch queue holders reachable through ``fn``'s closures."""
+    from ray.serve import batching
+
+    seen = set() if seen is None else seen
+    for cell in getattr(fn, "__closure__", None) or ():
+        value = cell.cell_contents
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, batching._LazyBatchQueueWrapper):
+            yield value
+        elif callable(value):
+            yield from _batch_queue_wrappers(value, seen)
