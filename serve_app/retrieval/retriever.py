@@ -23,6 +23,8 @@ One search:
 from __future__ import annotations
 
 import asyncio
+from collections import ChainMap
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -138,20 +140,16 @@ class Retriever:
         )
 
     @staticmethod
-    def _cached_rows(q: SearchQuery, entries: list[OwnerIndex]) -> dict[Any, dict[str, Any]]:
+    def _cached_rows(q: SearchQuery, entries: list[OwnerIndex]) -> Mapping[Any, dict[str, Any]]:
         """The entries' own rows for an unfiltered query ({}: read them from the database).
 
         The entries were checked against the owners' versions in this search, so their
         rows are current; a filtered query reads rows with its filter predicates instead.
+        A view over the entries, not a copy: the hot path does no per-row work here.
         """
         if q.filtered or any(len(e) and not e.rows for e in entries):
             return {}
-        if len(entries) == 1:
-            return entries[0].rows
-        merged: dict[Any, dict[str, Any]] = {}
-        for e in entries:
-            merged.update(e.rows)
-        return merged
+        return entries[0].rows if len(entries) == 1 else ChainMap(*(e.rows for e in entries))
 
     def _zscore(
         self, q: SearchQuery, qv: np.ndarray, probe: Probe, entries: list[OwnerIndex]
@@ -238,7 +236,7 @@ class Retriever:
         dense_ids: list[Any],
         lex_ids: list[Any],
         sims: dict[Any, float],
-        rows: dict[Any, dict[str, Any]],
+        rows: Mapping[Any, dict[str, Any]],
         relevance: dict[Any, float] | None = None,
     ) -> list[dict[str, Any]]:
         """Fuse, fetch current rows (if not fetched yet), attach scores, rank."""
