@@ -1,9 +1,12 @@
 """Graceful shutdown: let in-flight HTTP requests finish before Serve goes down.
 
 ``serve.shutdown()`` stops the HTTP proxies at once, which cuts connections whose
-requests are still being served. The launcher therefore first waits until no
-Ingress replica has a request in flight (bounded by the Ingress's
-``graceful_shutdown_timeout_s``), then shuts Serve down; the replicas' own
+requests are still being served. The launcher therefore first puts every proxy in
+Serve's draining state (health checks answer 503 so a load balancer stops sending;
+requests that still arrive are served) and waits until each proxy reports itself
+drained: no HTTP request in flight, counted from the moment the proxy receives it
+until its response is written. The Ingress replicas' own counters are checked as
+well, for apps reached through handles. Then Serve shuts down; the replicas'
 graceful shutdown covers the downstream tiers.
 """
 
@@ -11,18 +14,19 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 log = logging.getLogger("memserve")
 
 REPLICA_PREFIX = "SERVE_REPLICA::"
+PROXY_PREFIX = "SERVE_PROXY_ACTOR"
 SERVE_NAMESPACE = "serve"
+BUSY = -1  # a replica that did not answer in time: assume it is still working
 
 
-def replica_actor_names(app: str, deployment: str) -> list[str]:
-    """Names of the live replica actors of one deployment (``SERVE_REPLICA::app#dep#id``)."""
+def _named_actors(prefix: str) -> list[str]:
     import ray
 
-    prefix = f"{REPLICA_PREFIX}{app}#{deployment}#"
     return [
         a["name"]
         for a in ray.util.list_named_actors(all_namespaces=True)
@@ -30,18 +34,67 @@ def replica_actor_names(app: str, deployment: str) -> list[str]:
     ]
 
 
-def ongoing_requests(app: str, deployment: str, timeout_s: float = 2.0) -> int:
-    """Requests in flight across the deployment's replicas (unreachable replicas count 0)."""
+def replica_actor_names(app: str, deployment: str) -> list[str]:
+    """Names of the live replica actors of one deployment (``SERVE_REPLICA::app#dep#id``)."""
+    return _named_actors(f"{REPLICA_PREFIX}{app}#{deployment}#")
+
+
+def proxy_actors() -> list[Any]:
+    """Handles of the Serve HTTP proxies (one per node)."""
     import ray
+
+    handles = []
+    for name in _named_actors(PROXY_PREFIX):
+        try:
+            handles.append(ray.get_actor(name, namespace=SERVE_NAMESPACE))
+        except ValueError:  # gone since listed
+            continue
+    return handles
+
+
+def ongoing_requests(app: str, deployment: str, timeout_s: float = 2.0) -> int:
+    """Requests in flight across the deployment's replicas, or ``BUSY`` when a replica
+    did not answer in time (a busy event loop is not an idle one). A replica that is
+    gone has nothing in flight."""
+    import ray
+    from ray.exceptions import GetTimeoutError
 
     total = 0
     for name in replica_actor_names(app, deployment):
         try:
             actor = ray.get_actor(name, namespace=SERVE_NAMESPACE)
             total += int(ray.get(actor.get_num_ongoing_requests.remote(), timeout=timeout_s))
-        except Exception:  # a replica that is gone has nothing in flight
+        except GetTimeoutError:
+            return BUSY
+        except Exception:  # died or removed since listed
             continue
     return total
+
+
+def proxies_drained(proxies: list[Any], timeout_s: float = 2.0) -> bool:
+    """True when every proxy has drained; a proxy that is gone counts as drained."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    for proxy in proxies:
+        try:
+            if not ray.get(proxy.is_drained.remote(), timeout=timeout_s):
+                return False
+        except GetTimeoutError:
+            return False
+        except Exception:
+            continue
+    return True
+
+
+def start_draining(proxies: list[Any], timeout_s: float = 5.0) -> None:
+    import ray
+
+    for proxy in proxies:
+        try:
+            ray.get(proxy.update_draining.remote(True), timeout=timeout_s)
+        except Exception as exc:  # a proxy that cannot be told still gets waited on
+            log.warning("could not put proxy in draining state: %s", exc)
 
 
 def drain(
@@ -50,23 +103,25 @@ def drain(
     timeout_s: float = 30.0,
     poll_s: float = 0.25,
     quiet_polls: int = 2,
-    flush_s: float = 1.0,
+    flush_s: float = 0.5,
 ) -> bool:
-    """Block until ``deployment`` has had no requests in flight for ``quiet_polls``
-    consecutive polls (a request between proxy and replica is not counted yet, hence
-    more than one) plus ``flush_s``, or ``timeout_s`` passed. True if it drained."""
+    """Block until the proxies are drained and ``deployment`` has had no request in
+    flight for ``quiet_polls`` consecutive polls, plus ``flush_s``; or until
+    ``timeout_s`` passed. True if it drained."""
     deadline = time.monotonic() + timeout_s
+    proxies = proxy_actors()
+    start_draining(proxies)
     quiet = 0
     while time.monotonic() < deadline:
         n = ongoing_requests(app, deployment)
-        quiet = quiet + 1 if n == 0 else 0
+        idle = n == 0 and proxies_drained(proxies)
+        quiet = quiet + 1 if idle else 0
         if quiet >= quiet_polls:
-            # A finished request's response may still be on its way back through
-            # the proxy: give it time to reach the client before the proxy stops.
+            # The last response may still be in the proxy's socket buffer.
             time.sleep(flush_s)
             return True
         if n:
-            log.info("draining: %d request(s) in flight", n)
+            log.info("draining: %s request(s) in flight", "some" if n == BUSY else n)
         time.sleep(poll_s)
     log.warning("drain timed out after %.0fs with requests in flight", timeout_s)
     return False

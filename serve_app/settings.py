@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     ray_num_cpus: int | None = None
     ray_dashboard: bool = True
     serve_throughput_optimized: bool = True  # RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (make run)
+    # Shutdown: proxies report unhealthy (so a load balancer stops sending) for at least
+    # this long, then wait for their in-flight requests (RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S).
+    drain_min_s: float = 0.5
+    # Ray starts workers (the replicas) at nice 15, so anything else on the box (the
+    # database, a sidecar) takes their CPU first. The replicas are the service: nice 0.
+    ray_worker_niceness: int = 0
 
     # --- database ---
     db_pool_min: int = 1

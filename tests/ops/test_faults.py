@@ -106,6 +106,8 @@ def test_graceful_shutdown_drains_in_flight(tmp_path):
     results: list[int | str] = []
     lock = threading.Lock()
     sent = threading.Barrier(9)
+    timeline: list[str] = []
+    t0 = time.monotonic()
 
     def batch_write(n: int) -> None:
         items = [{"content": f"request {n} item {i} about my garden"} for i in range(40)]
@@ -118,6 +120,7 @@ def test_graceful_shutdown_drains_in_flight(tmp_path):
                 out = type(exc).__name__
         with lock:
             results.append(out)
+            timeline.append(f"{time.monotonic() - t0:.2f}s {out}")
 
     try:
         threads = [threading.Thread(target=batch_write, args=(n,)) for n in range(8)]
@@ -126,13 +129,14 @@ def test_graceful_shutdown_drains_in_flight(tmp_path):
         sent.wait()
         time.sleep(0.3)  # all 8 requests are on the wire and being served (~8x40 embeds)
         assert svc.proc is not None
+        timeline.append(f"{time.monotonic() - t0:.2f}s SIGTERM")
         svc.proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(90)
         svc.proc.wait(90)
     finally:
         svc.stop()
-    assert results == [201] * 8, results
+    assert results == [201] * 8, f"{timeline}\n{svc.tail()}"
     # Every acknowledged item is stored: read it straight from the (restarted) database.
     start_embedded(svc.data_dir)
     try:
