@@ -61,5 +61,8 @@ def test_spread_batches_balances_runs_for_workers() -> None:
     # Long texts are split down to single rows; single rows never are.
     assert spread_batches([[0, 1], [2, 3]], [200] * 4, 2) == [[0], [1], [2], [3]]
     assert spread_batches([[0], [1]], [5, 5], 8) == [[0], [1]]
+    # A run under min_split_tokens stays whole even with idle workers (3 x 20 tokens).
+    assert spread_batches([[0, 1, 2]], short, 2) == [[0, 1, 2]]
+    assert spread_batches([[0, 1, 2]], short, 2, min_split_tokens=32) == [[0], [1], [2]]
     assert spread_batches([[0, 1]], [5, 5], 1) == [[0, 1]]
     assert spread_batches([], [], 4) == []
