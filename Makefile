@@ -45,7 +45,7 @@ locust: $(DEV_STAMP)
 
 # The Serve config without the launcher (embedded Postgres is attached/started by the app).
 serve-run: $(STAMP)
-	RAY_SERVE_THROUGHPUT_OPTIMIZED=1 $(VENV)/bin/serve run serve_app/serve_config.yaml
+	RAY_SERVE_THROUGHPUT_OPTIMIZED=1 RAY_worker_niceness=0 $(VENV)/bin/serve run serve_app/serve_config.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache
