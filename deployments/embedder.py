@@ -160,12 +160,16 @@ class Embedder:
             self._gate.set()
         return self._gate
 
-    async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
-        """One text to a 1-D float32 vector, batched with concurrent callers."""
-        now = time.perf_counter()
+    async def _pass_gate(self) -> None:
+        """Wait out the batch that is computing, if any, to join the next one."""
         gate = self._open_gate()
         if not gate.is_set():
             await gate.wait()
+
+    async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
+        """One text to a 1-D float32 vector, batched with concurrent callers."""
+        now = time.perf_counter()
+        await self._pass_gate()
         return await self._embed_batch(text, bool(is_query), now)
 
     async def embed_many(self, texts: list[str], is_query: bool = False) -> np.ndarray:
@@ -173,9 +177,7 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.encoder.spec.dim), dtype=np.float32)
         now = time.perf_counter()
-        gate = self._open_gate()
-        if not gate.is_set():
-            await gate.wait()
+        await self._pass_gate()
         rows = await asyncio.gather(*(self._embed_batch(t, bool(is_query), now) for t in texts))
         return np.stack(rows).astype(np.float32, copy=False)
 

@@ -55,7 +55,8 @@ def spread_batches(
     *,
     min_split_tokens: int = 128,
 ) -> list[list[int]]:
-    """Halve the costliest sub-batches so ``workers`` parallel runners finish together.
+    """Halve the costliest sub-batches so ``workers`` parallel runners finish together;
+    the result is costliest first, so the runs left for last are short.
 
     Cost is padded tokens (rows x longest). The costliest sub-batch is halved
     while there are fewer sub-batches than workers, or while it is more than
@@ -83,4 +84,5 @@ def spread_batches(
             break
         half = len(rows) // 2
         out[k : k + 1] = [rows[:half], rows[half:]]
+    out.sort(key=cost, reverse=True)  # stable: equal costs keep their order
     return out

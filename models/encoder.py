@@ -213,7 +213,6 @@ class Encoder:
             return out
         # Runs sized for the runners, the costliest first so the last ones are short.
         plan = spread_batches(plan, lengths, self.parallel)
-        plan.sort(key=lambda rows: len(rows) * max(lengths[i] for i in rows), reverse=True)
         pending = iter(plan)
         lock = threading.Lock()
 
@@ -225,6 +224,7 @@ class Encoder:
                     return
                 out[rows] = self._run([ids[i] for i in rows])
 
+        # A one-run plan (a single query) stays on this thread: no handoff.
         helpers = [self._runners.submit(drain) for _ in range(min(self.parallel, len(plan)) - 1)]
         try:
             drain()
