@@ -52,39 +52,46 @@ def proxy_actors() -> list[Any]:
     return handles
 
 
-def ongoing_requests(app: str, deployment: str, timeout_s: float = 2.0) -> int:
-    """Requests in flight across the deployment's replicas, or ``BUSY`` when a replica
-    did not answer in time (a busy event loop is not an idle one). A replica that is
-    gone has nothing in flight."""
+_GONE, _SLOW = object(), object()
+
+
+def _ask(actor: Any, method: str, timeout_s: float) -> Any:
+    """One call to a Serve actor: its answer, ``_SLOW`` if it did not answer in time
+    (a busy event loop is not an idle one), ``_GONE`` if it died since listed."""
     import ray
     from ray.exceptions import GetTimeoutError
+
+    try:
+        return ray.get(getattr(actor, method).remote(), timeout=timeout_s)
+    except GetTimeoutError:
+        return _SLOW
+    except Exception:
+        return _GONE
+
+
+def ongoing_requests(app: str, deployment: str, timeout_s: float = 2.0) -> int:
+    """Requests in flight across the deployment's replicas, or ``BUSY`` when a replica
+    did not answer in time. A replica that is gone has nothing in flight."""
+    import ray
 
     total = 0
     for name in replica_actor_names(app, deployment):
         try:
             actor = ray.get_actor(name, namespace=SERVE_NAMESPACE)
-            total += int(ray.get(actor.get_num_ongoing_requests.remote(), timeout=timeout_s))
-        except GetTimeoutError:
-            return BUSY
-        except Exception:  # died or removed since listed
+        except ValueError:  # removed since listed
             continue
+        n = _ask(actor, "get_num_ongoing_requests", timeout_s)
+        if n is _SLOW:
+            return BUSY
+        if n is not _GONE:
+            total += int(n)
     return total
 
 
 def proxies_drained(proxies: list[Any], timeout_s: float = 2.0) -> bool:
     """True when every proxy has drained; a proxy that is gone counts as drained."""
-    import ray
-    from ray.exceptions import GetTimeoutError
-
-    for proxy in proxies:
-        try:
-            if not ray.get(proxy.is_drained.remote(), timeout=timeout_s):
-                return False
-        except GetTimeoutError:
-            return False
-        except Exception:
-            continue
-    return True
+    answers = (_ask(p, "is_drained", timeout_s) for p in proxies)
+    return all(a is _GONE or a is True for a in answers)
 
 
 def start_draining(proxies: list[Any], timeout_s: float = 5.0) -> None:
