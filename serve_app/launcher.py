@@ -65,8 +65,7 @@ def run(settings: Settings | None = None) -> None:
         watchdog_stop.set()
         if watchdog is not None:
             watchdog.join(30)
-        if pg is not None:
-            pg.stop()
+        if pg is not None and pg.stop():
             print("embedded PostgreSQL stopped", flush=True)
 
 

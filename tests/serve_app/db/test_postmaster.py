@@ -85,3 +85,39 @@ def test_killed_server_left_as_zombie_is_restarted(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ROW 42 True" in out.stdout
+
+
+@pytest.mark.slow
+def test_owner_killed_earlier_does_not_keep_the_server_alive(tmp_path):
+    """A launcher killed before its exit hook ran leaves its pid in the library's
+    handle list; the next launcher must still stop the server when it exits."""
+    data = tmp_path / "data"
+    start = "from pathlib import Path; import os, sys\n" + (
+        "from serve_app.db.embedded import EmbeddedPostgres\n"
+        "pg = EmbeddedPostgres(Path(sys.argv[1])); pg.start(); print('PID', pg.pid)\n"
+    )
+    killed = start + "os._exit(0)  # like SIGKILL: no atexit, no stop\n"
+    clean = start + "print('STOPPED', pg.stop())\n"
+
+    def run(script: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(data)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    first = run(killed)
+    server = int(first.split("PID ")[1].split()[0])
+    try:
+        assert postmaster_pid(data / "pg") == server  # orphaned, still serving
+        second = run(clean)
+        assert f"PID {server}" in second  # the next owner attached to the same server
+        assert "STOPPED True" in second
+        assert postmaster_pid(data / "pg") is None
+    finally:
+        if postmaster_pid(data / "pg") is not None:
+            os.kill(server, 15)
