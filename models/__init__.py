@@ -3,9 +3,13 @@
 The contract the app uses::
 
     from models import ModelSpec, get_spec, load_encoder
+
+``prepare_model`` builds (once, in the models cache) the verified int8 copy a
+spec asks for; ``load_encoder`` calls it, and a bootstrap may call it first.
 """
 
 from models.encoder import Encoder, load_encoder
+from models.requantize import RequantizeError, prepare_model
 from models.resolve import ChecksumMismatchError, ModelFileNotFoundError, get_spec
 from models.spec import BUILTIN_SPECS, FileRef, ModelSpec, ModelSpecError
 
@@ -17,6 +21,8 @@ __all__ = [
     "ModelFileNotFoundError",
     "ModelSpec",
     "ModelSpecError",
+    "RequantizeError",
     "get_spec",
     "load_encoder",
+    "prepare_model",
 ]

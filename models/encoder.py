@@ -276,7 +276,9 @@ def load_encoder(
     """Build an :class:`Encoder` from a spec name, a model directory or a spec.
 
     Files are resolved and sha256-checked (see :mod:`models.resolve`); nothing
-    is downloaded. ``threads`` defaults to the CPUs this process may use.
+    is downloaded. On CPU a spec with ``requantize`` runs its verified int8 copy
+    from the models cache, built on first use (:func:`models.requantize.prepare_model`).
+    ``threads`` defaults to the CPUs this process may use.
     ``max_batch_tokens`` (padded tokens per run) defaults to
     :data:`CPU_BATCH_TOKENS` on CPU and :data:`GPU_BATCH_TOKENS` on CUDA.
     ``spinning=False`` stops idle ONNX Runtime threads from busy-waiting, which
@@ -295,6 +297,10 @@ def load_encoder(
     )
     providers = select_providers(device, ort.get_available_providers(), gpu_visible())
     on_gpu = providers[0] != CPU_EP
+    if spec.requantize is not None and not on_gpu:
+        from models.requantize import prepare_model  # imports this module
+
+        spec = prepare_model(spec, models_dir=models_dir)
     onnx_path = resolve_onnx(spec, gpu=on_gpu, models_dir=models_dir)
     tokenizer_path = resolve_tokenizer(spec, models_dir=models_dir)
 

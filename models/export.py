@@ -25,7 +25,6 @@ never imports this module.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import json
@@ -39,11 +38,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from models.encoder import load_encoder
+from models.agreement import CHECK_QUERIES, CHECK_SENTENCES, batch_consistency, compare
+from models.quantize import ExportError, convert_fp16, optimize_graph, quantize_int8
 from models.resolve import sha256_file
 from models.spec import BUILTIN_SPECS, SPEC_FILE, FileRef, ModelSpec, builtin_for_hf_id
+
+__all__ = [
+    "CHECK_SENTENCES",
+    "ExportError",
+    "ExportResult",
+    "compare",
+    "convert_fp16",
+    "export",
+    "optimize_graph",
+    "quantize_int8",
+    "resolve_source",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,41 +61,7 @@ FP32_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
 FP16_FILE = "model.fp16.onnx"
 TOKENIZER_FILE = "tokenizer.json"
-
-#: Fixed sentences for the int8-vs-fp32 agreement check: chat-like memories,
-#: questions, short and long texts, punctuation, digits, non-ASCII.
-CHECK_SENTENCES: tuple[str, ...] = (
-    "I'm allergic to peanuts and shellfish.",
-    "My daughter Emma starts kindergarten in September.",
-    "Prefers window seats on long-haul flights.",
-    "The user works as a backend engineer at a fintech startup in Berlin.",
-    "We agreed to deploy the new release on Thursday after the load test.",
-    "Remind me to call the dentist next week.",
-    "What did I tell you about my diet?",
-    "Which programming languages do I use at work?",
-    "Order #48213 was shipped on 2024-03-18 via DHL.",
-    "She loves hiking in the Alps and skiing in winter.",
-    "Convert the meeting notes into a bullet list.",
-    "The café on the corner serves the best crème brûlée.",
-    "How do I configure HNSW ef_search in pgvector?",
-    "ok",
-    "Thanks!",
-    "Budget for the trip is around 3000 euros, flights not included.",
-    (
-        "Over the last three sessions the user described a migration of their "
-        "monolith to services: they split billing first, then moved the search "
-        "index to a separate cluster, and now plan to replace the message queue. "
-        "They are worried about data consistency during the cut-over and want a "
-        "rollback plan that can be executed by the on-call engineer alone."
-    ),
-    "Python 3.11, Ray Serve and PostgreSQL with the pgvector extension.",
-    "He doesn't like spicy food, but he is fine with garlic.",
-    "Meeting moved from 10:00 to 14:30 because of the all-hands.",
-)
-
-
-class ExportError(RuntimeError):
-    """The export could not be done or did not pass its checks."""
+CHECKED = len(CHECK_SENTENCES) + len(CHECK_QUERIES)
 
 
 @dataclass(frozen=True)
@@ -321,7 +297,7 @@ def export(
         if quantize == "int8":
             mean_cos, min_cos = compare(spec.with_base_dir(work), INT8_FILE, FP32_FILE)
             print(
-                f"int8 vs fp32 on {len(CHECK_SENTENCES)} sentences (documents and queries): "
+                f"int8 vs fp32 on {CHECKED} texts (passages and queries): "
                 f"mean cosine {mean_cos:.5f}, min {min_cos:.5f} (required mean >= {min_cosine})",
                 flush=True,
             )
@@ -348,7 +324,7 @@ def export(
             "int8_vs_fp32_min_cosine": min_cos,
             "int8_batched_vs_alone_mean_cosine": batch_mean,
             "int8_batched_vs_alone_min_cosine": batch_min,
-            "check_sentences": len(CHECK_SENTENCES),
+            "check_sentences": CHECKED,
             "versions": _versions(),
         }
         (work / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n")
@@ -409,132 +385,6 @@ def _onnx_export(checkpoint: Path, output: Path) -> None:
     )
     if not (output / "model.onnx").is_file():
         raise ExportError(f"optimum wrote no model.onnx into {output}")
-
-
-def optimize_graph(
-    fp32: Path, out: Path, config: Path, *, full: bool = False, gelu_approximation: bool = True
-) -> dict[str, int]:
-    """ONNX Runtime transformer optimizer on an fp32 encoder graph; returns fused op counts.
-
-    ``full=False`` only fuses GELU (as ``FastGelu`` with ``gelu_approximation``,
-    else ``Gelu``/``BiasGelu``); ``full=True`` also fuses attention and the
-    layer norms. Heads and width come from the checkpoint's ``config.json``;
-    BERT-like encoders (BERT, MiniLM, BGE, RoBERTa) use the ``bert`` rules.
-    """
-    from onnxruntime.transformers.fusion_options import FusionOptions
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    cfg = _read_json(config) or {}
-    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    if not heads or not hidden:
-        raise ExportError(f"{config} lacks num_attention_heads/hidden_size")
-    options = FusionOptions("bert")
-    options.enable_gelu_approximation = gelu_approximation
-    if not full:
-        options.enable_attention = False
-        options.enable_embed_layer_norm = False
-        options.enable_skip_layer_norm = False
-        options.enable_bias_skip_layer_norm = False
-    model = optimize_model(
-        str(fp32),
-        model_type="bert",
-        num_heads=int(heads),
-        hidden_size=int(hidden),
-        optimization_options=options,
-        opt_level=0,  # graph rewrites only; ORT applies its own fusions at session start
-        use_gpu=False,
-    )
-    fused = {k: int(v) for k, v in model.get_fused_operator_statistics().items() if v}
-    if full and not fused.get("Attention"):
-        raise ExportError(f"no attention fused in {fp32.name} ({fused}); export without --optimize")
-    model.save_model_to_file(str(out))
-    return fused
-
-
-def quantize_int8(
-    fp32: Path,
-    out: Path,
-    *,
-    per_channel: bool = True,
-    reduce_range: bool = False,
-    exclude_nodes: str | None = None,
-) -> list[str]:
-    """Dynamic int8: weights of MatMul and embedding Gather to int8, activations at run time.
-
-    Per-channel scales keep the small MiniLM/BGE projections accurate
-    (per-tensor loses ~5% cosine on MiniLM); ``reduce_range`` only helps on
-    CPUs without VNNI. ``exclude_nodes`` (a regex on node names) keeps
-    matching MatMuls in fp32, e.g. ``intermediate/dense`` (the FFN input
-    projection, whose LayerNorm input has outlier channels) trades ~20% speed
-    for closer agreement with fp32 and less dependence on batch composition.
-    Returns the excluded node names.
-    """
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    graph = onnx.load(str(fp32), load_external_data=False).graph
-    excluded: list[str] = []
-    if exclude_nodes:
-        pattern = re.compile(exclude_nodes)
-        excluded = [n.name for n in graph.node if pattern.search(n.name)]
-        if not excluded:
-            raise ExportError(f"--exclude-nodes {exclude_nodes!r} matches no node")
-    # A fused graph (optimize_graph) has contrib ops with int8 forms of their own.
-    op_types = ["MatMul", "Gather", "Attention", "EmbedLayerNormalization"]
-    quantize_dynamic(
-        str(fp32),
-        str(out),
-        weight_type=QuantType.QInt8,
-        per_channel=per_channel,
-        reduce_range=reduce_range,
-        op_types_to_quantize=[t for t in op_types if any(n.op_type == t for n in graph.node)],
-        nodes_to_exclude=excluded,
-        # contrib-op outputs have no inferred type; they are all float here
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )
-    return excluded
-
-
-def convert_fp16(fp32: Path, out: Path) -> None:
-    """fp16 weights and arithmetic for the CUDA provider (inputs/outputs stay int64/fp32)."""
-    import onnx
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    model = onnx.load(str(fp32))
-    onnx.save(convert_float_to_float16(model, keep_io_types=True), str(out))
-
-
-def compare(spec: ModelSpec, file_a: str, file_b: str) -> tuple[float, float]:
-    """Mean and min cosine between two ONNX files of one spec on CHECK_SENTENCES."""
-    vectors = []
-    for file in (file_a, file_b):
-        variant = dataclasses.replace(
-            spec, onnx=(FileRef(file),), onnx_gpu=(), tokenizer=(FileRef(TOKENIZER_FILE),)
-        )
-        encoder = load_encoder(variant, device="cpu")
-        docs = encoder.encode(CHECK_SENTENCES)
-        queries = encoder.encode(CHECK_SENTENCES[:8], is_query=True)
-        vectors.append(np.concatenate([docs, queries]))
-    a, b = vectors
-    cos = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    return float(cos.mean()), float(cos.min())
-
-
-def batch_consistency(spec: ModelSpec, file: str) -> tuple[float, float]:
-    """Mean and min cosine between each text embedded alone and inside a batch.
-
-    Dynamic int8 quantizes activations with one scale per tensor, so a text's
-    vector depends slightly on its batch mates; fp32 and weight-only graphs
-    give ~1.0 here.
-    """
-    variant = dataclasses.replace(
-        spec, onnx=(FileRef(file),), onnx_gpu=(), tokenizer=(FileRef(TOKENIZER_FILE),)
-    )
-    encoder = load_encoder(variant, device="cpu")
-    batched = encoder.encode(CHECK_SENTENCES)
-    alone = np.concatenate([encoder.encode([text]) for text in CHECK_SENTENCES])
-    cos = (batched * alone).sum(axis=1)
-    return float(cos.mean()), float(cos.min())
 
 
 def _versions() -> dict[str, str]:

@@ -227,13 +227,17 @@ def verify_sha256(path: Path, expected: str) -> None:
 
 
 def spec_with_files(spec: ModelSpec, onnx: Path, tokenizer: Path | None = None) -> ModelSpec:
-    """A copy of ``spec`` that runs the given local files (no checksum): for tests/tools."""
+    """A copy of ``spec`` that runs the given local files as they are: for tests/tools.
+
+    No checksum and no re-quantisation (``requantize`` is cleared).
+    """
     onnx = Path(onnx).resolve()
     tok = Path(tokenizer).resolve() if tokenizer else None
     return dataclasses.replace(
         spec,
         onnx=(FileRef(str(onnx)),),
         onnx_gpu=(),
+        requantize=None,
         tokenizer=(FileRef(str(tok)),) if tok else spec.tokenizer,
         base_dir=spec.base_dir if tok is None else None,
     )

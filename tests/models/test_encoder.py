@@ -15,6 +15,7 @@ from models.encoder import (
     pool,
     select_providers,
 )
+from tests.models.conftest import SHIPPED_MINILM
 
 TEXTS = [
     "I'm allergic to peanuts.",
@@ -85,8 +86,8 @@ def test_no_prefix_for_minilm(minilm_encoder: Encoder) -> None:
 
 
 def test_token_cap_splits_batches_without_changing_vectors() -> None:
-    small = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1, max_batch_tokens=64)
-    big = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1, max_batch_tokens=100_000)
+    small = load_encoder(SHIPPED_MINILM, device="cpu", threads=1, max_batch_tokens=64)
+    big = load_encoder(SHIPPED_MINILM, device="cpu", threads=1, max_batch_tokens=100_000)
     texts = [f"sentence number {i} " * (i % 7 + 1) for i in range(40)]
     np.testing.assert_allclose(small.encode(texts), big.encode(texts), atol=2e-4)
 
@@ -94,9 +95,9 @@ def test_token_cap_splits_batches_without_changing_vectors() -> None:
 def test_parallel_runs_give_the_same_vectors() -> None:
     """threads=3 on CPU: sub-batches side by side on a 1-thread session, same results."""
     texts = [f"sentence number {i} " * (i % 9 + 1) for i in range(50)] + ["word " * 400]
-    one = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1, max_batch_tokens=128)
-    three = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=3, max_batch_tokens=128)
-    pooled = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=3, parallel_runs=False)
+    one = load_encoder(SHIPPED_MINILM, device="cpu", threads=1, max_batch_tokens=128)
+    three = load_encoder(SHIPPED_MINILM, device="cpu", threads=3, max_batch_tokens=128)
+    pooled = load_encoder(SHIPPED_MINILM, device="cpu", threads=3, parallel_runs=False)
     assert (one.parallel, three.parallel, pooled.parallel) == (1, 3, 1)
     expected = one.encode(texts)
     np.testing.assert_allclose(three.encode(texts), expected, atol=2e-4)
@@ -108,7 +109,7 @@ def test_default_token_cap_is_cache_sized_on_cpu(minilm_encoder: Encoder) -> Non
     from models.encoder import CPU_BATCH_TOKENS
 
     assert minilm_encoder.max_batch_tokens == CPU_BATCH_TOKENS == 512
-    explicit = load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1, max_batch_tokens=999)
+    explicit = load_encoder(SHIPPED_MINILM, device="cpu", threads=1, max_batch_tokens=999)
     assert explicit.max_batch_tokens == 999
 
 

@@ -1,0 +1,221 @@
+"""First start of a shipped model: build (or find) a verified int8 copy in the models cache.
+
+The embedded default model stores int8 weights but casts them to float, so it
+computes in fp32. :func:`prepare_model` folds the casts (ONNX Runtime basic
+graph optimisation), re-quantises the graph with per-channel dynamic int8
+(``quantize_dynamic``; no torch), checks that its vectors agree with the
+shipped graph's (mean cosine >= :data:`MIN_MEAN_COSINE` on a fixed set of
+passages and queries) and returns a spec that runs the copy. It refuses a
+copy that disagrees, and never uses it.
+
+The copy lives in ``<models_dir>/<name>/model.<mode>.onnx`` with a JSON
+manifest beside it (source and copy sha256, onnxruntime version, measured
+agreement). It is reused only while the source and the copy still hash to
+the manifest's values; otherwise it is rebuilt. Several processes (embedder
+replicas at first start) may call this at once: a file lock serialises them,
+and files are written to a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from models.resolve import (
+    ChecksumMismatchError,
+    default_models_dir,
+    get_spec,
+    resolve_onnx,
+    sha256_file,
+    verify_sha256,
+)
+from models.spec import FileRef, ModelSpec, ModelSpecError
+
+log = logging.getLogger(__name__)
+
+#: Mean cosine the copy must reach against the shipped graph on the fixed set.
+MIN_MEAN_COSINE = 0.99
+MANIFEST_FORMAT = 1
+
+
+class RequantizeError(ModelSpecError):
+    """The re-quantised copy could not be built or disagrees with its source: not used."""
+
+
+@dataclass(frozen=True)
+class QuantizedCopy:
+    """A verified copy: its file, sha256 and manifest; ``built`` if this call made it."""
+
+    path: Path
+    sha256: str
+    manifest: dict[str, Any]
+    built: bool = False
+
+
+def prepare_model(
+    name_or_dir: str | os.PathLike[str] | ModelSpec, models_dir: Path | None = None
+) -> ModelSpec:
+    """The spec to run: for a spec with ``requantize``, one whose CPU graph is the verified copy.
+
+    Idempotent and cheap once the copy exists (a hash check under a lock).
+    Other specs come back unchanged. The returned spec keeps the name (same
+    vector table); its GPU candidates stay the shipped files.
+    Raises :class:`RequantizeError` when the copy disagrees with the source.
+    """
+    spec = (
+        name_or_dir
+        if isinstance(name_or_dir, ModelSpec)
+        else get_spec(name_or_dir, models_dir=models_dir)
+    )
+    if spec.requantize is None:
+        return spec
+    copy = ensure_quantized_copy(spec, models_dir)
+    return dataclasses.replace(
+        spec,
+        onnx=(FileRef(str(copy.path), sha256=copy.sha256),),
+        onnx_gpu=spec.onnx_gpu + spec.onnx,
+        requantize=None,
+    )
+
+
+def ensure_quantized_copy(spec: ModelSpec, models_dir: Path | None = None) -> QuantizedCopy:
+    """Find the spec's verified copy in the models cache, or build it."""
+    mode = spec.requantize
+    if mode is None:
+        raise RequantizeError(f"{spec.name} asks for no re-quantisation")
+    cache = Path(models_dir) if models_dir is not None else default_models_dir()
+    source = resolve_onnx(spec, gpu=False, models_dir=cache)  # sha256-checked
+    source_sha = _file_sha256(source)
+    directory = cache / spec.name
+    directory.mkdir(parents=True, exist_ok=True)
+    copy = directory / f"model.{mode}.onnx"
+    manifest_path = directory / f"model.{mode}.json"
+    with _file_lock(directory / f".model.{mode}.lock"):
+        found = _reusable(copy, manifest_path, source_sha, mode)
+        if found is not None:
+            return found
+        return _build(spec, source, source_sha, copy, manifest_path)
+
+
+def _reusable(copy: Path, manifest_path: Path, source_sha: str, mode: str) -> QuantizedCopy | None:
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not (
+        isinstance(manifest, dict)
+        and manifest.get("format") == MANIFEST_FORMAT
+        and manifest.get("mode") == mode
+        and manifest.get("source_sha256") == source_sha
+        and float(manifest.get("mean_cosine") or 0.0) >= MIN_MEAN_COSINE
+        and isinstance(manifest.get("sha256"), str)
+        and copy.is_file()
+    ):
+        return None
+    try:
+        verify_sha256(copy, manifest["sha256"])
+    except ChecksumMismatchError as exc:
+        log.warning("re-quantised copy is damaged, rebuilding it: %s", exc)
+        return None
+    return QuantizedCopy(copy, manifest["sha256"], manifest)
+
+
+def _build(
+    spec: ModelSpec, source: Path, source_sha: str, copy: Path, manifest_path: Path
+) -> QuantizedCopy:
+    import onnxruntime as ort
+
+    from models.agreement import CHECK_QUERIES, CHECK_SENTENCES, compare
+    from models.quantize import fold_constants, quantize_int8
+
+    mode = spec.requantize
+    started = time.perf_counter()
+    log.info("re-quantising %s (%s) from %s into %s", spec.name, mode, source, copy)
+    with tempfile.TemporaryDirectory(prefix=f".{copy.stem}.", dir=copy.parent) as tmp:
+        folded, candidate = Path(tmp) / "folded.onnx", Path(tmp) / "model.onnx"
+        try:
+            fold_constants(source, folded)
+            quantize_int8(folded, candidate, per_channel=mode == "per_channel")
+            mean, low = compare(spec, source, candidate)
+        except Exception as exc:
+            raise RequantizeError(
+                f"cannot re-quantise {spec.name} from {source}: {type(exc).__name__}: {exc}"
+            ) from exc
+        texts = len(CHECK_SENTENCES) + len(CHECK_QUERIES)
+        if mean < MIN_MEAN_COSINE:
+            raise RequantizeError(
+                f"the {mode} int8 copy of {spec.name} disagrees with the shipped graph "
+                f"{source}: mean cosine {mean:.4f} (min {low:.4f}) on {texts} fixed passages "
+                f"and queries, below the required {MIN_MEAN_COSINE}. Its vectors would not "
+                "match those of the shipped model, so it is not used (onnxruntime "
+                f"{ort.__version__}); run the shipped graph by clearing the spec's requantize"
+            )
+        sha = sha256_file(candidate)
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "model": spec.name,
+            "mode": mode,
+            "source": str(source),
+            "source_sha256": source_sha,
+            "sha256": sha,
+            "onnxruntime": ort.__version__,
+            "mean_cosine": round(mean, 6),
+            "min_cosine": round(low, 6),
+            "min_mean_cosine": MIN_MEAN_COSINE,
+            "texts": texts,
+            "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "build_s": round(time.perf_counter() - started, 2),
+        }
+        staged_manifest = Path(tmp) / "manifest.json"
+        staged_manifest.write_text(json.dumps(manifest, indent=2) + "\n")
+        # The copy first: a manifest never names a copy that is not in place.
+        os.replace(candidate, copy)
+        os.replace(staged_manifest, manifest_path)
+    log.info(
+        "re-quantised %s in %.1fs: mean cosine %.4f (min %.4f) to the shipped graph",
+        spec.name,
+        manifest["build_s"],
+        mean,
+        low,
+    )
+    return QuantizedCopy(copy, sha, manifest, built=True)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created if missing), across processes."""
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+_hashes: dict[tuple[str, int, int], str] = {}
+_hashes_lock = threading.Lock()
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) in this process."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    with _hashes_lock:
+        known = _hashes.get(key)
+    if known is None:
+        known = sha256_file(path)
+        with _hashes_lock:
+            _hashes[key] = known
+    return known
