@@ -1,7 +1,8 @@
-"""Builds the Serve application graph: Ingress -> (Embedder, Retriever).
+"""Builds the Serve application graph: Ingress -> (Embedder, Retriever, Extractor).
 
-``app`` is the import path used by Serve config files; the launcher calls
-``build_app`` with the per-deployment options read from the same file.
+``app`` is the import path used by Serve config files (`serve run`/`serve deploy`:
+start-up work runs here, once); the launcher runs the same bootstrap itself and
+calls ``build_app`` with the per-deployment options read from the same file.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 
 import yaml
 from ray.serve import Application
+
+from serve_app.bootstrap import ModelFacts, bootstrap
 
 DEFAULT_CONFIG = Path(__file__).with_name("serve_config.yaml")
 _DEPLOYMENT_KEYS = {
@@ -43,7 +46,8 @@ def deployment_options(config: dict[str, Any], app_name: str = "memserve") -> di
     return {}
 
 
-def build_app(options: dict[str, dict] | None = None) -> Application:
+def build_app(model: ModelFacts, options: dict[str, dict] | None = None) -> Application:
+    """The deployment graph; ``model`` comes from :func:`serve_app.bootstrap.bootstrap`."""
     from deployments.embedder import Embedder
     from deployments.extractor import Extractor
     from deployments.ingress import Ingress
@@ -55,24 +59,18 @@ def build_app(options: dict[str, dict] | None = None) -> Application:
         return deployment.options(**options.get(deployment.name, {}))
 
     embedder = opts(Embedder).bind()
-    extractor = opts(Extractor).bind(embedder)  # issue 5: LLM extraction, off the chat path
-    return opts(Ingress).bind(embedder, opts(Retriever).bind(), extractor)
+    extractor = opts(Extractor).bind(model, embedder)  # LLM extraction, off the chat path
+    return opts(Ingress).bind(model, embedder, opts(Retriever).bind(model), extractor)
 
 
-def prepare_database() -> str:
-    """Without the launcher (`serve run`/`serve deploy`): find or start the database,
-    migrate it and make sure the default tenant has a service key (printed once if
-    generated), before any replica starts. Returns the DSN."""
-    from serve_app.db.migrations import migrate
+def prepare() -> ModelFacts:
+    """Without the launcher (`serve run`/`serve deploy`): find or start the database and
+    run the start-up work once, before any replica starts."""
     from serve_app.db.resolve import resolve_dsn
-    from serve_app.launcher import _ensure_bootstrap_key
     from serve_app.settings import get_settings
 
     settings = get_settings()
-    dsn = resolve_dsn(settings)
-    migrate(dsn)
-    _ensure_bootstrap_key(dsn, settings)
-    return dsn
+    return bootstrap(settings, resolve_dsn(settings)).model
 
 
 def app_builder(args: dict[str, Any] | None = None) -> Application:
@@ -81,15 +79,14 @@ def app_builder(args: dict[str, Any] | None = None) -> Application:
     With an import path (not a config file) Serve applies no per-deployment
     options, so they are read from ``config`` (default: the packaged file).
     """
-    prepare_database()
+    model = prepare()
     path = (args or {}).get("config")
-    return build_app(deployment_options(load_config(Path(path) if path else None)))
+    return build_app(model, deployment_options(load_config(Path(path) if path else None)))
 
 
 def __getattr__(name: str) -> Any:
     # `app` is built on first access so importing this module stays cheap; the
     # Serve config's import_path points here and overrides the options itself.
     if name == "app":
-        prepare_database()
-        return build_app()
+        return build_app(prepare())
     raise AttributeError(name)

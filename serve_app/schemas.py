@@ -37,7 +37,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, str_strip_whitespace=False)
 
 
-def _check_content(value: str | None) -> str | None:
+def check_content(value: str | None) -> str | None:
     if value is None:
         return None
     if not value.strip():
@@ -108,7 +108,7 @@ class MemoryFields(StrictModel):
     infer: bool = False
     scope: Scope | None = None
 
-    _content = field_validator("content")(_check_content)
+    _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)
     _metadata = field_validator("metadata")(_check_metadata)
     _importance = field_validator("importance")(_check_importance)
@@ -134,7 +134,7 @@ class MemoryPatch(StrictModel):
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     type: MemoryType | None = None
 
-    _content = field_validator("content")(_check_content)
+    _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)
     _metadata = field_validator("metadata")(_check_metadata)
     _importance = field_validator("importance")(_check_importance)
@@ -160,7 +160,7 @@ class SearchRequest(StrictModel):
     session_id: Identifier | None = None
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
 
-    _query = field_validator("query")(_check_content)
+    _query = field_validator("query")(check_content)
     _tags = field_validator("tags")(_check_tags)
 
     _top_k = field_validator("top_k")(at_most("max_top_k", "top_k must be at most {limit}"))
@@ -253,7 +253,7 @@ class ContextRequest(StrictModel):
     token_budget: int | None = Field(default=None, ge=1)
     top_k: int | None = Field(default=None, ge=1)
 
-    _query = field_validator("query")(_check_content)
+    _query = field_validator("query")(check_content)
 
     _history = field_validator("history")(
         at_most("max_history_items", "at most {limit} history messages", size=True)

@@ -1,4 +1,4 @@
-"""The HTTP API (FastAPI). Routers read their collaborators from ``serve_app.api.state``."""
+"""The HTTP API (FastAPI). Routes get their services through ``Depends`` (``api.deps``)."""
 
 from serve_app.api.app import create_app
 

@@ -1,8 +1,9 @@
 """/v1/admin/keys: create, list and revoke API keys of the admin key's own tenant.
 
 The secret is returned once, at creation; it is stored only as a SHA-256 hash
-and never listed or logged. Revocation takes effect on the next request: the
-auth lookup reads the database on every request (no key cache to invalidate).
+and never listed or logged. Revocation takes effect on the next request: each
+Ingress replica caches authenticated keys, and a NOTIFY from the revoking
+transaction evicts the key from every replica's cache.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Response
 
-from serve_app.api.deps import principal
-from serve_app.api.state import current
+from serve_app.api.deps import Caller, Svc
 from serve_app.auth import Principal
 from serve_app.errors import ApiError
 from serve_app.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyList
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
-async def admin(caller: Annotated[Principal, Depends(principal)]) -> Principal:
+async def admin(caller: Caller) -> Principal:
     if caller.role != "admin":
         raise ApiError(403, "forbidden", "an admin key is required")
     return caller
@@ -33,14 +33,14 @@ Admin = Annotated[Principal, Depends(admin)]
 
 
 @router.post("/keys", status_code=201, response_model=ApiKeyCreated)
-async def create_key(body: ApiKeyCreate, caller: Admin):
+async def create_key(body: ApiKeyCreate, caller: Admin, services: Svc):
     if body.role == "user" and body.user_id is None:
         raise ApiError(422, "invalid_request", "a user key needs user_id")
     if body.role == "service" and body.user_id is not None:
         raise ApiError(422, "invalid_request", "a service key acts for any user; omit user_id")
     if body.user_id is not None and body.user_id.startswith("@"):
         raise ApiError(422, "invalid_request", "user_id must not start with '@'")
-    key, row = await current().keys.create(
+    key, row = await services.keys.create(
         caller.tenant_id,
         body.role,
         user_id=body.user_id,
@@ -59,21 +59,21 @@ async def create_key(body: ApiKeyCreate, caller: Admin):
 
 
 @router.get("/keys", response_model=ApiKeyList)
-async def list_keys(caller: Admin):
-    return {"keys": await current().keys.list(caller.tenant_id)}
+async def list_keys(caller: Admin, services: Svc):
+    return {"keys": await services.keys.list(caller.tenant_id)}
 
 
 @router.get("/keys/{key_id}", response_model=ApiKeyInfo)
-async def get_key(key_id: UUID, caller: Admin):
-    for row in await current().keys.list(caller.tenant_id):
+async def get_key(key_id: UUID, caller: Admin, services: Svc):
+    for row in await services.keys.list(caller.tenant_id):
         if row["id"] == key_id:
             return row
     raise ApiError(404, "not_found", "key not found")
 
 
 @router.delete("/keys/{key_id}", status_code=204)
-async def revoke_key(key_id: UUID, caller: Admin):
-    if not await current().keys.revoke(caller.tenant_id, key_id):
+async def revoke_key(key_id: UUID, caller: Admin, services: Svc):
+    if not await services.keys.revoke(caller.tenant_id, key_id):
         raise ApiError(404, "not_found", "key not found or already revoked")
     log.info("key %s revoked in tenant %s by %s", key_id, caller.tenant_id, caller.key_id)
     return Response(status_code=204)

@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from serve_app import __version__
 from serve_app.api import admin, chat, context, facts, health, memories, search, sessions
 from serve_app.api.limits import BodySizeLimit
+from serve_app.composition import Services
 from serve_app.errors import install_handlers
 from serve_app.metrics import RequestMetrics
 from serve_app.schemas import ErrorResponse
@@ -27,22 +28,21 @@ ERROR_RESPONSES: dict[int | str, dict] = {
         (503, "A dependency is unavailable; retry later"),
     )
 }
+ROUTERS = (health, memories, search, context, chat, admin, sessions, facts)
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
+    """The HTTP app over ``services`` (None: routes answer 503 until they are set)."""
     app = FastAPI(
         title="memserve",
         version=__version__,
         description="Memory layer for LLM chat platforms. Auth: `Authorization: Bearer <key>`.",
         responses=ERROR_RESPONSES,
     )
+    app.state.services = services
     install_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)  # outermost: latency per route, 413s included
-    for module in (health, memories, search):
-        app.include_router(module.router)
-    for module in (context, chat, admin):  # issue 6
-        app.include_router(module.router)
-    for module in (sessions, facts):  # issue 5
+    for module in ROUTERS:
         app.include_router(module.router)
     return app

@@ -1,19 +1,33 @@
-"""Request-scoped dependencies: the authenticated principal and the app's services."""
+"""Request-scoped dependencies: the replica's services and the authenticated caller.
+
+The services object is built once per replica by the composition root
+(``serve_app.composition``) and set on ``app.state`` by the app factory; routes
+ask for it, or for one service, with ``Depends``.
+"""
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Annotated
 
-from serve_app import ratelimit
-from serve_app.api.state import current
-from serve_app.auth import Principal, bearer_token
+from fastapi import Depends, Request
+
+from serve_app.auth import Principal
+from serve_app.composition import Services
 from serve_app.errors import ApiError
 
 
-async def principal(request: Request) -> Principal:
-    token = bearer_token(request.headers.get("authorization"))
-    row = await current().keys.lookup(token)
-    if row is None:
-        raise ApiError(401, "unauthorized", "invalid or revoked API key")
-    ratelimit.check(str(row["id"]), row.get("rate_limit_per_s"))
-    return Principal(str(row["id"]), row["tenant_id"], row["role"], row["user_id"])
+def get_services(request: Request) -> Services:
+    services = getattr(request.app.state, "services", None)
+    if services is None:
+        raise ApiError(503, "unavailable", "the service is starting up")
+    return services
+
+
+Svc = Annotated[Services, Depends(get_services)]
+
+
+async def principal(request: Request, services: Svc) -> Principal:
+    return await services.auth.principal(request.headers.get("authorization"))
+
+
+Caller = Annotated[Principal, Depends(principal)]

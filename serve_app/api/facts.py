@@ -6,17 +6,14 @@ from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from serve_app.api.deps import principal
-from serve_app.api.state import current
-from serve_app.auth import Principal, resolve_owner
-from serve_app.extraction.facts import FactStore
+from serve_app.api.deps import Caller, Svc
+from serve_app.auth import resolve_owner
 from serve_app.schemas import Identifier
 
 router = APIRouter(prefix="/v1/facts", tags=["facts"])
-Caller = Annotated[Principal, Depends(principal)]
 
 
 class Fact(BaseModel):
@@ -41,13 +38,12 @@ class FactList(BaseModel):
 @router.get("", response_model=FactList)
 async def list_facts(
     caller: Caller,
+    services: Svc,
     user_id: Annotated[Identifier | None, Query(description="required with a service key")] = None,
     include_inactive: bool = False,
     category: Annotated[str | None, Query(max_length=32)] = None,
 ):
     """Active facts; ``include_inactive=true`` adds replaced values (oldest first per key)."""
     owner = resolve_owner(caller, user_id)
-    rows = await FactStore(current().pool).list(owner, include_inactive=include_inactive)
-    if category is not None:
-        rows = [r for r in rows if r["category"] == category]
+    rows = await services.facts.list(owner, include_inactive=include_inactive, category=category)
     return {"facts": rows}

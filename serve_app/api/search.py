@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter
 
-from fastapi import APIRouter, Depends, Request
-
-from serve_app.api.deps import principal
-from serve_app.api.state import current
-from serve_app.auth import Principal, resolve_owner
+from serve_app.api.deps import Caller, Svc
+from serve_app.auth import resolve_owner
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import SearchRequest, SearchResponse
 
@@ -35,9 +32,7 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
 
 
 @router.post("/search", response_model=SearchResponse)
-async def search(
-    body: SearchRequest, request: Request, caller: Annotated[Principal, Depends(principal)]
-):
+async def search(body: SearchRequest, caller: Caller, services: Svc):
     owner = resolve_owner(caller, body.user_id)
-    q = to_query(body, owner.tenant_id, owner.user_id, current().settings.default_top_k)
-    return {"results": await current().service.search(q)}
+    q = to_query(body, owner.tenant_id, owner.user_id, services.settings.default_top_k)
+    return {"results": await services.memories.search(q)}

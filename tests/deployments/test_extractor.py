@@ -7,18 +7,22 @@ import time
 
 import pytest
 
+from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
 from serve_app.extraction.turns import SessionKey, TurnStore
 from serve_app.settings import Settings
+from serve_app.store.vectors import ensure_table
 from tests.conftest import scratch_database
 from tests.fakes.llm_server import FakeLLM, extraction, fact, memory
 
 APP = "extractor-test"
+MODEL = ModelFacts("all-minilm-l6-v2-int8", 384, "all_minilm_l6_v2_int8")
 
 
 @pytest.fixture(scope="module")
 def db(pg_admin_dsn):
     with scratch_database(pg_admin_dsn, "t_ext") as dsn:
+        ensure_table(dsn, MODEL.table_slug, MODEL.dim)  # start-up work: the bootstrap's
         yield dsn
 
 
@@ -51,7 +55,7 @@ def extractor(ray_session, db, llm):
     embedder = Embedder.options(name="EmbedderForExtractor", ray_actor_options=opts).bind(
         device="cpu"
     )
-    app = Extractor.options(name="ExtractorUnderTest", ray_actor_options=opts).bind(embedder)
+    app = Extractor.options(name="ExtractorUnderTest", ray_actor_options=opts).bind(MODEL, embedder)
     handle = serve.run(app, name=APP, route_prefix=None)
     yield handle
     serve.delete(APP)

@@ -11,6 +11,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
@@ -45,7 +46,7 @@ def retriever(ray_session, db):
         name="RetrieverUnderTest",
         num_replicas=2,
         ray_actor_options={"num_cpus": 0.1, "runtime_env": {"env_vars": env}},
-    ).bind()
+    ).bind(ModelFacts("all-minilm-l6-v2-int8", DIM, SLUG))
     handle = serve.run(app, name=APP, route_prefix=None)
     yield handle
     serve.delete(APP)

@@ -1,0 +1,76 @@
+"""Start-up work, run once per application start before any replica serves.
+
+`make run` (the launcher) and `serve run`/`serve deploy` (the app builder in
+``serve_app.application``) both call :func:`bootstrap`: schema migrations, the
+embedding model's facts (prepared once here, so replicas never race to build
+it), its vector table, and the configured keys of the default tenant. Replicas
+receive the resulting :class:`ModelFacts` as constructor arguments and do no
+start-up work of their own beyond opening their pools.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from models import ModelSpec, get_spec
+from serve_app.db.migrations import migrate
+from serve_app.settings import Settings
+from serve_app.store.keys import generate_key, has_key, seed_key
+from serve_app.store.vectors import ensure_table
+
+log = logging.getLogger("memserve")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What every deployment must agree on about the embedding model."""
+
+    name: str
+    dim: int
+    table_slug: str
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> ModelFacts:
+        return cls(name=spec.name, dim=spec.dim, table_slug=spec.table_slug)
+
+
+@dataclass(frozen=True)
+class Bootstrapped:
+    dsn: str
+    model: ModelFacts
+    generated_key: str | None = None  # the default tenant's new service key, shown once
+
+
+def prepare_model(settings: Settings) -> ModelSpec:
+    """The embedding model's spec, with any derived files (e.g. an int8 copy) built now."""
+    return get_spec(settings.embed_model, settings.models_dir)
+
+
+def ensure_keys(dsn: str, settings: Settings) -> str | None:
+    """Seed the configured bootstrap/admin keys; mint a service key if the tenant has none."""
+    generated = None
+    if settings.bootstrap_key:
+        seed_key(dsn, settings.default_tenant, "service", settings.bootstrap_key, "bootstrap")
+    elif not has_key(dsn, settings.default_tenant, "service"):
+        generated = generate_key()
+        seed_key(dsn, settings.default_tenant, "service", generated, "bootstrap")
+    if settings.admin_key:
+        seed_key(dsn, settings.default_tenant, "admin", settings.admin_key, "admin")
+    return generated
+
+
+def bootstrap(settings: Settings, dsn: str) -> Bootstrapped:
+    applied = migrate(dsn)
+    if applied:
+        log.info("applied migrations %s", applied)
+    model = ModelFacts.of(prepare_model(settings))
+    ensure_table(dsn, model.table_slug, model.dim)
+    generated = ensure_keys(dsn, settings)
+    if generated:
+        print(
+            f"\n  Generated the service key of tenant '{settings.default_tenant}' (shown once):\n"
+            f"    {generated}\n  Set MEMSERVE_BOOTSTRAP_KEY to choose your own.\n",
+            flush=True,
+        )
+    return Bootstrapped(dsn=dsn, model=model, generated_key=generated)

@@ -1,0 +1,161 @@
+"""The composition root of an Ingress replica: every service built once, closed once.
+
+``build_services`` opens what the replica needs (database pool, key-revocation
+listener, pool metrics) and wires the plain-Python services together; routes get
+them through FastAPI ``Depends`` (``serve_app.api.deps``). Everything that talks
+to other deployments arrives as a :class:`Backends` of plain callables, so the
+same root serves the Ray Ingress and in-process tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from psycopg_pool import AsyncConnectionPool
+
+from serve_app.bootstrap import ModelFacts
+from serve_app.context import ContextBuilder
+from serve_app.context.facts import FactsReader
+from serve_app.db.listener import NotifyListener
+from serve_app.db.pool import open_pool
+from serve_app.extraction.facts import FactStore
+from serve_app.extraction.trigger import ExtractionTrigger, Submit
+from serve_app.extraction.turns import TurnStore
+from serve_app.metrics import start_pool_metrics
+from serve_app.ratelimit import RateLimiter
+from serve_app.services.auth import Authenticator
+from serve_app.services.chat import ChatService, Upstream
+from serve_app.services.context import ContextDefaults, ContextService
+from serve_app.services.facts import FactService
+from serve_app.services.health import HealthService, Probe
+from serve_app.services.memories import Embed, MemoryService, Search
+from serve_app.services.sessions import SessionService
+from serve_app.settings import Settings
+from serve_app.store import MemoryStore
+from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
+from serve_app.store.keys import KeyStore
+
+log = logging.getLogger(__name__)
+Closer = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Backends:
+    """The other deployments, as plain callables (Ray handles in the Ingress)."""
+
+    embed: Embed
+    search: Search
+    submit_extraction: Submit | None = None
+    probes: Mapping[str, Probe] = field(default_factory=dict)
+
+
+@dataclass
+class Services:
+    """Everything a route may ask for; built by :func:`build_services`."""
+
+    settings: Settings
+    model: ModelFacts
+    auth: Authenticator
+    keys: KeyStore
+    memories: MemoryService
+    sessions: SessionService
+    facts: FactService
+    context: ContextService
+    chat: ChatService
+    health: HealthService
+    _closers: list[Closer] = field(default_factory=list, repr=False)
+
+    async def aclose(self) -> None:
+        """Close what the root opened, newest first; one failure does not stop the rest."""
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                await closer()
+            except Exception:
+                log.warning("closing a service resource failed", exc_info=True)
+
+
+async def build_services(
+    settings: Settings,
+    model: ModelFacts,
+    dsn: str,
+    backends: Backends,
+    *,
+    component: str = "ingress",
+) -> Services:
+    closers: list[Closer] = []
+    pool: AsyncConnectionPool = await open_pool(dsn, settings)
+    closers.append(pool.close)
+    try:
+        pool_metrics = start_pool_metrics(pool, component, settings.pool_metrics_interval_s)
+        closers.append(pool_metrics.stop)
+
+        key_cache = KeyCache(settings.auth_cache_ttl_s, settings.auth_cache_max_keys)
+        key_listener = NotifyListener(dsn, KEYS_CHANNEL, key_cache.drop, on_connect=key_cache.clear)
+        key_cache.trusted = key_listener.connected.is_set
+        key_listener.start()
+        closers.append(key_listener.stop)
+        keys = KeyStore(pool, key_cache)
+        limiter = RateLimiter(
+            settings.rate_limit_per_s,
+            settings.rate_limit_burst,
+            max_keys=settings.rate_limit_max_keys,
+        )
+
+        memories = MemoryService(
+            MemoryStore(pool, model.table_slug),
+            backends.embed,
+            backends.search,
+            session_ttl_s=settings.session_ttl_s,
+        )
+        trigger = ExtractionTrigger(
+            backends.submit_extraction,
+            enabled=bool(settings.llm_base_url),
+            every_n=settings.extract_every_n_turns,
+        )
+        sessions = SessionService(
+            TurnStore(pool), trigger, turn_ttl_hours=settings.session_turn_ttl_hours
+        )
+        context = ContextService(
+            ContextBuilder(memories.embed, memories.search_vector, FactsReader(pool).active),
+            ContextDefaults(
+                token_budget=settings.context_token_budget,
+                top_k=settings.context_top_k,
+                threshold=settings.context_threshold,
+                max_facts=settings.context_max_facts,
+            ),
+        )
+        chat = ChatService(
+            Upstream(
+                base_url=settings.llm_base_url,
+                model=settings.llm_model,
+                api_key=settings.llm_api_key,
+                timeout_s=settings.chat_timeout_s,
+                max_content_chars=settings.max_content_chars,
+                max_history_items=settings.max_history_items,
+            ),
+            context,
+            sessions,
+        )
+        closers.append(chat.aclose)
+        return Services(
+            settings=settings,
+            model=model,
+            auth=Authenticator(keys, limiter),
+            keys=keys,
+            memories=memories,
+            sessions=sessions,
+            facts=FactService(FactStore(pool)),
+            context=context,
+            chat=chat,
+            health=HealthService(pool, backends.probes),
+            _closers=closers,
+        )
+    except BaseException:
+        for closer in reversed(closers):
+            with contextlib.suppress(Exception):
+                await closer()
+        raise

@@ -1,0 +1,235 @@
+"""The OpenAI-compatible chat proxy's work: inject memory, call the upstream, record the turn.
+
+The user's context block goes in as a system message (wrapped by the context
+formatter so extraction never re-extracts it); after the answer, the user's last
+message and the answer are recorded as session turns in the background. Streaming
+(SSE) is passed through as it comes. The upstream HTTP client is opened once per
+replica and closed with the services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from serve_app.errors import ApiError
+from serve_app.services.context import ContextService
+from serve_app.services.sessions import SessionService
+from serve_app.store import Owner
+
+log = logging.getLogger(__name__)
+DEFAULT_SESSION = "chat"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    base_url: str | None
+    model: str
+    api_key: str | None
+    timeout_s: float
+    max_content_chars: int
+    max_history_items: int
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """One proxied request: who, where the turns go, and the OpenAI payload to forward."""
+
+    owner: Owner
+    session_id: str | None
+    agent_id: str | None
+    payload: dict[str, Any]
+    query: str
+    history: list[tuple[str, str]]
+    stream: bool
+
+
+def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
+    """The context as a system message right after the caller's leading system messages."""
+    if not block:
+        return messages
+    i = 0
+    while i < len(messages) and messages[i].get("role") in ("system", "developer"):
+        i += 1
+    return [*messages[:i], {"role": "system", "content": block}, *messages[i:]]
+
+
+def upstream_error(status: int, body: bytes) -> JSONResponse:
+    try:
+        message = json.loads(body)["error"]["message"]
+    except Exception:
+        message = body[:200].decode(errors="replace")
+    if 400 <= status < 500 and status not in (401, 403):
+        return JSONResponse(
+            {"error": {"code": "upstream_rejected", "message": str(message)}}, status_code=status
+        )
+    return JSONResponse(
+        {"error": {"code": "upstream_error", "message": f"upstream LLM answered {status}"}},
+        status_code=502,
+    )
+
+
+class ChatService:
+    def __init__(
+        self, upstream: Upstream, context: ContextService, sessions: SessionService
+    ) -> None:
+        self.upstream = upstream
+        self.context = context
+        self.sessions = sessions
+        self._http: httpx.AsyncClient | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            timeout = httpx.Timeout(self.upstream.timeout_s, connect=5.0)
+            self._http = httpx.AsyncClient(timeout=timeout)
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._background:
+            await asyncio.wait(self._background, timeout=5.0)
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def _context_block(self, call: ChatCall) -> tuple[str, int]:
+        if not call.query.strip():
+            return "", 0
+        u = self.upstream
+        try:
+            result = await self.context.build(
+                call.owner,
+                call.query[: u.max_content_chars],
+                session_id=call.session_id,
+                agent_id=call.agent_id,
+                history=call.history[-u.max_history_items :],
+            )
+        except ApiError:
+            raise
+        except Exception:  # memory is an enhancement: answer without it rather than fail
+            log.warning("context for the chat proxy failed; answering without it", exc_info=True)
+            return "", 0
+        return result.context, len(result.memories)
+
+    def _record_later(self, call: ChatCall, answer: str) -> None:
+        turn = [("user", call.query), ("assistant", answer)]
+        if not all(content.strip() for _, content in turn):
+            return
+        limit = self.upstream.max_content_chars
+        turn = [(role, content[:limit]) for role, content in turn]
+        session = call.session_id or DEFAULT_SESSION
+
+        async def run() -> None:
+            try:
+                await self.sessions.record(call.owner, session, call.agent_id, turn)
+            except Exception:  # never surfaces in the chat path; the answer is already sent
+                log.warning("recording a chat turn failed", exc_info=True)
+
+        task = asyncio.create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def complete(self, call: ChatCall) -> JSONResponse | StreamingResponse:
+        u = self.upstream
+        if not u.base_url:
+            raise ApiError(
+                503, "unavailable", "no upstream LLM is configured (MEMSERVE_LLM_BASE_URL)"
+            )
+        block, n_memories = await self._context_block(call)
+        payload = dict(call.payload)
+        payload["messages"] = inject(payload["messages"], block)
+        payload["model"] = payload.get("model") or u.model
+        url = u.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Content-Type": "application/json"}
+        if u.api_key:
+            headers["Authorization"] = f"Bearer {u.api_key}"
+        extra = {"X-Memserve-Context-Memories": str(n_memories)}
+
+        def record(answer: str) -> None:
+            self._record_later(call, answer)
+
+        try:
+            if not call.stream:
+                r = await self.http.post(url, json=payload, headers=headers)
+                if r.status_code != 200:
+                    return upstream_error(r.status_code, r.content)
+                answer = r.json()
+                try:
+                    record(answer["choices"][0]["message"].get("content") or "")
+                except (KeyError, IndexError, TypeError, AttributeError):
+                    log.warning("upstream answer without choices[0].message")
+                return JSONResponse(answer, headers=extra)
+            request = self.http.build_request("POST", url, json=payload, headers=headers)
+            upstream = await self.http.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise ApiError(
+                504, "upstream_timeout", "the upstream LLM did not answer in time"
+            ) from exc
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ApiError(
+                502, "upstream_error", f"upstream LLM failed: {type(exc).__name__}"
+            ) from exc
+        if upstream.status_code != 200:
+            content = await upstream.aread()
+            await upstream.aclose()
+            return upstream_error(upstream.status_code, content)
+        if upstream.headers.get("content-type", "").startswith("application/json"):
+            # An upstream that ignores `stream`: answer as one SSE chunk so clients still stream.
+            answer = json.loads(await upstream.aread())
+            await upstream.aclose()
+            return StreamingResponse(
+                _as_sse(answer, record), media_type="text/event-stream", headers=extra
+            )
+        return StreamingResponse(
+            _relay(upstream, record), media_type="text/event-stream", headers=extra
+        )
+
+
+async def _as_sse(answer: dict[str, Any], record: Callable[[str], None]) -> AsyncIterator[bytes]:
+    """A complete chat.completion as chat.completion.chunk events."""
+    try:
+        content = answer["choices"][0]["message"].get("content") or ""
+    except (KeyError, IndexError, TypeError, AttributeError):
+        content = ""
+    base = {k: answer.get(k) for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    first = {"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}
+    last = {"index": 0, "delta": {}, "finish_reason": "stop"}
+    for choice in (first, last):
+        yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+    record(content)
+
+
+async def _relay(upstream: httpx.Response, record: Callable[[str], None]) -> AsyncIterator[bytes]:
+    """Pass SSE lines through as they arrive, collecting the answer's text deltas."""
+    parts: list[str] = []
+    done = False
+    try:
+        async for line in upstream.aiter_lines():
+            yield (line + "\n").encode()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                continue
+            try:
+                delta = json.loads(data)["choices"][0].get("delta") or {}
+                parts.append(delta.get("content") or "")
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                continue
+    except httpx.HTTPError:
+        log.warning("upstream stream broke off", exc_info=True)
+    finally:
+        await upstream.aclose()
+    if done or parts:
+        record("".join(parts))

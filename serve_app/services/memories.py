@@ -1,0 +1,156 @@
+"""Memory use cases (create, read, list, update, delete, search), independent of HTTP and Ray.
+
+Embedding and search arrive as callables (``Embed``/``Search``): in the Ingress
+they are Ray handle calls, in unit tests in-process objects.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import numpy as np
+
+from serve_app.auth import Principal, resolve_owner
+from serve_app.errors import ApiError
+from serve_app.retrieval.query import SearchQuery
+from serve_app.schemas import MemoryFields
+from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store.memories import InvalidCursor
+
+SHARED_SCOPES = ("agent", "org")
+SHARED_WRITERS = ("service", "admin")
+
+
+class Embed(Protocol):
+    async def __call__(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray: ...
+
+
+class Search(Protocol):
+    async def __call__(self, q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]: ...
+
+
+def write_owner(caller: Principal, user_id: str | None, items: Sequence[NewMemory]) -> Owner:
+    """Only shared items: the tenant (no user needed); otherwise the named/bound user."""
+    if all(i.scope in SHARED_SCOPES for i in items):
+        return Owner(caller.tenant_id, None)
+    return resolve_owner(caller, user_id)
+
+
+def read_owner(caller: Principal, user_id: str | None) -> Owner:
+    """By-id routes: a service key naming no user acts on the tenant's shared memories."""
+    if user_id is None and caller.role in SHARED_WRITERS:
+        return Owner(caller.tenant_id, None)
+    return resolve_owner(caller, user_id)
+
+
+class MemoryService:
+    def __init__(
+        self, store: MemoryStore, embed: Embed, search: Search, *, session_ttl_s: float
+    ) -> None:
+        self.store = store
+        self.embed = embed
+        self._search = search
+        self.session_ttl_s = session_ttl_s
+
+    def new_memory(self, f: MemoryFields, caller: Principal | None = None) -> NewMemory:
+        """Validate the scope: agent/org memories are shared knowledge, written by service keys."""
+        scope = f.scope or ("session" if f.session_id else "user")
+        if scope in SHARED_SCOPES and (caller is None or caller.role not in SHARED_WRITERS):
+            raise ApiError(
+                403, "forbidden", "agent and org memories are written by service keys only"
+            )
+        if scope == "agent" and not f.agent_id:
+            raise ApiError(422, "invalid_request", "an agent memory needs agent_id")
+        if scope == "session" and not f.session_id:
+            raise ApiError(422, "invalid_request", "a session memory needs session_id")
+        expires_at = None
+        if scope == "session" and self.session_ttl_s > 0:
+            expires_at = datetime.now(UTC) + timedelta(seconds=self.session_ttl_s)
+        return NewMemory(
+            content=f.content,
+            type=f.type.value,
+            scope=scope,
+            agent_id=f.agent_id,
+            session_id=f.session_id,
+            tags=f.tags or [],
+            metadata=f.metadata or {},
+            importance=0.5 if f.importance is None else f.importance,
+            expires_at=expires_at,
+        )
+
+    async def add(
+        self, owner: Owner, items: Sequence[NewMemory], actor: str
+    ) -> list[dict[str, Any]]:
+        if not items:
+            return []
+        vectors = await self.embed([i.content for i in items], is_query=False)
+        return await self.store.add(owner, items, vectors, actor=actor)
+
+    async def get(self, owner: Owner, item_id: uuid.UUID) -> dict[str, Any]:
+        row = await self.store.get(owner, item_id)
+        if row is None:
+            raise ApiError(404, "not_found", "memory not found")
+        return row
+
+    async def list(
+        self,
+        owner: Owner,
+        *,
+        limit: int,
+        cursor: str | None,
+        type: str | None,
+        agent_id: str | None,
+        session_id: str | None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        try:
+            return await self.store.list(
+                owner,
+                limit=limit,
+                cursor=cursor,
+                type=type,
+                agent_id=agent_id,
+                session_id=session_id,
+            )
+        except InvalidCursor as exc:
+            raise ApiError(400, "invalid_request", "invalid cursor") from exc
+
+    async def update(
+        self, owner: Owner, item_id: uuid.UUID, changes: dict[str, Any], actor: str
+    ) -> dict[str, Any]:
+        vector = None
+        if "content" in changes:
+            current = await self.get(owner, item_id)
+            if current["content"] != changes["content"]:
+                vector = (await self.embed([changes["content"]], is_query=False))[0]
+        row = await self.store.update(owner, item_id, changes, vector, actor=actor)
+        if row is None:
+            raise ApiError(404, "not_found", "memory not found")
+        return row
+
+    async def delete(self, owner: Owner, item_id: uuid.UUID, actor: str) -> None:
+        if not await self.store.delete(owner, item_id, actor=actor):
+            raise ApiError(404, "not_found", "memory not found")
+
+    async def delete_scope(
+        self, owner: Owner, *, agent_id: str | None, session_id: str | None, actor: str
+    ) -> int:
+        return await self.store.delete_scope(
+            owner, agent_id=agent_id, session_id=session_id, actor=actor
+        )
+
+    async def history(self, owner: Owner, item_id: uuid.UUID) -> list[dict[str, Any]]:
+        events = await self.store.history(owner, item_id)
+        if events is None:
+            raise ApiError(404, "not_found", "memory not found")
+        return events
+
+    async def search(self, q: SearchQuery) -> list[dict[str, Any]]:
+        vector = (await self.embed([q.text], is_query=True))[0]
+        return await self._search(q, vector)
+
+    async def search_vector(self, q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]:
+        """Search with an embedding the caller already has (context: one embed, two searches)."""
+        return await self._search(q, vector)
