@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from models import ModelSpec, get_spec
+from models import ModelSpec
+from models import prepare_model as prepare_model_files
 from serve_app.db.migrations import migrate
 from serve_app.settings import Settings
 from serve_app.store.keys import generate_key, has_key, seed_key
@@ -43,8 +44,8 @@ class Bootstrapped:
 
 
 def prepare_model(settings: Settings) -> ModelSpec:
-    """The embedding model's spec, with any derived files (e.g. an int8 copy) built now."""
-    return get_spec(settings.embed_model, settings.models_dir)
+    """The embedding model's spec, with any derived files (the verified int8 copy) built now."""
+    return prepare_model_files(settings.embed_model, settings.models_dir)
 
 
 def ensure_keys(dsn: str, settings: Settings) -> str | None:
