@@ -18,12 +18,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.retrieval.lexical import or_tsquery, parse_tsvector
 from serve_app.retrieval.query import SearchQuery, item_filters
-from serve_app.store.records import MEMORY_COLUMNS
+from serve_app.store.records import MEMORY_COLUMNS, column_list
 from serve_app.store.vectors import table_name
 
-_ITEM_COLS = sql.SQL(", ").join(
-    sql.SQL("i.{}").format(sql.Identifier(c.strip())) for c in MEMORY_COLUMNS.split(",")
-)
+_ITEM_COLS = column_list(MEMORY_COLUMNS, "i")
 
 
 def as_array(value: Any) -> np.ndarray:

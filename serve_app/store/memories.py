@@ -1,9 +1,11 @@
-"""Memory items, their vectors and their audit history.
+"""``memory_items`` with their vectors, history and owner versions.
 
 Every statement carries ``tenant_id`` and the owner, so a memory of another
 user or tenant is indistinguishable from a missing one. Each write is one
-transaction that also appends history and bumps the owner's version (which
-caches use to stay fresh; a NOTIFY goes out on commit).
+statement (data-modifying CTEs): the items, their vectors, their history and
+the owner-version bump with its NOTIFY go in one round trip and commit or fail
+together (the pool's connections are in autocommit: one statement is one
+transaction). A batch of any size is still one statement.
 """
 
 from __future__ import annotations
@@ -16,15 +18,41 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg import AsyncConnection, sql
+from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, owner_key
+from serve_app.store import history
+from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, column_list, owner_key
 from serve_app.store.vectors import table_name
+from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 from serve_app.text import dedupe_hash
 
-CHANGES_CHANNEL = "memserve_changes"
+__all__ = ["CHANGES_CHANNEL", "InvalidCursor", "MemoryStore"]
+
+# What an add binds per item: (column, element type of the array it travels in).
+# ``tags`` travels as jsonb because a text[][] cannot hold rows of different lengths.
+_ADD_INPUT: tuple[tuple[str, str], ...] = (
+    ("id", "uuid"),
+    ("user_id", "text"),
+    ("agent_id", "text"),
+    ("session_id", "text"),
+    ("scope", "text"),
+    ("type", "text"),
+    ("content", "text"),
+    ("data", "jsonb"),
+    ("tags", "jsonb"),
+    ("metadata", "jsonb"),
+    ("importance", "real"),
+    ("confidence", "real"),
+    ("dedupe_hash", "text"),
+    ("source", "text"),
+    ("expires_at", "timestamptz"),
+    ("owner", "text"),  # vector table only (memory_items computes its own)
+    ("embedding", "vector"),  # vector table only
+)
+_ITEM_INPUT = tuple(c for c, _ in _ADD_INPUT if c not in ("owner", "embedding"))
+UPDATABLE = frozenset({"content", "tags", "metadata", "importance", "type", "confidence", "data"})
 
 
 class InvalidCursor(ValueError):
@@ -45,12 +73,82 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise InvalidCursor("invalid cursor") from exc
 
 
+def _add_statement(vectors: sql.Identifier) -> sql.Composed:
+    """One statement for a whole batch: items (in input order: ``seq`` is write order),
+    vectors, ADD history and the owner bump, fed by column arrays unnested together."""
+    arrays = sql.SQL(", ").join(
+        sql.SQL("{}::{}[]").format(sql.Placeholder(c), sql.SQL(t)) for c, t in _ADD_INPUT
+    )
+    names = column_list([c for c, _ in _ADD_INPUT])
+    values = sql.SQL(", ").join(
+        sql.SQL("ARRAY(SELECT jsonb_array_elements_text(s.tags))")
+        if c == "tags"
+        else sql.Identifier("s", c)
+        for c in _ITEM_INPUT
+    )
+    return sql.SQL(
+        "WITH src AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS s({names}, ord)),"
+        " items AS (INSERT INTO memory_items (tenant_id, {item_cols})"
+        " SELECT %(tenant_id)s, {values} FROM src s ORDER BY s.ord RETURNING {returning}),"
+        " vecs AS (INSERT INTO {v} (item_id, tenant_id, owner, embedding)"
+        " SELECT s.id, %(tenant_id)s, s.owner, s.embedding FROM src s),"
+        " {history}, {bump}"
+        " SELECT items.*, {notified} AS notified FROM items"
+    ).format(
+        arrays=arrays,
+        names=names,
+        item_cols=column_list(_ITEM_INPUT),
+        values=values,
+        returning=column_list(MEMORY_COLUMNS),
+        v=vectors,
+        history=history.record_cte(
+            "hist",
+            sql.SQL(
+                "SELECT id AS memory_id, user_id, 'ADD'::text AS event, NULL::text AS old_content,"
+                " content AS new_content FROM src ORDER BY ord"
+            ),
+        ),
+        bump=bump_ctes(sql.SQL("SELECT owner FROM src")),
+        notified=NOTIFIED,
+    )
+
+
+def _add_params(owner: Owner, items: Sequence[NewMemory], embeddings: Any) -> dict[str, Any]:
+    """Column arrays for ``_add_statement`` (ids are made here so rows map back to inputs)."""
+    cols: dict[str, list[Any]] = {c: [] for c, _ in _ADD_INPUT}
+    for item, vector in zip(items, embeddings, strict=True):
+        user_id = owner.user_id if item.scope in ("user", "session") else None
+        row = {
+            "id": uuid.uuid4(),
+            "user_id": user_id,
+            "agent_id": item.agent_id,
+            "session_id": item.session_id,
+            "scope": item.scope,
+            "type": item.type,
+            "content": item.content,
+            "data": Jsonb(item.data),
+            "tags": Jsonb(list(item.tags)),
+            "metadata": Jsonb(item.metadata),
+            "importance": item.importance,
+            "confidence": item.confidence,
+            "dedupe_hash": dedupe_hash(item.content),
+            "source": item.source,
+            "expires_at": item.expires_at,
+            "owner": owner_key(user_id, item.scope, item.agent_id),
+            "embedding": np.asarray(vector, dtype=np.float32),
+        }
+        for c, values in cols.items():
+            values.append(row[c])
+    return {**cols, "tenant_id": owner.tenant_id, "channel": CHANGES_CHANNEL}
+
+
 class MemoryStore:
     """Async data access for memories of one embedding model's vector table."""
 
     def __init__(self, pool: AsyncConnectionPool, model_slug: str) -> None:
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
+        self._add_sql = _add_statement(self.vectors)
 
     # ---------- writes ----------
 
@@ -62,63 +160,23 @@ class MemoryStore:
         *,
         actor: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Insert items verbatim with their vectors and ADD history, atomically."""
-        rows: list[dict[str, Any]] = []
-        async with self.pool.connection() as conn, conn.transaction():
-            for item, vector in zip(items, embeddings, strict=True):
-                rows.append(await self._insert(conn, owner, item, vector, actor))
-            await self._bump(conn, owner.tenant_id, {r["_owner"] for r in rows})
-        for r in rows:
-            r.pop("_owner", None)
-        return rows
+        """Insert items verbatim with their vectors and ADD history: one atomic statement.
 
-    async def _insert(
-        self,
-        conn: AsyncConnection,
-        owner: Owner,
-        item: NewMemory,
-        vector: np.ndarray,
-        actor: str | None,
-    ) -> dict[str, Any]:
-        item_id = uuid.uuid4()
-        user_id = owner.user_id if item.scope in ("user", "session") else None
-        okey = owner_key(user_id, item.scope, item.agent_id)
-        cur = await conn.execute(
-            f"INSERT INTO memory_items (id, tenant_id, user_id, agent_id, session_id, scope, type,"
-            f" content, data, tags, metadata, importance, confidence, dedupe_hash, source,"
-            f" expires_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-            f" RETURNING {MEMORY_COLUMNS}",
-            (
-                item_id,
-                owner.tenant_id,
-                user_id,
-                item.agent_id,
-                item.session_id,
-                item.scope,
-                item.type,
-                item.content,
-                Jsonb(item.data),
-                list(item.tags),
-                Jsonb(item.metadata),
-                item.importance,
-                item.confidence,
-                dedupe_hash(item.content),
-                item.source,
-                item.expires_at,
-            ),
-        )
-        row = await cur.fetchone()
-        await conn.execute(
-            sql.SQL(
-                "INSERT INTO {v} (item_id, tenant_id, owner, embedding) VALUES (%s,%s,%s,%s)"
-            ).format(v=self.vectors),
-            (item_id, owner.tenant_id, okey, np.asarray(vector, dtype=np.float32)),
-        )
-        await self._history(
-            conn, owner.tenant_id, user_id, item_id, "ADD", None, item.content, actor
-        )
-        row["_owner"] = okey
-        return row
+        Rows come back in input order (and are written in it: ``seq`` follows it).
+        """
+        if len(items) != len(embeddings):
+            raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
+        if not items:
+            return []
+        params = _add_params(owner, items, embeddings)
+        params["actor"] = actor
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(self._add_sql, params)
+            rows = {r["id"]: r for r in await cur.fetchall()}
+        out = [rows[i] for i in params["id"]]
+        for r in out:
+            del r["notified"]
+        return out
 
     async def update(
         self,
@@ -131,69 +189,69 @@ class MemoryStore:
         event: str = "UPDATE",
     ) -> dict[str, Any] | None:
         """Apply a partial update; re-embedding is the caller's job when content changes."""
-        allowed = {"content", "tags", "metadata", "importance", "type", "confidence", "data"}
-        unknown = set(changes) - allowed
+        unknown = set(changes) - UPDATABLE
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
-        async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                "SELECT id, user_id, scope, agent_id, content FROM memory_items"
-                " WHERE id = %s AND tenant_id = %s AND user_id IS NOT DISTINCT FROM %s"
-                " FOR UPDATE",
-                (item_id, owner.tenant_id, owner.user_id),
+        params: dict[str, Any] = {
+            "id": item_id,
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "event": event,
+            "actor": actor,
+            "channel": CHANGES_CHANNEL,
+        }
+        sets = [sql.SQL("updated_at = now()")]
+        for key, value in changes.items():
+            sets.append(
+                sql.SQL("{} = {}").format(sql.Identifier(key), sql.Placeholder(f"new_{key}"))
             )
-            old = await cur.fetchone()
-            if old is None:
-                return None
-            sets = [sql.SQL("updated_at = now()")]
-            params: list[Any] = []
-            for key, value in changes.items():
-                sets.append(sql.SQL("{} = %s").format(sql.Identifier(key)))
-                params.append(Jsonb(value) if key in ("metadata", "data") else value)
-            if "content" in changes:
-                sets.append(sql.SQL("dedupe_hash = %s"))
-                params.append(dedupe_hash(changes["content"]))
-            cur = await conn.execute(
-                sql.SQL("UPDATE memory_items SET {} WHERE id = %s RETURNING {}").format(
-                    sql.SQL(", ").join(sets), sql.SQL(MEMORY_COLUMNS)
+            params[f"new_{key}"] = Jsonb(value) if key in ("metadata", "data") else value
+        if "content" in changes:
+            sets.append(sql.SQL("dedupe_hash = %(new_dedupe_hash)s"))
+            params["new_dedupe_hash"] = dedupe_hash(changes["content"])
+        revector = sql.SQL("")
+        if embedding is not None:
+            params["embedding"] = np.asarray(embedding, dtype=np.float32)
+            revector = sql.SQL(
+                " vec AS (UPDATE {v} v SET embedding = %(embedding)s FROM upd"
+                " WHERE v.item_id = upd.id AND v.tenant_id = %(tenant_id)s),"
+            ).format(v=self.vectors)
+        query = sql.SQL(
+            "WITH old AS (SELECT id, user_id, owner, content FROM memory_items"
+            " WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
+            " AND user_id IS NOT DISTINCT FROM %(user_id)s FOR UPDATE),"
+            " upd AS (UPDATE memory_items i SET {sets} FROM old WHERE i.id = old.id"
+            " RETURNING {returning}),{revector} {history}, {bump}"
+            " SELECT upd.*, {notified} AS notified FROM upd"
+        ).format(
+            sets=sql.SQL(", ").join(sets),
+            returning=column_list(MEMORY_COLUMNS, "i"),
+            revector=revector,
+            history=history.record_cte(
+                "hist",
+                sql.SQL(
+                    "SELECT old.id AS memory_id, old.user_id, %(event)s::text AS event,"
+                    " old.content AS old_content, upd.content AS new_content"
+                    " FROM old JOIN upd ON upd.id = old.id"
                 ),
-                (*params, item_id),
-            )
+            ),
+            bump=bump_ctes(sql.SQL("SELECT owner FROM old")),
+            notified=NOTIFIED,
+        )
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, params)
             row = await cur.fetchone()
-            if embedding is not None:
-                await conn.execute(
-                    sql.SQL("UPDATE {v} SET embedding = %s WHERE item_id = %s").format(
-                        v=self.vectors
-                    ),
-                    (np.asarray(embedding, dtype=np.float32), item_id),
-                )
-            await self._history(
-                conn,
-                owner.tenant_id,
-                old["user_id"],
-                item_id,
-                event,
-                old["content"],
-                row["content"],
-                actor,
-            )
-            await self._bump(
-                conn, owner.tenant_id, {owner_key(old["user_id"], old["scope"], old["agent_id"])}
-            )
+        if row is not None:
+            del row["notified"]
         return row
 
     async def delete(self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None) -> bool:
         """Delete one memory; its earlier history loses its content (right to be forgotten)."""
-        async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                "DELETE FROM memory_items WHERE id = %s AND tenant_id = %s"
-                " AND user_id IS NOT DISTINCT FROM %s"
-                " RETURNING id, user_id, scope, agent_id",
-                (item_id, owner.tenant_id, owner.user_id),
-            )
-            gone = await cur.fetchall()
-            await self._forget(conn, owner.tenant_id, gone, actor)
-        return bool(gone)
+        where = sql.SQL(
+            "id = %(id)s AND tenant_id = %(tenant_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s"
+        )
+        params = {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+        return await self._delete_where(where, params, actor) > 0
 
     async def delete_scope(
         self,
@@ -204,86 +262,53 @@ class MemoryStore:
         actor: str | None = None,
     ) -> int:
         """Delete the owner's memories, optionally narrowed to an agent and/or session."""
-        where = [sql.SQL("tenant_id = %s"), sql.SQL("user_id = %s")]
-        params: list[Any] = [owner.tenant_id, owner.user_id]
-        if agent_id is not None:
-            where.append(sql.SQL("agent_id = %s"))
-            params.append(agent_id)
-        if session_id is not None:
-            where.append(sql.SQL("session_id = %s"))
-            params.append(session_id)
-        async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
+        where = [sql.SQL("tenant_id = %(tenant_id)s"), sql.SQL("user_id = %(user_id)s")]
+        params: dict[str, Any] = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+        for column, value in (("agent_id", agent_id), ("session_id", session_id)):
+            if value is not None:
+                where.append(
+                    sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
+                )
+                params[column] = value
+        return await self._delete_where(sql.SQL(" AND ").join(where), params, actor)
+
+    async def _delete_where(
+        self, where: sql.Composable, params: dict[str, Any], actor: str | None
+    ) -> int:
+        """Delete matching items (vectors cascade), forget and log them, bump: one statement."""
+        query = sql.SQL(
+            "WITH gone AS (DELETE FROM memory_items WHERE {where} RETURNING id, user_id, owner),"
+            " {forget}, {history}, {bump}"
+            " SELECT (SELECT count(*) FROM gone) AS deleted, {notified} AS notified"
+        ).format(
+            where=where,
+            forget=history.forget_cte("forgotten", sql.SQL("SELECT id FROM gone")),
+            history=history.record_cte(
+                "hist",
                 sql.SQL(
-                    "DELETE FROM memory_items WHERE {} RETURNING id, user_id, scope, agent_id"
-                ).format(sql.SQL(" AND ").join(where)),
-                params,
-            )
-            gone = await cur.fetchall()
-            await self._forget(conn, owner.tenant_id, gone, actor)
-        return len(gone)
-
-    async def _forget(
-        self, conn: AsyncConnection, tenant_id: str, gone: list[dict[str, Any]], actor: str | None
-    ) -> None:
-        if not gone:
-            return
-        ids = [r["id"] for r in gone]
-        await conn.execute(
-            "UPDATE memory_history SET old_content = NULL, new_content = NULL,"
-            " old_data = NULL, new_data = NULL WHERE tenant_id = %s AND memory_id = ANY(%s)",
-            (tenant_id, ids),
+                    "SELECT id AS memory_id, user_id, 'DELETE'::text AS event,"
+                    " NULL::text AS old_content, NULL::text AS new_content FROM gone"
+                ),
+            ),
+            bump=bump_ctes(sql.SQL("SELECT owner FROM gone")),
+            notified=NOTIFIED,
         )
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO memory_history (memory_id, tenant_id, user_id, event, actor)"
-                " VALUES (%s, %s, %s, 'DELETE', %s)",
-                [(r["id"], tenant_id, r["user_id"], actor) for r in gone],
-            )
-        await self._bump(
-            conn, tenant_id, {owner_key(r["user_id"], r["scope"], r["agent_id"]) for r in gone}
-        )
-
-    async def _history(
-        self,
-        conn: AsyncConnection,
-        tenant_id: str,
-        user_id: str | None,
-        item_id: uuid.UUID,
-        event: str,
-        old: str | None,
-        new: str | None,
-        actor: str | None,
-    ) -> None:
-        await conn.execute(
-            "INSERT INTO memory_history (memory_id, tenant_id, user_id, event, old_content,"
-            " new_content, actor) VALUES (%s,%s,%s,%s,%s,%s,%s)",
-            (item_id, tenant_id, user_id, event, old, new, actor),
-        )
-
-    async def _bump(self, conn: AsyncConnection, tenant_id: str, owners: set[str]) -> None:
-        for okey in sorted(owners):  # sorted: concurrent writers lock rows in one order
-            cur = await conn.execute(
-                "INSERT INTO memory_owner_versions (tenant_id, owner, version) VALUES (%s,%s,1)"
-                " ON CONFLICT (tenant_id, owner) DO UPDATE"
-                " SET version = memory_owner_versions.version + 1 RETURNING version",
-                (tenant_id, okey),
-            )
-            version = (await cur.fetchone())["version"]
-            await conn.execute(
-                "SELECT pg_notify(%s, %s)",
-                (CHANGES_CHANNEL, json.dumps([tenant_id, okey, version])),
-            )
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, {**params, "actor": actor, "channel": CHANGES_CHANNEL})
+            return (await cur.fetchone())["deleted"]
 
     # ---------- reads ----------
 
     async def get(self, owner: Owner, item_id: uuid.UUID) -> dict[str, Any] | None:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                f"SELECT {MEMORY_COLUMNS} FROM memory_items"
-                " WHERE id = %s AND tenant_id = %s AND user_id IS NOT DISTINCT FROM %s"
-                " AND (expires_at IS NULL OR expires_at > now())",
-                (item_id, owner.tenant_id, owner.user_id),
+                sql.SQL(
+                    "SELECT {cols} FROM memory_items"
+                    " WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
+                    " AND user_id IS NOT DISTINCT FROM %(user_id)s"
+                    " AND (expires_at IS NULL OR expires_at > now())"
+                ).format(cols=column_list(MEMORY_COLUMNS)),
+                {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id},
             )
             return await cur.fetchone()
 
@@ -298,26 +323,32 @@ class MemoryStore:
         session_id: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Newest first, keyset-paginated on (created_at, id); expired items are hidden."""
-        where = [sql.SQL("tenant_id = %s"), sql.SQL("(expires_at IS NULL OR expires_at > now())")]
-        params: list[Any] = [owner.tenant_id]
-        if owner.user_id is None:  # the tenant's shared (agent/org) memories
-            where.append(sql.SQL("user_id IS NULL"))
-        else:
-            where.append(sql.SQL("user_id = %s"))
-            params.append(owner.user_id)
+        where = [
+            sql.SQL("tenant_id = %(tenant_id)s"),
+            sql.SQL("(expires_at IS NULL OR expires_at > now())"),
+            # None: the tenant's shared memories (two forms: IS NOT DISTINCT FROM is unindexable)
+            sql.SQL("user_id IS NULL" if owner.user_id is None else "user_id = %(user_id)s"),
+        ]
+        params: dict[str, Any] = {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "limit": limit + 1,
+        }
         for column, value in (("type", type), ("agent_id", agent_id), ("session_id", session_id)):
             if value is not None:
-                where.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
-                params.append(value)
+                where.append(
+                    sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
+                )
+                params[column] = value
         if cursor is not None:
-            created_at, last_id = decode_cursor(cursor)
-            where.append(sql.SQL("(created_at, id) < (%s, %s)"))
-            params.extend([created_at, last_id])
+            params["after_created"], params["after_id"] = decode_cursor(cursor)
+            where.append(sql.SQL("(created_at, id) < (%(after_created)s, %(after_id)s)"))
         query = sql.SQL(
-            "SELECT {cols} FROM memory_items WHERE {w} ORDER BY created_at DESC, id DESC LIMIT %s"
-        ).format(cols=sql.SQL(MEMORY_COLUMNS), w=sql.SQL(" AND ").join(where))
+            "SELECT {cols} FROM memory_items WHERE {w}"
+            " ORDER BY created_at DESC, id DESC LIMIT %(limit)s"
+        ).format(cols=column_list(MEMORY_COLUMNS), w=sql.SQL(" AND ").join(where))
         async with self.pool.connection() as conn:
-            cur = await conn.execute(query, (*params, limit + 1))
+            cur = await conn.execute(query, params)
             rows = await cur.fetchall()
         next_cursor = None
         if len(rows) > limit:
@@ -329,27 +360,21 @@ class MemoryStore:
         """The memory's events, oldest first; None when the memory is not the owner's."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT 1 FROM memory_items WHERE id = %s AND tenant_id = %s"
-                " AND user_id IS NOT DISTINCT FROM %s"
+                "SELECT 1 FROM memory_items WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
+                " AND user_id IS NOT DISTINCT FROM %(user_id)s"
                 " AND (expires_at IS NULL OR expires_at > now())",
-                (item_id, owner.tenant_id, owner.user_id),
+                {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id},
             )
             if await cur.fetchone() is None:
                 return None
-            cur = await conn.execute(
-                "SELECT id, memory_id, event, old_content, new_content, actor, created_at"
-                " FROM memory_history WHERE tenant_id = %s AND memory_id = %s ORDER BY id",
-                (owner.tenant_id, item_id),
-            )
-            return await cur.fetchall()
+            return await history.events(conn, owner.tenant_id, item_id)
 
     async def count(self, tenant_id: str | None = None) -> int:
         """Row count (tests and metrics)."""
         async with self.pool.connection() as conn:
-            if tenant_id is None:
-                cur = await conn.execute("SELECT count(*) AS n FROM memory_items")
-            else:
-                cur = await conn.execute(
-                    "SELECT count(*) AS n FROM memory_items WHERE tenant_id = %s", (tenant_id,)
-                )
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM memory_items"
+                " WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s",
+                {"tenant_id": tenant_id},
+            )
             return (await cur.fetchone())["n"]

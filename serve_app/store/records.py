@@ -1,10 +1,13 @@
-"""Plain records passed between the API layer and the store."""
+"""Plain records passed between the API layer and the store, and the memory column list."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from psycopg import sql
 
 
 @dataclass(frozen=True)
@@ -12,7 +15,8 @@ class Owner:
     """Whose memories a call may touch: always a tenant, and a user for user-scoped data.
 
     ``user_id`` None means the tenant's shared (agent/org) memories; only service
-    and admin keys get such an owner (serve_app.api.memories.shared_owner).
+    and admin keys get such an owner (``write_owner``/``read_owner`` in
+    ``serve_app.services.memories`` decide).
     """
 
     tenant_id: str
@@ -35,14 +39,35 @@ class NewMemory:
     expires_at: datetime | None = None
 
 
-MEMORY_COLUMNS = (
-    "id, user_id, agent_id, session_id, scope, type, content, tags, metadata, importance,"
-    " confidence, source, created_at, updated_at, expires_at"
+# The memory_items columns every read returns (and the API shows).
+MEMORY_COLUMNS: tuple[str, ...] = (
+    "id",
+    "user_id",
+    "agent_id",
+    "session_id",
+    "scope",
+    "type",
+    "content",
+    "tags",
+    "metadata",
+    "importance",
+    "confidence",
+    "source",
+    "created_at",
+    "updated_at",
+    "expires_at",
 )
 
 
+def column_list(columns: Sequence[str], alias: str | None = None) -> sql.Composed:
+    """``a.c1, a.c2, ...`` as quoted identifiers (no column name is ever string-spliced)."""
+    if alias is None:
+        return sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    return sql.SQL(", ").join(sql.Identifier(alias, c) for c in columns)
+
+
 def owner_key(user_id: str | None, scope: str, agent_id: str | None) -> str:
-    """Cache/version key of the set a memory belongs to."""
+    """Cache/version key of the set a memory belongs to (memory_items.owner, migration 0004)."""
     if scope in ("user", "session") and user_id is not None:
         return user_id
     if scope == "agent":
