@@ -5,16 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from serve_app.client import (
-    Forbidden,
-    InvalidRequest,
-    MemserveError,
-    NotFound,
-    RateLimited,
-    Unauthorized,
-    Unavailable,
-    raise_for,
-)
+from serve_app.client import errors
+from serve_app.client.errors import MemserveError, RateLimited, raise_for
 
 
 def response(status: int, code: str = "x", headers: dict | None = None) -> httpx.Response:
@@ -25,13 +17,13 @@ def response(status: int, code: str = "x", headers: dict | None = None) -> httpx
 @pytest.mark.parametrize(
     "status,cls",
     [
-        (400, InvalidRequest),
-        (401, Unauthorized),
-        (403, Forbidden),
-        (404, NotFound),
-        (422, InvalidRequest),
-        (502, Unavailable),
-        (503, Unavailable),
+        (400, errors.InvalidRequest),
+        (401, errors.Unauthorized),
+        (403, errors.Forbidden),
+        (404, errors.NotFound),
+        (422, errors.InvalidRequest),
+        (502, errors.Unavailable),
+        (503, errors.Unavailable),
         (418, MemserveError),
     ],
 )
@@ -49,7 +41,7 @@ def test_rate_limited_carries_retry_after():
 
 
 def test_non_json_error_body_and_success():
-    with pytest.raises(Unavailable) as e:
+    with pytest.raises(errors.Unavailable) as e:
         raise_for(httpx.Response(503, text="<html>down</html>"))
     assert e.value.code == "error" and "down" in e.value.message
     raise_for(httpx.Response(204))

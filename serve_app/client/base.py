@@ -1,0 +1,31 @@
+"""``BaseClient``: what the sync and async clients share besides the calls — the connection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from serve_app.client.api import Api
+
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
+TT = TypeVar("TT", httpx.BaseTransport, httpx.AsyncBaseTransport)
+
+
+class BaseClient(Api, Generic[H, TT]):
+    """One httpx connection pool with the key's bearer header; subclasses say which kind."""
+
+    _http_class: Callable[..., H]
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: TT | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        options: dict[str, Any] = {"headers": headers, "timeout": timeout, "transport": transport}
+        self._http: H = self._http_class(base_url=base_url, **options)

@@ -1,0 +1,160 @@
+"""Both clients send each API call the same way and read its answer into the same type.
+
+They talk over real HTTP to a local ``http.server`` that records every request and
+answers what the test scripts (the service itself is covered by tests/e2e/test_client.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from serve_app.client import (
+    AsyncMemserveClient,
+    MemserveClient,
+    NotFound,
+    RateLimited,
+)
+from serve_app.schemas import DeletedCount
+
+
+@dataclass
+class Recorder:
+    """What the server saw, and what it answers next."""
+
+    url: str
+    seen: list[tuple[str, str, dict[str, str], Any, str]] = field(default_factory=list)
+    status: int = 204
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@pytest.fixture
+def server() -> Iterator[Recorder]:
+    rec = Recorder("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            url = urlsplit(self.path)
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = json.loads(raw) if raw else None
+            auth = self.headers.get("authorization", "")
+            rec.seen.append((self.command, url.path, dict(parse_qsl(url.query)), body, auth))
+            out = b"" if rec.body is None else json.dumps(rec.body).encode()
+            self.send_response(rec.status)
+            for k, v in rec.headers.items():
+                self.send_header(k, v)
+            self.send_header("content-length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        do_GET = do_POST = do_PATCH = do_DELETE = _any
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    rec.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield rec
+    httpd.shutdown()
+    httpd.server_close()
+
+
+MID = "0b7e4f3c-2f0e-4a53-9d6f-1d2b3c4d5e6f"
+U = {"user_id": "u1"}
+
+# (method name, args, kwargs) -> (HTTP method, path, query, JSON body)
+CALLS: list[tuple[str, tuple, dict, tuple[str, str, dict, Any]]] = [
+    ("add", ("I like tea",), {**U, "tags": ["t"], "type": None},
+     ("POST", "/v1/memories", {}, {"user_id": "u1", "content": "I like tea", "tags": ["t"]})),
+    ("add_batch", ([{"content": "a"}],), U,
+     ("POST", "/v1/memories/batch", {}, {"user_id": "u1", "items": [{"content": "a"}]})),
+    ("get", (MID,), U, ("GET", f"/v1/memories/{MID}", U, None)),
+    ("update", (MID,), {**U, "importance": 0.5},
+     ("PATCH", f"/v1/memories/{MID}", U, {"importance": 0.5})),
+    ("delete", (MID,), {}, ("DELETE", f"/v1/memories/{MID}", {}, None)),
+    ("list", (), {**U, "limit": 5}, ("GET", "/v1/memories", {**U, "limit": "5"}, None)),
+    ("delete_scope", (), {"agent_id": "a", "session_id": "s"},
+     ("DELETE", "/v1/memories", {"agent_id": "a", "session_id": "s"}, None)),
+    ("history", (MID,), U, ("GET", f"/v1/memories/{MID}/history", U, None)),
+    ("search", ("tea?",), {**U, "top_k": 3},
+     ("POST", "/v1/search", {}, {"user_id": "u1", "query": "tea?", "top_k": 3})),
+    ("context", ("tea?",), {"history": [("user", "hi"), {"role": "assistant", "content": "yo"}]},
+     ("POST", "/v1/context", {}, {"query": "tea?", "history": [
+         {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})),
+    ("context", ("tea?",), {"history": []}, ("POST", "/v1/context", {}, {"query": "tea?"})),
+    ("add_turns", ("s1", [("user", "hi")]), U,
+     ("POST", "/v1/sessions/s1/turns", {}, {"user_id": "u1", "messages": [
+         {"role": "user", "content": "hi"}]})),
+    ("end_session", ("s1",), {}, ("POST", "/v1/sessions/s1/end", {}, {})),
+    ("facts", (), {**U, "category": "diet"},
+     ("GET", "/v1/facts", {**U, "category": "diet"}, None)),
+    ("create_key", ("user",), {**U, "name": "k"},
+     ("POST", "/v1/admin/keys", {}, {"role": "user", "user_id": "u1", "name": "k"})),
+    ("list_keys", (), {}, ("GET", "/v1/admin/keys", {}, None)),
+    ("get_key", (MID,), {}, ("GET", f"/v1/admin/keys/{MID}", {}, None)),
+    ("revoke_key", (MID,), {}, ("DELETE", f"/v1/admin/keys/{MID}", {}, None)),
+    ("health", (), {}, ("GET", "/healthz", {}, None)),
+    ("ready", (), {}, ("GET", "/readyz", {}, None)),
+]  # fmt: skip
+
+
+def test_every_public_method_has_a_request_case():
+    public = {n for n in dir(MemserveClient) if not n.startswith("_")} - {"close"}
+    assert public == {name for name, *_ in CALLS}
+    assert public == {n for n in dir(AsyncMemserveClient) if not n.startswith("_")} - {"aclose"}
+
+
+async def test_sync_and_async_send_the_same_requests(server: Recorder):
+    expected = [(*want, "Bearer k1") for *_, want in CALLS]
+    with MemserveClient(server.url, "k1") as m:
+        for name, args, kwargs, _ in CALLS:
+            assert getattr(m, name)(*args, **kwargs) is None  # 204: no body
+    assert server.seen == expected
+    server.seen.clear()
+    async with AsyncMemserveClient(server.url, "k1") as am:
+        for name, args, kwargs, _ in CALLS:
+            assert await getattr(am, name)(*args, **kwargs) is None
+    assert server.seen == expected
+
+
+async def test_answers_become_typed_results_and_errors(server: Recorder):
+    server.status, server.body = 200, {"deleted": 3}
+    m, am = MemserveClient(server.url), AsyncMemserveClient(server.url)
+    assert m.delete_scope(user_id="u") == DeletedCount(deleted=3)
+    assert await am.delete_scope(user_id="u") == DeletedCount(deleted=3)
+    assert m.facts() == {"deleted": 3}  # no model: the JSON as is
+    assert server.seen[0][4] == ""  # no key: no Authorization header
+    server.status, server.body = 404, {"error": {"code": "not_found", "message": "gone"}}
+    with pytest.raises(NotFound, match="gone"):
+        m.get(MID)
+    with pytest.raises(NotFound, match="gone"):
+        await am.get(MID)
+    server.status, server.headers = 429, {"Retry-After": "4"}
+    with pytest.raises(RateLimited) as e:
+        await am.search("q")
+    assert e.value.retry_after == 4.0
+    m.close()
+    await am.aclose()
+
+
+def test_methods_keep_their_names_docs_and_signatures():
+    m = MemserveClient("http://127.0.0.1:1")
+    assert m.context.__name__ == "context" and "prompt block" in (m.context.__doc__ or "")
+    params = inspect.signature(m.add).parameters
+    assert list(params) == ["content", "user_id", "fields"]
+    assert params["user_id"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert (
+        inspect.signature(m.add_turns).parameters["messages"].kind.name == "POSITIONAL_OR_KEYWORD"
+    )
+    m.close()
