@@ -19,6 +19,7 @@ import random
 import secrets
 
 from locust import HttpUser, between, events, task
+from synthetic import fill  # loadtests/ is on sys.path while Locust imports this file
 
 NAMES = ["Maya", "Tom", "Ines", "Ravi", "Olga", "Ken", "Lea", "Omar", "Zoe", "Finn"]
 CITIES = ["Lisbon", "Berlin", "Austin", "Osaka", "Nairobi", "Toronto", "Porto", "Seoul"]
@@ -62,18 +63,21 @@ ASSISTANT = [
 ]
 
 
+POOLS = {
+    "city": CITIES,
+    "name": NAMES,
+    "food": FOODS,
+    "hobby": HOBBIES,
+    "pet": PETS,
+    "job": JOBS,
+    "lang": LANGS,
+    "lang2": LANGS,
+}
+RNG = random.Random()
+
+
 def _fill(template: str) -> str:
-    return template.format(
-        city=random.choice(CITIES),
-        name=random.choice(NAMES),
-        food=random.choice(FOODS),
-        hobby=random.choice(HOBBIES),
-        pet=random.choice(PETS),
-        job=random.choice(JOBS),
-        lang=random.choice(LANGS),
-        lang2=random.choice(LANGS),
-        n=random.randint(2, 28),
-    )
+    return fill(template, RNG, POOLS, (2, 28))
 
 
 def fact() -> str:
@@ -202,39 +206,25 @@ class ChatPlatformUser(HttpUser):
     @task(1)
     def get_memory(self) -> None:
         if self.memory_ids:
-            mid = random.choice(self.memory_ids)
-            self._expect(
-                self.client.get,
-                f"/v1/memories/{mid}",
-                200,
-                name="/v1/memories/{id}",
-                params={"user_id": self.user_id},
-            )
+            self._on_memory(self.client.get, random.choice(self.memory_ids), 200)
 
     @task(1)
     def update_memory(self) -> None:
         if self.memory_ids:
             mid = random.choice(self.memory_ids)
-            self._expect(
-                self.client.patch,
-                f"/v1/memories/{mid}",
-                200,
-                name="/v1/memories/{id}",
-                params={"user_id": self.user_id},
-                json={"content": fact(), "importance": 0.7},
-            )
+            body = {"content": fact(), "importance": 0.7}
+            self._on_memory(self.client.patch, mid, 200, json=body)
 
     @task(1)
     def delete_memory(self) -> None:
         if len(self.memory_ids) > 3:
             mid = self.memory_ids.pop(random.randrange(len(self.memory_ids)))
-            self._expect(
-                self.client.delete,
-                f"/v1/memories/{mid}",
-                204,
-                name="/v1/memories/{id}",
-                params={"user_id": self.user_id},
-            )
+            self._on_memory(self.client.delete, mid, 204)
+
+    def _on_memory(self, method, mid: str, status: int, **kwargs) -> None:
+        """One call on /v1/memories/{id} of this user, reported under one route name."""
+        path, params = f"/v1/memories/{mid}", {"user_id": self.user_id}
+        self._expect(method, path, status, name="/v1/memories/{id}", params=params, **kwargs)
 
     def _expect(self, method, path: str, status: int, **kwargs) -> None:
         with method(path, catch_response=True, **kwargs) as r:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 
 PEOPLE = ["Emma", "Liam", "Olivia", "Noah", "Ava", "Mateo", "Sofia", "Kenji", "Amara", "Lucas"]
 CITIES = ["Lisbon", "Toronto", "Osaka", "Nairobi", "Austin", "Berlin", "Melbourne", "Bogotá"]
@@ -38,16 +39,22 @@ QUESTIONS = [
 ]
 
 
+POOLS = {"p": PEOPLE, "c": CITIES, "f": FOODS, "h": HOBBIES, "t": TOOLS, "t2": TOOLS}
+
+
+def fill(
+    template: str, rng: random.Random, pools: Mapping[str, Sequence[str]], n: tuple[int, int]
+) -> str:
+    """``template`` with a random pick from each pool for its placeholder and a number ``{n}``.
+
+    Picks are drawn in the pools' order, then ``n``: a seeded ``rng`` gives the same texts.
+    """
+    picks = {key: rng.choice(pool) for key, pool in pools.items()}
+    return template.format(**picks, n=rng.randint(*n))
+
+
 def memory(rng: random.Random) -> str:
-    return rng.choice(TEMPLATES).format(
-        p=rng.choice(PEOPLE),
-        c=rng.choice(CITIES),
-        f=rng.choice(FOODS),
-        h=rng.choice(HOBBIES),
-        t=rng.choice(TOOLS),
-        t2=rng.choice(TOOLS),
-        n=rng.randint(10, 28),
-    )
+    return fill(rng.choice(TEMPLATES), rng, POOLS, (10, 28))
 
 
 def question(rng: random.Random) -> str:
