@@ -9,9 +9,9 @@ raise ``MemserveError`` subclasses carrying the HTTP status and error code.
         print(m.context("what should I cook?", user_id="alice").context)
 
 Layout: ``api`` lists every call once (request and result type), ``endpoint``
-makes each a method of both clients, ``call`` sends nothing but describes a
-request and reads its answer, ``errors`` maps error answers to exceptions, and
-``sync``/``async_`` hold the two transports.
+makes each a method of both clients, ``call`` describes a request and reads its
+answer, ``errors`` maps error answers to exceptions, ``base`` opens the connection,
+and ``sync``/``async_`` send calls over it.
 """
 
 from serve_app.client.async_ import AsyncMemserveClient
