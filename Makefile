@@ -44,8 +44,11 @@ locust: $(DEV_STAMP)
 	$(VENV)/bin/locust -f loadtests/locustfile.py --host $${HOST:-http://127.0.0.1:8000}
 
 # The Serve config without the launcher (embedded Postgres is attached/started by the app).
+# The same Ray environment as make run: throughput mode, and HAProxy where its binary runs
+# (serve_app.ingress_proxy prints the RAY_* words; MEMSERVE_HAPROXY=false: Python proxy).
 serve-run: $(STAMP)
-	RAY_SERVE_THROUGHPUT_OPTIMIZED=1 RAY_worker_niceness=0 $(VENV)/bin/serve run serve_app/serve_config.yaml
+	env RAY_SERVE_THROUGHPUT_OPTIMIZED=1 RAY_worker_niceness=0 $$($(PY) -m serve_app.ingress_proxy) \
+		$(VENV)/bin/serve run serve_app/serve_config.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache

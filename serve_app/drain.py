@@ -8,6 +8,12 @@ drained: no HTTP request in flight, counted from the moment the proxy receives i
 until its response is written. The Ingress replicas' own counters are checked as
 well, for apps reached through handles. Then Serve shuts down; the replicas'
 graceful shutdown covers the downstream tiers.
+
+With HAProxy in front (serve_app.ingress_proxy) the proxy actors are Serve's
+``HAProxyManager`` and the Python fallback proxy it keeps on the head node; both
+answer the same two calls. HAProxy enters draining by reloading itself (a new
+process that fails health checks; the old one finishes its requests), so it is
+drained once the old process has exited and no backend session is open.
 """
 
 from __future__ import annotations
@@ -94,7 +100,8 @@ def proxies_drained(proxies: list[Any], timeout_s: float = 2.0) -> bool:
     return all(a is _GONE or a is True for a in answers)
 
 
-def start_draining(proxies: list[Any], timeout_s: float = 5.0) -> None:
+def start_draining(proxies: list[Any], timeout_s: float = 15.0) -> None:
+    """Put each proxy in draining state; an HAProxy reload can take seconds on a busy box."""
     import ray
 
     for proxy in proxies:

@@ -12,27 +12,12 @@ import signal
 import threading
 import time
 
+from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.db.embedded import EmbeddedPostgres
-from serve_app.db.migrations import migrate
+from serve_app.ingress_proxy import ray_env
 from serve_app.settings import Settings, get_settings
-from serve_app.store.keys import generate_key, has_key, seed_key
 
 log = logging.getLogger("memserve")
-
-
-def _ensure_bootstrap_key(dsn: str, settings: Settings) -> None:
-    if settings.bootstrap_key:
-        seed_key(dsn, settings.default_tenant, "service", settings.bootstrap_key, "bootstrap")
-    elif not has_key(dsn, settings.default_tenant, "service"):
-        key = generate_key()
-        seed_key(dsn, settings.default_tenant, "service", key, "bootstrap")
-        print(
-            f"\n  Generated the service key of tenant '{settings.default_tenant}' (shown once):\n"
-            f"    {key}\n  Set MEMSERVE_BOOTSTRAP_KEY to choose your own.\n",
-            flush=True,
-        )
-    if settings.admin_key:
-        seed_key(dsn, settings.default_tenant, "admin", settings.admin_key, "admin")
 
 
 def _ray_env() -> dict[str, str]:
@@ -58,9 +43,8 @@ def run(settings: Settings | None = None) -> None:
     if pg is not None and settings.embedded_watchdog_s > 0:
         watchdog = pg.watch(watchdog_stop, settings.embedded_watchdog_s)
     try:
-        migrate(dsn)
-        _ensure_bootstrap_key(dsn, settings)
-        _serve(settings, stop, started)
+        model = bootstrap(settings, dsn).model
+        _serve(settings, model, stop, started)
     finally:
         watchdog_stop.set()
         if watchdog is not None:
@@ -69,7 +53,7 @@ def run(settings: Settings | None = None) -> None:
             print("embedded PostgreSQL stopped", flush=True)
 
 
-def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
+def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started: float) -> None:
     if settings.serve_throughput_optimized:
         # Ray >= 2.56: user code on the replica's own event loop, gRPC between
         # replicas, GC frozen after start-up. Read by every Ray process at import,
@@ -84,6 +68,10 @@ def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
     ):
         os.environ.setdefault(var, str(settings.drain_min_s))
     os.environ.setdefault("RAY_worker_niceness", str(settings.ray_worker_niceness))
+    if not settings.ray_address:
+        # HAProxy instead of Serve's Python proxy where its binary runs (a cluster's
+        # own environment decides for its nodes).
+        os.environ.update(ray_env(settings.haproxy))
     import ray
     from ray import serve
 
@@ -119,7 +107,7 @@ def _serve(settings: Settings, stop: threading.Event, started: float) -> None:
         signal.signal(sig, lambda *_: stop.set())
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
-        serve.run(build_app(deployment_options(config)), name="memserve", route_prefix="/")
+        serve.run(build_app(model, deployment_options(config)), name="memserve", route_prefix="/")
         print(
             f"memserve ready on http://{settings.host}:{settings.port}"
             f" (docs at /docs) in {time.monotonic() - started:.1f}s; Ctrl-C stops it",

@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     ray_num_cpus: int | None = None
     ray_dashboard: bool = True
     serve_throughput_optimized: bool = True  # RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (make run)
+    haproxy: bool = True  # HAProxy in front of Serve where its binary runs (ingress_proxy)
     # Shutdown: proxies report unhealthy (so a load balancer stops sending) for at least
     # this long, then wait for their in-flight requests (RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S).
     drain_min_s: float = 0.5

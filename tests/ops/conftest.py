@@ -172,3 +172,11 @@ def wait_ready(svc: ServiceProcess, timeout: float = 90.0) -> None:
             pass
         time.sleep(0.5)
     raise AssertionError(f"service not ready again in {timeout}s:\n{svc.tail()}")
+
+
+def listener(port: int) -> psutil.Process:
+    """The process listening on 127.0.0.1:``port`` (HAProxy or Serve's Python proxy)."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return psutil.Process(conn.pid)
+    raise AssertionError(f"nothing listens on port {port}")

