@@ -27,9 +27,9 @@ from serve_app.extraction.llm import LLMClient, LLMConfig
 from serve_app.extraction.metrics import ExtractionMetrics
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
-from serve_app.extraction.turns import SessionKey
 from serve_app.metrics import start_pool_metrics
 from serve_app.settings import get_settings
+from serve_app.store.turns import SessionKey
 from serve_app.store.vectors import ensure_table
 
 log = logging.getLogger("ray.serve")

@@ -18,12 +18,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.bootstrap import ModelFacts
 from serve_app.context import ContextBuilder
-from serve_app.context.facts import FactsReader
 from serve_app.db.listener import NotifyListener
 from serve_app.db.pool import open_pool
-from serve_app.extraction.facts import FactStore
 from serve_app.extraction.trigger import ExtractionTrigger, Submit
-from serve_app.extraction.turns import TurnStore
 from serve_app.metrics import start_pool_metrics
 from serve_app.ratelimit import RateLimiter
 from serve_app.services.auth import Authenticator
@@ -35,8 +32,10 @@ from serve_app.services.memories import Embed, MemoryService, Search
 from serve_app.services.sessions import SessionService
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore
+from serve_app.store.facts import FactStore
 from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
 from serve_app.store.keys import KeyStore
+from serve_app.store.turns import TurnStore
 
 log = logging.getLogger(__name__)
 Closer = Callable[[], Awaitable[None]]
@@ -120,7 +119,7 @@ async def build_services(
             TurnStore(pool), trigger, turn_ttl_hours=settings.session_turn_ttl_hours
         )
         context = ContextService(
-            ContextBuilder(memories.embed, memories.search_vector, FactsReader(pool).active),
+            ContextBuilder(memories.embed, memories.search_vector, FactStore(pool).active),
             ContextDefaults(
                 token_budget=settings.context_token_budget,
                 top_k=settings.context_top_k,

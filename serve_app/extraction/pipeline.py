@@ -21,8 +21,6 @@ from typing import Any, Protocol
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.extraction.dedup import MemoryIndex
-from serve_app.extraction.facts import FactStore
 from serve_app.extraction.junk import CONTEXT_OPEN, Turn, clean_turns, contained, sentences
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.metrics import ExtractionMetrics
@@ -33,9 +31,11 @@ from serve_app.extraction.prompts import (
     extraction_user_prompt,
     summary_user_prompt,
 )
-from serve_app.extraction.turns import SessionKey, TurnStore
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store.facts import FactStore
+from serve_app.store.memory_index import MemoryIndex
+from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.text import dedupe_hash
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from serve_app.extraction.pipeline import ExtractionPipeline, Outcome
-from serve_app.extraction.turns import SessionKey
+from serve_app.store.turns import SessionKey
 
 log = logging.getLogger(__name__)
 

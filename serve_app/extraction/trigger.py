@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from serve_app.extraction.turns import SessionKey
+from serve_app.store.turns import SessionKey
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve_app.extraction.facts import FactStore
 from serve_app.store import Owner
+from serve_app.store.facts import FactStore
 
 
 class FactService:

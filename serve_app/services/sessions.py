@@ -16,9 +16,9 @@ from typing import Any
 from serve_app.errors import ApiError
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
-from serve_app.extraction.turns import SessionKey, TurnStore
 from serve_app.schemas import MemoryFields
 from serve_app.store import Owner
+from serve_app.store.turns import SessionKey, TurnStore
 
 
 class SessionService:

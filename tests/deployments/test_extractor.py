@@ -9,8 +9,8 @@ import pytest
 
 from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
-from serve_app.extraction.turns import SessionKey, TurnStore
 from serve_app.settings import Settings
+from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
 from tests.conftest import scratch_database
 from tests.fakes.llm_server import FakeLLM, extraction, fact, memory

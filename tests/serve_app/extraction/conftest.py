@@ -12,8 +12,8 @@ from models import load_encoder
 from serve_app.db.pool import open_pool
 from serve_app.extraction.llm import LLMClient, LLMConfig
 from serve_app.extraction.pipeline import ExtractionPipeline
-from serve_app.extraction.turns import SessionKey, TurnStore
 from serve_app.settings import Settings
+from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
 from tests.fakes.llm_server import FakeLLM
 

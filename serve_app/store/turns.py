@@ -32,6 +32,18 @@ class SessionKey:
     def as_tuple(self) -> tuple[str, str, str]:
         return (self.tenant_id, self.user_id, self.session_id)
 
+    def params(self, **more: Any) -> dict[str, Any]:
+        """Named parameters ``t``, ``u``, ``s`` (and ``more``) for the statements below."""
+        return {"t": self.tenant_id, "u": self.user_id, "s": self.session_id, **more}
+
+
+@dataclass(frozen=True)
+class TurnCounts:
+    turns: int
+    pending: int  # not yet extracted
+    failed: int  # extracted with an error
+    compressed: int
+
 
 @dataclass(frozen=True)
 class Appended:
@@ -40,6 +52,8 @@ class Appended:
     pending_user_turns: int  # user turns of the session not yet extracted
     uncompressed_turns: int
 
+
+_SESSION = "tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"
 
 _APPEND_SQL = """
 WITH base AS (
@@ -92,11 +106,10 @@ class TurnStore:
         for attempt in range(5):
             try:
                 async with self.pool.connection() as conn:
-                    cur = await conn.execute(_APPEND_SQL, {
-                        "t": key.tenant_id, "u": key.user_id, "s": key.session_id,
-                        "agent": agent_id, "roles": roles, "contents": contents,
-                        "ttl": f"{ttl_hours} hours", "meta": Jsonb(meta or {}),
-                    })  # fmt: skip
+                    cur = await conn.execute(_APPEND_SQL, key.params(
+                        agent=agent_id, roles=roles, contents=contents,
+                        ttl=f"{ttl_hours} hours", meta=Jsonb(meta or {}),
+                    ))  # fmt: skip
                     row = await cur.fetchone()
                 break
             except UniqueViolation:
@@ -108,25 +121,23 @@ class TurnStore:
     async def end(self, key: SessionKey, agent_id: str | None = None) -> int:
         """Mark the session ended (it is then extracted and summarised in full)."""
         async with self.pool.connection() as conn:
-            await conn.execute(
-                "INSERT INTO session_state (tenant_id, user_id, session_id, agent_id, ended_at)"
-                " VALUES (%s,%s,%s,%s, now()) ON CONFLICT (tenant_id, user_id, session_id)"
-                " DO UPDATE SET ended_at = now(), updated_at = now()",
-                (*key.as_tuple(), agent_id),
-            )
             cur = await conn.execute(
-                "SELECT count(*) AS n FROM session_turns WHERE tenant_id = %s AND user_id = %s"
-                " AND session_id = %s AND extracted_at IS NULL",
-                key.as_tuple(),
+                "WITH ended AS (INSERT INTO session_state"
+                " (tenant_id, user_id, session_id, agent_id, ended_at)"
+                " VALUES (%(t)s, %(u)s, %(s)s, %(agent)s, now())"
+                " ON CONFLICT (tenant_id, user_id, session_id)"
+                " DO UPDATE SET ended_at = now(), updated_at = now())"
+                " SELECT count(*) AS n FROM session_turns WHERE "
+                + _SESSION
+                + " AND extracted_at IS NULL",
+                key.params(agent=agent_id),
             )
             return (await cur.fetchone())["n"]
 
     async def is_ended(self, key: SessionKey) -> bool:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT ended_at FROM session_state WHERE tenant_id = %s AND user_id = %s"
-                " AND session_id = %s",
-                key.as_tuple(),
+                "SELECT ended_at FROM session_state WHERE " + _SESSION, key.params()
             )
             row = await cur.fetchone()
         return bool(row and row["ended_at"])
@@ -135,13 +146,13 @@ class TurnStore:
         """Claim up to ``limit`` oldest pending turns of the session (skips others' claims)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "UPDATE session_turns SET claimed_until = now() + %s * interval '1 second'"
-                " WHERE id IN (SELECT id FROM session_turns WHERE tenant_id = %s AND user_id = %s"
-                " AND session_id = %s AND extracted_at IS NULL"
-                " AND (claimed_until IS NULL OR claimed_until < now())"
-                " ORDER BY turn_index LIMIT %s FOR UPDATE SKIP LOCKED)"
+                "UPDATE session_turns SET claimed_until = now() + %(lease)s * interval '1 second'"
+                " WHERE id IN (SELECT id FROM session_turns WHERE "
+                + _SESSION
+                + " AND extracted_at IS NULL AND (claimed_until IS NULL OR claimed_until < now())"
+                " ORDER BY turn_index LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
                 " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta",
-                (lease_s, *key.as_tuple(), limit),
+                key.params(lease=lease_s, limit=limit),
             )
             rows = await cur.fetchall()
         return sorted(rows, key=lambda r: r["turn_index"])
@@ -150,8 +161,8 @@ class TurnStore:
         async with self.pool.connection() as conn:
             await conn.execute(
                 "UPDATE session_turns SET extracted_at = now(), claimed_until = NULL,"
-                " extract_error = %s WHERE id = ANY(%s)",
-                (error, list(ids)),
+                " extract_error = %(error)s WHERE id = ANY(%(ids)s)",
+                {"error": error, "ids": list(ids)},
             )
 
     async def release(self, ids: Sequence[int], *, failed_attempt: bool = False) -> int:
@@ -159,9 +170,9 @@ class TurnStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "UPDATE session_turns SET claimed_until = NULL,"
-                " extract_attempts = extract_attempts + %s WHERE id = ANY(%s)"
+                " extract_attempts = extract_attempts + %(add)s WHERE id = ANY(%(ids)s)"
                 " RETURNING extract_attempts",
-                (1 if failed_attempt else 0, list(ids)),
+                {"add": 1 if failed_attempt else 0, "ids": list(ids)},
             )
             rows = await cur.fetchall()
         return max((r["extract_attempts"] for r in rows), default=0)
@@ -171,16 +182,16 @@ class TurnStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT id, turn_index, role, content, extracted_at FROM session_turns"
-                " WHERE tenant_id = %s AND user_id = %s AND session_id = %s"
-                " AND compressed_at IS NULL ORDER BY turn_index",
-                key.as_tuple(),
+                " WHERE " + _SESSION + " AND compressed_at IS NULL ORDER BY turn_index",
+                key.params(),
             )
             return await cur.fetchall()
 
     async def mark_compressed(self, ids: Sequence[int]) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(
-                "UPDATE session_turns SET compressed_at = now() WHERE id = ANY(%s)", (list(ids),)
+                "UPDATE session_turns SET compressed_at = now() WHERE id = ANY(%(ids)s)",
+                {"ids": list(ids)},
             )
 
     async def due_sessions(self, every_n: int, idle_s: float, limit: int = 200) -> list[SessionKey]:
@@ -196,11 +207,11 @@ class TurnStore:
                 " WHERE t.extracted_at IS NULL"
                 " AND (t.claimed_until IS NULL OR t.claimed_until < now())"
                 " GROUP BY t.tenant_id, t.user_id, t.session_id, s.ended_at"
-                " HAVING count(*) FILTER (WHERE t.role = 'user') >= %s"
+                " HAVING count(*) FILTER (WHERE t.role = 'user') >= %(every_n)s"
                 " OR s.ended_at IS NOT NULL"
-                " OR min(t.created_at) < now() - %s * interval '1 second'"
-                " ORDER BY min(t.created_at) LIMIT %s",
-                (every_n, idle_s, limit),
+                " OR min(t.created_at) < now() - %(idle_s)s * interval '1 second'"
+                " ORDER BY min(t.created_at) LIMIT %(limit)s",
+                {"every_n": every_n, "idle_s": idle_s, "limit": limit},
             )
             rows = await cur.fetchall()
         return [SessionKey(r["tenant_id"], r["user_id"], r["session_id"]) for r in rows]
@@ -221,8 +232,23 @@ class TurnStore:
                 )
             else:
                 cur = await conn.execute(
-                    "SELECT count(*) AS n FROM session_turns WHERE tenant_id = %s"
-                    " AND user_id = %s AND session_id = %s AND extracted_at IS NULL",
-                    key.as_tuple(),
+                    "SELECT count(*) AS n FROM session_turns WHERE "
+                    + _SESSION
+                    + " AND extracted_at IS NULL",
+                    key.params(),
                 )
             return (await cur.fetchone())["n"]
+
+    async def status(self, key: SessionKey) -> TurnCounts:
+        """Where the session's turns stand in extraction (all zero: no such session)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS turns,"
+                " count(*) FILTER (WHERE extracted_at IS NULL) AS pending,"
+                " count(*) FILTER (WHERE extract_error IS NOT NULL) AS failed,"
+                " count(*) FILTER (WHERE compressed_at IS NOT NULL) AS compressed"
+                " FROM session_turns WHERE " + _SESSION,
+                key.params(),
+            )
+            row = await cur.fetchone()
+        return TurnCounts(row["turns"], row["pending"], row["failed"], row["compressed"])

@@ -1,7 +1,8 @@
-"""Dedup for extracted memories: exact normalised hash, then embedding similarity.
+"""Lookups over ``memory_items`` for write decisions (extraction's dedup and junk guard).
 
-Lookups go straight to PostgreSQL (the source of truth), not a cache: a write
-decision must see every memory of the user, including ones written a moment ago.
+Dedup is exact normalised hash, then embedding similarity. Lookups go straight
+to PostgreSQL (the source of truth), not a cache: a write decision must see
+every memory of the user, including ones written a moment ago.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import numpy as np
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store.records import Owner
+from serve_app.store.records import Owner, column_list
 from serve_app.store.vectors import table_name
 from serve_app.text import dedupe_hash
+
+_MATCH_COLUMNS = ("id", "content", "importance", "confidence", "tags", "data")
 
 
 @dataclass(frozen=True)
@@ -41,9 +44,15 @@ class MemoryIndex:
         """An active memory with this normalised text, now or before a merge (``aliases``)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id FROM memory_items WHERE tenant_id = %s AND user_id = %s"
-                " AND (dedupe_hash = %s OR data->'aliases' ? %s) AND status = 'active' LIMIT 1",
-                (owner.tenant_id, owner.user_id, dedupe_hash(content), dedupe_hash(content)),
+                "SELECT id FROM memory_items WHERE tenant_id = %(tenant_id)s"
+                " AND user_id = %(user_id)s"
+                " AND (dedupe_hash = %(hash)s OR data->'aliases' ? %(hash)s)"
+                " AND status = 'active' LIMIT 1",
+                {
+                    "tenant_id": owner.tenant_id,
+                    "user_id": owner.user_id,
+                    "hash": dedupe_hash(content),
+                },
             )
             row = await cur.fetchone()
         return row["id"] if row else None
@@ -52,19 +61,20 @@ class MemoryIndex:
         self, owner: Owner, vector: np.ndarray, k: int = 1, types: tuple[str, ...] = ()
     ) -> list[Match]:
         """The user's ``k`` most similar active memories (cosine), exact scan over the user."""
-        type_filter = sql.SQL(" AND i.type = ANY(%s)") if types else sql.SQL("")
+        type_filter = sql.SQL(" AND i.type = ANY(%(types)s)") if types else sql.SQL("")
         query = sql.SQL(
-            "SELECT i.id, i.content, i.importance, i.confidence, i.tags, i.data,"
-            " 1 - (v.embedding <=> %s) AS similarity"
+            "SELECT {cols}, 1 - (v.embedding <=> %(vec)s) AS similarity"
             " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
-            " WHERE i.tenant_id = %s AND i.user_id = %s AND i.status = 'active'{tf}"
-            " ORDER BY v.embedding <=> %s LIMIT %s"
-        ).format(v=self.vectors, tf=type_filter)
-        vec = np.asarray(vector, dtype=np.float32)
-        params: list[Any] = [vec, owner.tenant_id, owner.user_id]
-        if types:
-            params.append(list(types))
-        params += [vec, k]
+            " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
+            " AND i.status = 'active'{tf} ORDER BY v.embedding <=> %(vec)s LIMIT %(k)s"
+        ).format(cols=column_list(_MATCH_COLUMNS, "i"), v=self.vectors, tf=type_filter)
+        params = {
+            "vec": np.asarray(vector, dtype=np.float32),
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "types": list(types),
+            "k": k,
+        }
         async with self.pool.connection() as conn:
             cur = await conn.execute(query, params)
             rows = await cur.fetchall()
@@ -85,9 +95,9 @@ class MemoryIndex:
         """Recent/important memory texts of the user (containment check of the junk guard)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT content FROM memory_items WHERE tenant_id = %s AND user_id = %s"
-                " AND status = 'active' AND source <> 'turn'"
-                " ORDER BY importance DESC, updated_at DESC LIMIT %s",
-                (owner.tenant_id, owner.user_id, limit),
+                "SELECT content FROM memory_items WHERE tenant_id = %(tenant_id)s"
+                " AND user_id = %(user_id)s AND status = 'active' AND source <> 'turn'"
+                " ORDER BY importance DESC, updated_at DESC LIMIT %(limit)s",
+                {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "limit": limit},
             )
             return [r["content"] for r in await cur.fetchall()]

@@ -1,0 +1,1 @@
+"""Extraction: session turns to memories and facts through an LLM (Extractor deployment)."""

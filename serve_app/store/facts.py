@@ -1,0 +1,135 @@
+"""``facts``: one active value per (tenant, user, category, key), with history.
+
+A new value replaces the active one only at greater-or-equal confidence; the
+replaced row stays, inactive, with ``superseded_at``/``superseded_by``, so
+``GET /v1/facts?include_inactive=true`` shows how a fact changed. Context
+building reads the active ones (one indexed query, no embedding).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from serve_app.store.records import Owner, column_list
+from serve_app.text import normalize
+
+FACT_COLUMNS: tuple[str, ...] = (
+    "id",
+    "category",
+    "key",
+    "value",
+    "confidence",
+    "importance",
+    "active",
+    "source",
+    "session_id",
+    "created_at",
+    "updated_at",
+    "superseded_at",
+    "superseded_by",
+)
+# What a context block needs of a fact.
+CONTEXT_FACT_COLUMNS: tuple[str, ...] = (
+    "id",
+    "category",
+    "key",
+    "value",
+    "confidence",
+    "importance",
+    "updated_at",
+)
+_FACT = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND category = %(category)s"
+
+
+class FactStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def upsert(
+        self,
+        owner: Owner,
+        category: str,
+        key: str,
+        value: str,
+        confidence: float,
+        *,
+        session_id: str | None = None,
+        source: str = "extraction",
+    ) -> str:
+        """Apply one extracted fact; returns added | replaced | confirmed | ignored."""
+        params: dict[str, Any] = {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "category": category,
+            "key": key,
+            "value": value,
+            "confidence": confidence,
+            "source": source,
+            "session_id": session_id,
+        }
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%(lock)s))",
+                {"lock": f"fact:{owner.tenant_id}/{owner.user_id}/{category}/{key}"},
+            )
+            cur = await conn.execute(
+                "SELECT id, value, confidence FROM facts WHERE " + _FACT
+                + " AND key = %(key)s AND active",
+                params,
+            )  # fmt: skip
+            active = await cur.fetchone()
+            if active is not None and normalize(active["value"]) == normalize(value):
+                await conn.execute(
+                    "UPDATE facts SET confidence = greatest(confidence, %(confidence)s),"
+                    " updated_at = now() WHERE id = %(id)s",
+                    {"confidence": confidence, "id": active["id"]},
+                )
+                return "confirmed"
+            if active is not None and confidence < active["confidence"]:
+                return "ignored"
+            params["id"] = uuid.uuid4()
+            if active is not None:
+                await conn.execute(
+                    "UPDATE facts SET active = false, superseded_at = now(),"
+                    " superseded_by = %(new_id)s, updated_at = now() WHERE id = %(id)s",
+                    {"new_id": params["id"], "id": active["id"]},
+                )
+            await conn.execute(
+                "INSERT INTO facts (id, tenant_id, user_id, category, key, value, confidence,"
+                " source, session_id) VALUES (%(id)s, %(tenant_id)s, %(user_id)s, %(category)s,"
+                " %(key)s, %(value)s, %(confidence)s, %(source)s, %(session_id)s)",
+                params,
+            )
+            return "added" if active is None else "replaced"
+
+    async def list(self, owner: Owner, *, include_inactive: bool = False) -> list[dict[str, Any]]:
+        """Active facts by category/key; with history, every version oldest first."""
+        query = sql.SQL(
+            "SELECT {cols} FROM facts WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
+            "{active} ORDER BY category, key, created_at"
+        ).format(
+            cols=column_list(FACT_COLUMNS),
+            active=sql.SQL("" if include_inactive else " AND active"),
+        )
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                query, {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+            )
+            return await cur.fetchall()
+
+    async def active(self, tenant_id: str, user_id: str, limit: int) -> list[dict[str, Any]]:
+        """Active facts for a context block, most important first (then most confident, name)."""
+        query = sql.SQL(
+            "SELECT {cols} FROM facts"
+            " WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND active"
+            " ORDER BY importance DESC, confidence DESC, category, key LIMIT %(limit)s"
+        ).format(cols=column_list(CONTEXT_FACT_COLUMNS))
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                query, {"tenant_id": tenant_id, "user_id": user_id, "limit": limit}
+            )
+            return await cur.fetchall()
