@@ -1,0 +1,263 @@
+"""memserve against mem0 OSS on the same machine, the same client and the same workload.
+
+    flock /tmp/memserve-ray.lock .venv/bin/python -m loadtests.bench_vs_mem0 --repeat 3
+    ... --quick                        # small counts, for development
+    ... --memserve-only --repo /work/baseline   # another checkout (shares this .venv)
+
+mem0 2.2.1 runs as its own REST server does (FastAPI, sync routes, one ``Memory``;
+loadtests/mem0_peer.py) in a virtualenv of its own (built once, cached), on pgvector
+in a separate embedded PostgreSQL, embedding with the same all-MiniLM-L6-v2 model
+through sentence-transformers, ``infer=False``. memserve starts as ``make run`` does,
+default settings. The two run one after the other, never together; the machine
+should be otherwise idle. Workloads (httpx async client, keep-alive, one user):
+
+- single adds at 8 clients (200);
+- batch ingest, batches of 100 (1,000 memories: memserve POST /v1/memories/batch,
+  mem0 POST /memories with 100 messages, which mem0 stores one memory each);
+- searches at 1 client (300) and at 8 clients (600), top_k 10.
+
+Each workload reports req/s (memories/s for ingest), p50/p95 latency, errors, and
+the server's CPU ms per request summed over its whole process tree (Ray's processes,
+the proxy, PostgreSQL backends), read from /proc before and after. The CPU per
+request per role for searches at 8 clients is the hot-path profile. ``--repeat N``
+runs the pair N times (alternating which goes first) and reports medians. Prints a
+table and writes loadtests/results/bench_vs_mem0_<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shlex
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from loadtests import procstat
+from loadtests.bench_search_http import pct
+from loadtests.bench_servers import Server, mem0_server, memserve_server
+from loadtests.harness import write_json
+from loadtests.synthetic import memory, question
+
+HOT = "search_c8"  # the workload whose per-role CPU is the hot-path profile
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # "add" | "batch" | "search"
+    requests: int
+    clients: int
+    label: str
+
+
+def workloads(quick: bool) -> list[Workload]:
+    n = (20, 2, 30, 60) if quick else (200, 10, 300, 600)
+    return [
+        Workload("add_c8", "add", n[0], 8, "single adds, 8 clients"),
+        Workload("batch100", "batch", n[1], 1, "batch ingest (100/request)"),
+        Workload("search_c1", "search", n[2], 1, "search, 1 client"),
+        Workload(HOT, "search", n[3], 8, "search, 8 clients"),
+    ]
+
+
+def request_for(server: Server, kind: str, user: str, rng: random.Random) -> tuple[str, dict]:
+    """(path, JSON body) of one request of ``kind`` in the server's own API."""
+    mem0 = server.name == "mem0"
+    if kind == "search":
+        body = {"user_id": user, "query": question(rng), "top_k": 10}
+        return ("/search" if mem0 else "/v1/search"), body
+    texts = [memory(rng) for _ in range(100 if kind == "batch" else 1)]
+    if mem0:
+        msgs = [{"role": "user", "content": t} for t in texts]
+        return "/memories", {"user_id": user, "messages": msgs, "infer": False}
+    if kind == "batch":
+        return "/v1/memories/batch", {"user_id": user, "items": [{"content": t} for t in texts]}
+    return "/v1/memories", {"user_id": user, "content": texts[0], "infer": False}
+
+
+async def drive(client: httpx.AsyncClient, reqs: list[tuple[str, dict]], clients: int) -> dict:
+    """Send ``reqs`` from ``clients`` concurrent workers; latencies of the 2xx answers."""
+    queue = list(reversed(reqs))
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+
+    async def worker() -> None:
+        while queue:
+            path, body = queue.pop()
+            t = time.perf_counter()
+            try:
+                r = await client.post(path, json=body)
+                ok, why = r.is_success, str(r.status_code)
+            except httpx.HTTPError as e:
+                ok, why = False, type(e).__name__
+            if ok:
+                lat.append((time.perf_counter() - t) * 1000)
+            else:
+                errors[why] = errors.get(why, 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return {"latencies": lat, "wall_s": time.perf_counter() - started, "errors": errors}
+
+
+async def run_server(server: Server, plan: list[Workload], seed: int) -> dict:
+    """Warm up, then every workload in order with CPU accounting around each."""
+    rng = random.Random(seed)
+    user = f"bench_{seed}"
+    limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+    out: dict = {}
+    async with httpx.AsyncClient(
+        base_url=server.base_url, headers=server.headers, timeout=120, limits=limits
+    ) as client:
+        warm = "warmup_" + user
+        await drive(client, [request_for(server, "add", warm, rng) for _ in range(8)], 4)
+        await drive(client, [request_for(server, "search", warm, rng) for _ in range(16)], 4)
+        for w in plan:
+            reqs = [request_for(server, w.kind, user, rng) for _ in range(w.requests)]
+            before = procstat.snapshot(server.pids, server.match)
+            res = await drive(client, reqs, w.clients)
+            after = procstat.snapshot(server.pids, server.match)
+            out[w.name] = summarise(w, res, procstat.cpu_by_role(before, after, server.classify))
+    return out
+
+
+def summarise(w: Workload, res: dict, cpu_s: dict[str, float]) -> dict:
+    lat, wall = res["latencies"], res["wall_s"]
+    ok = max(1, len(lat))
+    row = {
+        "requests": w.requests,
+        "ok": len(lat),
+        "errors": res["errors"],
+        "req_per_s": len(lat) / wall,
+        "p50_ms": statistics.median(lat) if lat else float("nan"),
+        "p95_ms": pct(lat, 95) if lat else float("nan"),
+        "cpu_ms_per_req": sum(cpu_s.values()) * 1000 / ok,
+        "cpu_ms_per_req_by_role": {k: v * 1000 / ok for k, v in sorted(cpu_s.items())},
+    }
+    if w.kind == "batch":
+        row["memories_per_s"] = row["req_per_s"] * 100
+    return row
+
+
+def one_pass(name: str, args: argparse.Namespace, plan: list[Workload], seed: int) -> dict:
+    if name == "mem0":
+        ctx = mem0_server()
+    else:
+        cmd = shlex.split(args.memserve_cmd) if args.memserve_cmd else None
+        ctx = memserve_server(Path(args.repo), cmd)
+    with ctx as server:
+        print(f"{name} ready in {server.startup_s:.1f}s at {server.base_url}", flush=True)
+        result = asyncio.run(run_server(server, plan, seed))
+        result["_startup_s"] = server.startup_s
+        result["_info"] = server.info
+    return result
+
+
+# (metric key, label suffix, workloads it is shown for)
+METRICS = [
+    ("req_per_s", "req/s", None),
+    ("memories_per_s", "memories/s", {"batch100"}),
+    ("p50_ms", "p50 ms", None),
+    ("p95_ms", "p95 ms", None),
+    ("cpu_ms_per_req", "server CPU ms/req", None),
+]
+
+
+def median_runs(runs: list[dict]) -> dict:
+    """Per workload and metric, the median over runs (role profile included)."""
+    out: dict = {}
+    for wname in (k for k in runs[0] if not k.startswith("_")):
+        rows = [r[wname] for r in runs]
+        med = {
+            k: statistics.median(r[k] for r in rows)
+            for k in rows[0]
+            if isinstance(rows[0][k], (int, float))
+        }
+        roles = {role for r in rows for role in r["cpu_ms_per_req_by_role"]}
+        med["cpu_ms_per_req_by_role"] = {
+            role: statistics.median(r["cpu_ms_per_req_by_role"].get(role, 0.0) for r in rows)
+            for role in sorted(roles)
+        }
+        med["errors"] = sum(sum(r["errors"].values()) for r in rows)
+        out[wname] = med
+    return out
+
+
+def print_table(med: dict[str, dict], plan: list[Workload]) -> None:
+    names = [n for n in ("mem0", "memserve") if n in med]
+    print(f"\n{'workload':44} {'mem0':>9} {'memserve':>9} {'ratio':>7}")
+    for w in plan:
+        for key, unit, only in METRICS:
+            if only is not None and w.name not in only:
+                continue
+            vals = {n: med[n][w.name].get(key) for n in names}
+            cells = [f"{vals[n]:9.1f}" if n in vals else f"{'-':>9}" for n in ("mem0", "memserve")]
+            ratio = ""
+            if len(vals) == 2 and vals["mem0"]:
+                ratio = f"{vals['memserve'] / vals['mem0']:6.2f}x"
+            print(f"{w.label + ', ' + unit:44} {cells[0]} {cells[1]} {ratio:>7}")
+    errs = {n: {w: med[n][w]["errors"] for w in med[n] if med[n][w]["errors"]} for n in names}
+    if any(errs.values()):
+        print(f"failed requests (not timed): {errs}")
+    print(f"\nserver CPU ms per request by process role, {HOT}:")
+    for n in names:
+        prof = med[n][HOT]["cpu_ms_per_req_by_role"]
+        print(
+            f"  {n:9} "
+            + "  ".join(f"{r} {v:.1f}" for r, v in prof.items())
+            + f"  | total {med[n][HOT]['cpu_ms_per_req']:.1f}"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="full pairs to run; medians reported")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--memserve-only", action="store_true")
+    only.add_argument("--mem0-only", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="small counts, for development")
+    ap.add_argument(
+        "--repo",
+        default=str(Path(__file__).resolve().parents[1]),
+        help="memserve checkout to benchmark (run with cwd and PYTHONPATH there)",
+    )
+    ap.add_argument(
+        "--memserve-cmd",
+        help="command that starts memserve (default: "
+        "this checkout's .venv/bin/python -m serve_app run)",
+    )
+    args = ap.parse_args()
+    names = ["mem0"] * (not args.memserve_only) + ["memserve"] * (not args.mem0_only)
+    plan = workloads(args.quick)
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    started = time.monotonic()
+    for i in range(args.repeat):
+        for name in names if i % 2 == 0 else list(reversed(names)):
+            print(f"--- run {i + 1}/{args.repeat}: {name}", flush=True)
+            runs[name].append(one_pass(name, args, plan, seed=1000 + i))
+    med = {n: median_runs(r) for n, r in runs.items()}
+    print_table(med, plan)
+    path = write_json(
+        "bench_vs_mem0",
+        sep="_",
+        payload={
+            "args": vars(args),
+            "workloads": [w.__dict__ for w in plan],
+            "medians": med,
+            "hot_path_profile": {n: med[n][HOT]["cpu_ms_per_req_by_role"] for n in names},
+            "runs": runs,
+            "elapsed_s": time.monotonic() - started,
+        },
+    )
+    print(f"\n{time.monotonic() - started:.0f}s in all; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
