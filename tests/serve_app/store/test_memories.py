@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 import uuid
 
 import numpy as np
@@ -164,3 +166,106 @@ async def test_batch_add_is_atomic(store):
 
 async def test_get_unknown_id(store):
     assert await store.get(A, uuid.uuid4()) is None
+
+
+async def frontend_messages(store, call) -> list[str]:
+    """Run ``call`` on the pool's only connection with libpq tracing; the messages it sent."""
+    conn = await store.pool.getconn()
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        await store.pool.putconn(conn)
+        try:
+            await call()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        return [line.split("\t")[3] for line in trace.read().splitlines() if "\tF\t" in line]
+
+
+async def test_batch_add_is_one_statement_in_input_order_with_vectors(store):
+    items = [NewMemory(content=f"fact number {i}", tags=[f"t{i}"] * (i % 3)) for i in range(100)]
+    vectors = vecs(100, seed=3)
+    rows: list = []
+
+    async def call():
+        rows.extend(await store.add(A, items, vectors, actor="bulk"))
+
+    sent = await frontend_messages(store, call)
+    assert sent.count("Execute") + sent.count("Query") == 1  # was ~300 single-row statements
+    assert sent.count("Sync") == 1  # one round trip
+    assert [r["content"] for r in rows] == [i.content for i in items]
+    assert [r["tags"] for r in rows] == [i.tags for i in items]
+    async with store.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT i.id, i.seq, v.embedding, v.owner FROM memory_items i"
+            " JOIN memory_vectors_test v ON v.item_id = i.id ORDER BY i.seq"
+        )
+        stored = await cur.fetchall()
+        cur = await conn.execute(
+            "SELECT memory_id, event, new_content, actor FROM memory_history ORDER BY id"
+        )
+        events = await cur.fetchall()
+    assert [s["id"] for s in stored] == [r["id"] for r in rows]  # written in input order
+    for s, v in zip(stored, vectors, strict=True):
+        assert np.allclose(s["embedding"].to_numpy(), v, atol=1e-6) and s["owner"] == "alice"
+    assert [(e["memory_id"], e["event"], e["actor"]) for e in events] == [
+        (r["id"], "ADD", "bulk") for r in rows
+    ]
+    assert [e["new_content"] for e in events] == [i.content for i in items]
+
+
+async def test_single_add_is_one_round_trip_and_notifies(store, fresh_db):
+    listener = await psycopg.AsyncConnection.connect(fresh_db, autocommit=True)
+    await listener.execute("LISTEN memserve_changes")
+    rows: list = []
+
+    async def call():
+        rows.extend(await add(store, A, "one"))
+
+    sent = await frontend_messages(store, call)
+    assert sent.count("Execute") + sent.count("Query") == 1 and sent.count("Sync") == 1
+    note = await anext(listener.notifies(timeout=5))
+    assert json.loads(note.payload) == ["t1", "alice", 1]
+    await listener.close()
+    assert (await store.get(A, rows[0]["id"]))["content"] == "one"
+
+
+async def test_batch_failing_mid_way_writes_nothing(store):
+    items = [NewMemory(content=f"m{i}") for i in range(100)]
+    items[57] = NewMemory(content="bad scope", scope="galaxy")  # violates the CHECK on the server
+    with pytest.raises(psycopg.errors.CheckViolation):
+        await store.add(A, items, vecs(100))
+    async with store.pool.connection() as conn:
+        for table in ("memory_items", "memory_vectors_test", "memory_history"):
+            cur = await conn.execute(f"SELECT count(*) AS n FROM {table}")
+            assert (await cur.fetchone())["n"] == 0, table
+        cur = await conn.execute("SELECT count(*) AS n FROM memory_owner_versions")
+        assert (await cur.fetchone())["n"] == 0
+
+
+async def test_shared_items_of_a_batch_get_their_own_owners(store):
+    rows = await store.add(
+        A,
+        [
+            NewMemory(content="mine"),
+            NewMemory(content="team", scope="agent", agent_id="bot"),
+            NewMemory(content="everyone", scope="org"),
+        ],
+        vecs(3),
+    )
+    assert [r["user_id"] for r in rows] == ["alice", None, None]
+    async with store.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT owner, version FROM memory_owner_versions WHERE tenant_id = 't1' ORDER BY owner"
+        )
+        assert [(r["owner"], r["version"]) for r in await cur.fetchall()] == [
+            ("@agent:bot", 1),
+            ("@org", 1),
+            ("alice", 1),
+        ]
+
+
+async def test_add_rejects_mismatched_embeddings(store):
+    with pytest.raises(ValueError):
+        await store.add(A, [NewMemory(content="x")], vecs(2))
+    assert await store.add(A, [], vecs(0)) == []

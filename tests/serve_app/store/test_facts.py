@@ -1,0 +1,52 @@
+"""FactStore (facts) against a real PostgreSQL: one active value per key, with history."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_app.db.pool import open_pool
+from serve_app.settings import Settings
+from serve_app.store.facts import FactStore
+from serve_app.store.records import Owner
+
+A = Owner("t1", "alice")
+
+
+@pytest.fixture
+async def facts(fresh_db):
+    pool = await open_pool(fresh_db, Settings(), min_size=1)
+    await pool.wait()
+    yield FactStore(pool)
+    await pool.close()
+
+
+async def test_upsert_outcomes_and_history(facts):
+    assert await facts.upsert(A, "identity", "name", "Alex", 0.8) == "added"
+    assert await facts.upsert(A, "identity", "name", "alex.", 0.9) == "confirmed"
+    assert await facts.upsert(A, "identity", "name", "Sam", 0.5) == "ignored"
+    assert await facts.upsert(A, "identity", "name", "Sam", 0.95, session_id="s9") == "replaced"
+    [active] = await facts.list(A)
+    assert (active["value"], active["session_id"], active["active"]) == ("Sam", "s9", True)
+    versions = await facts.list(A, include_inactive=True)
+    assert [(v["value"], v["active"]) for v in versions] == [("Alex", False), ("Sam", True)]
+    assert versions[0]["superseded_by"] == active["id"]
+    assert versions[0]["confidence"] == pytest.approx(0.9)  # the confirmation raised it
+
+
+async def test_active_orders_by_importance_and_stays_in_its_tenant_and_user(facts):
+    await facts.upsert(A, "pref", "drink", "tea", 0.6)
+    await facts.upsert(A, "constraint", "diet", "vegetarian", 0.9)
+    await facts.upsert(Owner("t1", "bob"), "pref", "drink", "coffee", 1.0)
+    await facts.upsert(Owner("t2", "alice"), "pref", "drink", "water", 1.0)
+    rows = await facts.active("t1", "alice", limit=10)
+    assert [r["value"] for r in rows] == ["vegetarian", "tea"]  # equal importance: confidence
+    assert set(rows[0]) == {
+        "id",
+        "category",
+        "key",
+        "value",
+        "confidence",
+        "importance",
+        "updated_at",
+    }
+    assert len(await facts.active("t1", "alice", limit=1)) == 1

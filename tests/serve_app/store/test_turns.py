@@ -1,0 +1,62 @@
+"""TurnStore (session_turns, session_state) against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_app.db.pool import open_pool
+from serve_app.settings import Settings
+from serve_app.store.turns import SessionKey, TurnCounts, TurnStore
+
+K = SessionKey("t1", "alice", "s1")
+
+
+@pytest.fixture
+async def turns(fresh_db):
+    pool = await open_pool(fresh_db, Settings(), min_size=1)
+    await pool.wait()
+    yield TurnStore(pool)
+    await pool.close()
+
+
+async def test_append_numbers_turns_and_counts_pending(turns):
+    first = await turns.append(
+        K, [("user", "hi"), ("assistant", "hello")], agent_id=None, ttl_hours=1
+    )
+    second = await turns.append(K, [("user", "again")], agent_id=None, ttl_hours=1)
+    assert (first.first_index, first.last_index, first.pending_user_turns) == (1, 2, 1)
+    assert (second.first_index, second.last_index, second.pending_user_turns) == (3, 3, 2)
+    assert second.uncompressed_turns == 3
+
+
+async def test_status_counts_each_state_and_only_this_session(turns):
+    assert await turns.status(K) == TurnCounts(0, 0, 0, 0)
+    await turns.append(K, [("user", f"m{i}") for i in range(4)], agent_id=None, ttl_hours=1)
+    await turns.append(SessionKey("t1", "bob", "s1"), [("user", "x")], agent_id=None, ttl_hours=1)
+    await turns.append(SessionKey("t2", "alice", "s1"), [("user", "x")], agent_id=None, ttl_hours=1)
+    claimed = await turns.claim_pending(K, limit=3, lease_s=60)
+    assert [r["turn_index"] for r in claimed] == [1, 2, 3]
+    await turns.mark_extracted([claimed[0]["id"]])
+    await turns.mark_extracted([claimed[1]["id"]], error="unusable")
+    await turns.mark_compressed([claimed[0]["id"]])
+    assert await turns.status(K) == TurnCounts(turns=4, pending=2, failed=1, compressed=1)
+    assert await turns.pending_count(K) == 2
+
+
+async def test_claims_exclude_each_other_and_release_counts_attempts(turns):
+    await turns.append(K, [("user", "a"), ("user", "b")], agent_id=None, ttl_hours=1)
+    mine = await turns.claim_pending(K, limit=10, lease_s=60)
+    assert len(mine) == 2 and await turns.claim_pending(K, limit=10, lease_s=60) == []
+    assert await turns.release([r["id"] for r in mine], failed_attempt=True) == 1
+    again = await turns.claim_pending(K, limit=10, lease_s=60)
+    assert [r["extract_attempts"] for r in again] == [1, 1]
+
+
+async def test_end_marks_ended_and_returns_pending(turns):
+    await turns.append(K, [("user", "a"), ("assistant", "b")], agent_id="bot", ttl_hours=1)
+    assert not await turns.is_ended(K)
+    assert await turns.end(K, "bot") == 2
+    assert await turns.is_ended(K)
+    assert K in await turns.due_sessions(every_n=100, idle_s=3600)
+    await turns.append(K, [("user", "back")], agent_id=None, ttl_hours=1)  # re-opens it
+    assert not await turns.is_ended(K)
