@@ -2,7 +2,8 @@
 
 The app builder attaches to (here: starts) the embedded PostgreSQL in
 MEMSERVE_DATA_DIR, migrates it and seeds the bootstrap key; the replicas attach
-to the same server. Only the HTTP port differs from the packaged config.
+to the same server. Only the HTTP port differs from the packaged config. The Ray
+environment is the one `make serve-run` gives it: throughput mode and HAProxy.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
 from serve_app.application import DEFAULT_CONFIG
 from serve_app.db.resolve import stop_embedded
+from serve_app.ingress_proxy import ray_env
 from tests.e2e.service import free_port
+from tests.ops.conftest import listener
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -66,9 +70,13 @@ def test_serve_run_with_the_packaged_config(tmp_path):
         MEMSERVE_DATA_DIR=str(tmp_path / "data"),
         MEMSERVE_BOOTSTRAP_KEY=key,
         PYTHONUNBUFFERED="1",
+        RAY_SERVE_THROUGHPUT_OPTIMIZED="1",
     )
+    env.update(ray_env(True, env))  # as `make serve-run` does
+    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
     proc, log = _start(cfg, env, tmp_path / "serve_run.log")
     base = f"http://127.0.0.1:{port}"
+    haproxy: psutil.Process | None = None
     try:
         deadline = time.monotonic() + 300
         attempts = 1
@@ -87,6 +95,8 @@ def test_serve_run_with_the_packaged_config(tmp_path):
             except httpx.HTTPError:
                 pass
             time.sleep(1)
+        haproxy = listener(port)
+        assert haproxy.name() == "haproxy", haproxy.cmdline()
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=base, headers=headers, timeout=30) as c:
             m = c.post("/v1/memories", json={"user_id": "sr", "content": "I keep bees in Porto"})
@@ -106,3 +116,5 @@ def test_serve_run_with_the_packaged_config(tmp_path):
         # The embedded server outlives `serve run` by design (replicas do not own it).
         was_running = stop_embedded(tmp_path / "data")
     assert was_running
+    # Ctrl-C stops HAProxy with Serve: nothing is left holding the port.
+    assert haproxy is not None and not haproxy.is_running()
