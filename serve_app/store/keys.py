@@ -8,16 +8,27 @@ import uuid
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.key_cache import KeyCache
+from serve_app.store.records import column_list
 
 KEY_PREFIX = "msk_"
 # What may be shown about a key: never key_hash (nor the key, which is not stored).
-KEY_INFO_COLUMNS = (
-    "id, tenant_id, role, user_id, prefix, name, rate_limit_per_s, created_at, revoked_at"
+KEY_INFO_COLUMNS: tuple[str, ...] = (
+    "id",
+    "tenant_id",
+    "role",
+    "user_id",
+    "prefix",
+    "name",
+    "rate_limit_per_s",
+    "created_at",
+    "revoked_at",
 )
+_INFO = column_list(KEY_INFO_COLUMNS)
 
 
 def hash_key(key: str) -> str:
@@ -43,8 +54,8 @@ class KeyStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT id, tenant_id, role, user_id, rate_limit_per_s FROM api_keys"
-                " WHERE key_hash = %s AND revoked_at IS NULL",
-                (key_hash,),
+                " WHERE key_hash = %(key_hash)s AND revoked_at IS NULL",
+                {"key_hash": key_hash},
             )
             row = await cur.fetchone()
         if row is not None and self.cache is not None:
@@ -63,29 +74,34 @@ class KeyStore:
         key = generate_key()
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name,"
-                " rate_limit_per_s, created_by) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-                f" RETURNING {KEY_INFO_COLUMNS}",
-                (
-                    uuid.uuid4(),
-                    tenant_id,
-                    role,
-                    user_id,
-                    hash_key(key),
-                    key[:12],
-                    name,
-                    rate_limit_per_s,
-                    created_by,
-                ),
+                sql.SQL(
+                    "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name,"
+                    " rate_limit_per_s, created_by) VALUES (%(id)s, %(tenant_id)s, %(role)s,"
+                    " %(user_id)s, %(key_hash)s, %(prefix)s, %(name)s, %(rate_limit_per_s)s,"
+                    " %(created_by)s) RETURNING {info}"
+                ).format(info=_INFO),
+                {
+                    "id": uuid.uuid4(),
+                    "tenant_id": tenant_id,
+                    "role": role,
+                    "user_id": user_id,
+                    "key_hash": hash_key(key),
+                    "prefix": key[:12],
+                    "name": name,
+                    "rate_limit_per_s": rate_limit_per_s,
+                    "created_by": created_by,
+                },
             )
             return key, await cur.fetchone()
 
     async def list(self, tenant_id: str) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                f"SELECT {KEY_INFO_COLUMNS} FROM api_keys WHERE tenant_id = %s"
-                " ORDER BY created_at, id",
-                (tenant_id,),
+                sql.SQL(
+                    "SELECT {info} FROM api_keys WHERE tenant_id = %(tenant_id)s"
+                    " ORDER BY created_at, id"
+                ).format(info=_INFO),
+                {"tenant_id": tenant_id},
             )
             return await cur.fetchall()
 
@@ -93,8 +109,9 @@ class KeyStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "UPDATE api_keys SET revoked_at = now()"
-                " WHERE id = %s AND tenant_id = %s AND revoked_at IS NULL RETURNING key_hash",
-                (key_id, tenant_id),
+                " WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND revoked_at IS NULL"
+                " RETURNING key_hash",
+                {"id": key_id, "tenant_id": tenant_id},
             )
             row = await cur.fetchone()
         if row is not None and self.cache is not None:
@@ -109,8 +126,17 @@ def seed_key(
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         cur = conn.execute(
             "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name)"
-            " VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (key_hash) DO NOTHING",
-            (uuid.uuid4(), tenant_id, role, user_id, hash_key(key), key[:12], name),
+            " VALUES (%(id)s, %(tenant_id)s, %(role)s, %(user_id)s, %(key_hash)s, %(prefix)s,"
+            " %(name)s) ON CONFLICT (key_hash) DO NOTHING",
+            {
+                "id": uuid.uuid4(),
+                "tenant_id": tenant_id,
+                "role": role,
+                "user_id": user_id,
+                "key_hash": hash_key(key),
+                "prefix": key[:12],
+                "name": name,
+            },
         )
         return cur.rowcount > 0
 
@@ -118,7 +144,8 @@ def seed_key(
 def has_key(dsn: str, tenant_id: str, role: str) -> bool:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT 1 FROM api_keys WHERE tenant_id = %s AND role = %s AND revoked_at IS NULL",
-            (tenant_id, role),
+            "SELECT 1 FROM api_keys WHERE tenant_id = %(tenant_id)s AND role = %(role)s"
+            " AND revoked_at IS NULL",
+            {"tenant_id": tenant_id, "role": role},
         ).fetchone()
         return row is not None

@@ -25,7 +25,7 @@ def ensure_table(dsn: str, slug: str, dim: int, *, m: int = 16, ef_construction:
     name = table_name(slug)
     ident = sql.Identifier(name)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (name,))
+        conn.execute("SELECT pg_advisory_lock(hashtext(%(name)s))", {"name": name})
         try:
             conn.execute(
                 sql.SQL(
@@ -52,5 +52,5 @@ def ensure_table(dsn: str, slug: str, dim: int, *, m: int = 16, ef_construction:
                 )
             )
         finally:
-            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%(name)s))", {"name": name})
     return name
