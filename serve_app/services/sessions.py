@@ -76,14 +76,14 @@ class SessionService:
         assert owner.user_id is not None
         key = SessionKey(owner.tenant_id, owner.user_id, session_id)
         counts = await self.turns.status(key)
-        if not counts or not counts["turns"]:
+        if not counts.turns:
             raise ApiError(404, "not_found", "session not found")
         return {
             "session_id": session_id,
-            "turns": counts["turns"],
-            "pending_turns": counts["pending"],
-            "failed_turns": counts["failed"],
-            "compressed_turns": counts["compressed"],
+            "turns": counts.turns,
+            "pending_turns": counts.pending,
+            "failed_turns": counts.failed,
+            "compressed_turns": counts.compressed,
             "ended": await self.turns.is_ended(key),
         }
 
