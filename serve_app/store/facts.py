@@ -33,15 +33,7 @@ FACT_COLUMNS: tuple[str, ...] = (
     "superseded_by",
 )
 # What a context block needs of a fact.
-CONTEXT_FACT_COLUMNS: tuple[str, ...] = (
-    "id",
-    "category",
-    "key",
-    "value",
-    "confidence",
-    "importance",
-    "updated_at",
-)
+CONTEXT_FACT_COLUMNS: tuple[str, ...] = (*FACT_COLUMNS[:6], "updated_at")
 _FACT = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND category = %(category)s"
 
 

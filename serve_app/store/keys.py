@@ -40,6 +40,21 @@ def generate_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+def _new_key(
+    key: str, tenant_id: str, role: str, user_id: str | None, name: str | None
+) -> dict[str, Any]:
+    """Parameters of a new api_keys row: the key itself is never stored, only its hash."""
+    return {
+        "id": uuid.uuid4(),
+        "tenant_id": tenant_id,
+        "role": role,
+        "user_id": user_id,
+        "key_hash": hash_key(key),
+        "prefix": key[:12],
+        "name": name,
+    }
+
+
 class KeyStore:
     def __init__(self, pool: AsyncConnectionPool, cache: KeyCache | None = None) -> None:
         self.pool = pool
@@ -81,13 +96,7 @@ class KeyStore:
                     " %(created_by)s) RETURNING {info}"
                 ).format(info=_INFO),
                 {
-                    "id": uuid.uuid4(),
-                    "tenant_id": tenant_id,
-                    "role": role,
-                    "user_id": user_id,
-                    "key_hash": hash_key(key),
-                    "prefix": key[:12],
-                    "name": name,
+                    **_new_key(key, tenant_id, role, user_id, name),
                     "rate_limit_per_s": rate_limit_per_s,
                     "created_by": created_by,
                 },
@@ -128,15 +137,7 @@ def seed_key(
             "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name)"
             " VALUES (%(id)s, %(tenant_id)s, %(role)s, %(user_id)s, %(key_hash)s, %(prefix)s,"
             " %(name)s) ON CONFLICT (key_hash) DO NOTHING",
-            {
-                "id": uuid.uuid4(),
-                "tenant_id": tenant_id,
-                "role": role,
-                "user_id": user_id,
-                "key_hash": hash_key(key),
-                "prefix": key[:12],
-                "name": name,
-            },
+            _new_key(key, tenant_id, role, user_id, name),
         )
         return cur.rowcount > 0
 

@@ -92,7 +92,7 @@ def _add_statement(vectors: sql.Identifier) -> sql.Composed:
         " SELECT %(tenant_id)s, {values} FROM src s ORDER BY s.ord RETURNING {returning}),"
         " vecs AS (INSERT INTO {v} (item_id, tenant_id, owner, embedding)"
         " SELECT s.id, %(tenant_id)s, s.owner, s.embedding FROM src s),"
-        " {history}, {bump}"
+        " {log}"
         " SELECT items.*, {notified} AS notified FROM items"
     ).format(
         arrays=arrays,
@@ -101,15 +101,26 @@ def _add_statement(vectors: sql.Identifier) -> sql.Composed:
         values=values,
         returning=column_list(MEMORY_COLUMNS),
         v=vectors,
-        history=history.record_cte(
-            "hist",
-            sql.SQL(
-                "SELECT id AS memory_id, user_id, 'ADD'::text AS event, NULL::text AS old_content,"
-                " content AS new_content FROM src ORDER BY ord"
-            ),
-        ),
-        bump=bump_ctes(sql.SQL("SELECT owner FROM src")),
+        log=_log_and_bump("src", "ADD", "content", order="ord"),
         notified=NOTIFIED,
+    )
+
+
+def _log_and_bump(rows: str, event: str, new_content: str, *, order: str = "id") -> sql.Composed:
+    """CTEs logging ``event`` for each row of CTE ``rows`` (no old content) and bumping
+    the owners of those rows (``rows`` has ``id, user_id, owner`` and ``new_content``)."""
+    events = sql.SQL(
+        "SELECT id AS memory_id, user_id, {event}::text AS event, NULL::text AS old_content,"
+        " {new}::text AS new_content FROM {rows} ORDER BY {order}"
+    ).format(
+        event=sql.Literal(event),
+        new=sql.SQL(new_content),
+        rows=sql.Identifier(rows),
+        order=sql.Identifier(order),
+    )
+    return sql.SQL("{}, {}").format(
+        history.record_cte("hist", events),
+        bump_ctes(sql.SQL("SELECT owner FROM {}").format(sql.Identifier(rows))),
     )
 
 
@@ -278,19 +289,12 @@ class MemoryStore:
         """Delete matching items (vectors cascade), forget and log them, bump: one statement."""
         query = sql.SQL(
             "WITH gone AS (DELETE FROM memory_items WHERE {where} RETURNING id, user_id, owner),"
-            " {forget}, {history}, {bump}"
+            " {forget}, {log}"
             " SELECT (SELECT count(*) FROM gone) AS deleted, {notified} AS notified"
         ).format(
             where=where,
             forget=history.forget_cte("forgotten", sql.SQL("SELECT id FROM gone")),
-            history=history.record_cte(
-                "hist",
-                sql.SQL(
-                    "SELECT id AS memory_id, user_id, 'DELETE'::text AS event,"
-                    " NULL::text AS old_content, NULL::text AS new_content FROM gone"
-                ),
-            ),
-            bump=bump_ctes(sql.SQL("SELECT owner FROM gone")),
+            log=_log_and_bump("gone", "DELETE", "NULL"),
             notified=NOTIFIED,
         )
         async with self.pool.connection() as conn:

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.db.pool import open_pool
-from serve_app.settings import Settings
-from serve_app.store.facts import FactStore
+from serve_app.store.facts import CONTEXT_FACT_COLUMNS, FactStore
 from serve_app.store.records import Owner
 
 A = Owner("t1", "alice")
 
 
 @pytest.fixture
-async def facts(fresh_db):
-    pool = await open_pool(fresh_db, Settings(), min_size=1)
-    await pool.wait()
-    yield FactStore(pool)
-    await pool.close()
+def facts(pool):
+    return FactStore(pool)
 
 
 async def test_upsert_outcomes_and_history(facts):
@@ -40,13 +35,6 @@ async def test_active_orders_by_importance_and_stays_in_its_tenant_and_user(fact
     await facts.upsert(Owner("t2", "alice"), "pref", "drink", "water", 1.0)
     rows = await facts.active("t1", "alice", limit=10)
     assert [r["value"] for r in rows] == ["vegetarian", "tea"]  # equal importance: confidence
-    assert set(rows[0]) == {
-        "id",
-        "category",
-        "key",
-        "value",
-        "confidence",
-        "importance",
-        "updated_at",
-    }
+    assert list(rows[0]) == [*CONTEXT_FACT_COLUMNS]
+    assert "updated_at" in CONTEXT_FACT_COLUMNS and "active" not in CONTEXT_FACT_COLUMNS
     assert len(await facts.active("t1", "alice", limit=1)) == 1

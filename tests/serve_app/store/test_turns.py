@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.db.pool import open_pool
-from serve_app.settings import Settings
 from serve_app.store.turns import SessionKey, TurnCounts, TurnStore
 
 K = SessionKey("t1", "alice", "s1")
 
 
 @pytest.fixture
-async def turns(fresh_db):
-    pool = await open_pool(fresh_db, Settings(), min_size=1)
-    await pool.wait()
-    yield TurnStore(pool)
-    await pool.close()
+def turns(pool):
+    return TurnStore(pool)
 
 
 async def test_append_numbers_turns_and_counts_pending(turns):
