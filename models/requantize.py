@@ -119,7 +119,8 @@ def _reusable(copy: Path, manifest_path: Path, source_sha: str, mode: str) -> Qu
         and manifest.get("format") == MANIFEST_FORMAT
         and manifest.get("mode") == mode
         and manifest.get("source_sha256") == source_sha
-        and float(manifest.get("mean_cosine") or 0.0) >= MIN_MEAN_COSINE
+        and isinstance(manifest.get("mean_cosine"), float)
+        and manifest["mean_cosine"] >= MIN_MEAN_COSINE
         and isinstance(manifest.get("sha256"), str)
         and copy.is_file()
     ):
