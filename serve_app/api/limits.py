@@ -18,13 +18,11 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        length = headers.get(b"content-length")
-        too_big = error_response(413, "payload_too_large", f"body over {self.max_bytes} bytes")
+        length = next((v for k, v in scope.get("headers") or () if k == b"content-length"), None)
         if length is not None:
             try:
                 if int(length) > self.max_bytes:
-                    await too_big(scope, receive, send)
+                    await self._too_big(scope, receive, send)
                     return
             except ValueError:
                 await error_response(400, "invalid_request", "bad Content-Length")(
@@ -45,7 +43,12 @@ class BodySizeLimit:
         try:
             await self.app(scope, limited_receive, send)
         except _TooLarge:
-            await too_big(scope, receive, send)
+            await self._too_big(scope, receive, send)
+
+    async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Built only when needed: this middleware sees every request.
+        response = error_response(413, "payload_too_large", f"body over {self.max_bytes} bytes")
+        await response(scope, receive, send)
 
 
 class _TooLarge(Exception):
