@@ -66,7 +66,7 @@ class Ingress:
 
     async def _search(self, q: SearchQuery, vector: np.ndarray) -> list[dict]:
         # Route by shard so the user's cache stays warm on one retriever replica.
-        shard = shard_key(q, self.settings.retrieval_shards)
+        shard = shard_key(q, self.settings.retrieval.retrieval_shards)
         return await self.retriever.options(multiplexed_model_id=shard).search.remote(q, vector)
 
     def _submit(self, tenant: str, user: str, session: str, force: bool):

@@ -153,8 +153,8 @@ def bench_encoders(
     opts = {
         "device": "cpu",
         "threads": threads,
-        "spinning": settings.embed_spinning,
-        "max_batch_tokens": settings.embed_max_batch_tokens,
+        "spinning": settings.embed.spinning,
+        "max_batch_tokens": settings.embed.max_batch_tokens,
     }
     runners[INT8] = load_encoder(spec, **opts).encode
     fp32 = tuple(r for r in spec.onnx if "int8" not in r.path and "quant" not in r.path)
@@ -343,8 +343,8 @@ async def _serve_rounds(
     info: dict[str, Any] = {}
     modes = {
         "batched": {
-            "max_batch_size": settings.embed_max_batch_size,
-            "batch_wait_timeout_s": settings.embed_batch_wait_s,
+            "max_batch_size": settings.embed.max_batch_size,
+            "batch_wait_timeout_s": settings.embed.batch_wait_s,
         },
         "unbatched": {"max_batch_size": 1, "batch_wait_timeout_s": 0.0},
     }
@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             cpus=min(2, os.cpu_count() or 1),
             rounds=args.rounds,
             worker_niceness=None if args.worker_niceness < 0 else args.worker_niceness,
-            throughput_optimized=get_settings().serve_throughput_optimized
+            throughput_optimized=get_settings().serving.throughput_optimized
             and not args.serve_default_mode,
         )
 

@@ -219,8 +219,9 @@ async def measure(
 
     dsn = db_dsn(admin_dsn)
     migrate(dsn)  # a database loaded by an older version: bring its schema up to date
-    settings = Settings(
-        database_url=dsn, hnsw_ef_search=ef_search, db_pool_max=4, db_statement_timeout_ms=120_000
+    settings = Settings(database_url=dsn).with_(
+        retrieval={"hnsw_ef_search": ef_search},
+        db={"pool_max": 4, "statement_timeout_ms": 120_000},
     )
     pool = await open_pool(dsn, settings, min_size=2)
     await pool.wait()
@@ -232,7 +233,7 @@ async def measure(
         groups["big"] = [big[i % len(big)] for i in range(min(queries, 4 * len(big)))]
 
     hot = Retriever(pool, SLUG, settings)
-    cold = Retriever(pool, SLUG, settings.model_copy(update={"cache_budget_mb": 0}))
+    cold = Retriever(pool, SLUG, settings.with_(cache={"budget_mb": 0}))
 
     async def user_data(u: int) -> tuple[np.ndarray, list]:
         async with pool.connection() as conn:

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         from serve_app.settings import get_settings
 
         started = time.perf_counter()
-        encoder = load_encoder(args.model or get_settings().embed_model, device=args.device)
+        encoder = load_encoder(args.model or get_settings().embed.model, device=args.device)
         vector = encoder.encode(["hello world"])[0]
         print(
             f"{encoder.spec.name}: {encoder.onnx_path} on {encoder.device}, "

@@ -45,7 +45,7 @@ class Bootstrapped:
 
 def prepare_model(settings: Settings) -> ModelSpec:
     """The embedding model's spec, with any derived files (the verified int8 copy) built now."""
-    return prepare_model_files(settings.embed_model, settings.models_dir)
+    return prepare_model_files(settings.embed.model, settings.models_dir)
 
 
 def ensure_keys(dsn: str, settings: Settings) -> str | None:

@@ -25,7 +25,7 @@ from serve_app.metrics import start_pool_metrics
 from serve_app.ratelimit import RateLimiter
 from serve_app.services.auth import Authenticator
 from serve_app.services.chat import ChatService, Upstream
-from serve_app.services.context import ContextDefaults, ContextService
+from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
 from serve_app.services.memories import Embed, MemoryService, Search
@@ -89,52 +89,47 @@ async def build_services(
     pool: AsyncConnectionPool = await open_pool(dsn, settings)
     closers.append(pool.close)
     try:
-        pool_metrics = start_pool_metrics(pool, component, settings.pool_metrics_interval_s)
+        pool_metrics = start_pool_metrics(pool, component, settings.db.metrics_interval_s)
         closers.append(pool_metrics.stop)
 
-        key_cache = KeyCache(settings.auth_cache_ttl_s, settings.auth_cache_max_keys)
+        key_cache = KeyCache(settings.auth.cache_ttl_s, settings.auth.cache_max_keys)
         key_listener = NotifyListener(dsn, KEYS_CHANNEL, key_cache.drop, on_connect=key_cache.clear)
         key_cache.trusted = key_listener.connected.is_set
         key_listener.start()
         closers.append(key_listener.stop)
         keys = KeyStore(pool, key_cache)
         limiter = RateLimiter(
-            settings.rate_limit_per_s,
-            settings.rate_limit_burst,
-            max_keys=settings.rate_limit_max_keys,
+            settings.auth.rate_limit_per_s,
+            settings.auth.rate_limit_burst,
+            max_keys=settings.auth.rate_limit_max_keys,
         )
 
         memories = MemoryService(
             MemoryStore(pool, model.table_slug),
             backends.embed,
             backends.search,
-            session_ttl_s=settings.session_ttl_s,
+            session_ttl_s=settings.context.session_ttl_s,
         )
         trigger = ExtractionTrigger(
             backends.submit_extraction,
-            enabled=bool(settings.llm_base_url),
-            every_n=settings.extract_every_n_turns,
+            enabled=bool(settings.llm.base_url),
+            every_n=settings.extract.every_n_turns,
         )
         sessions = SessionService(
-            TurnStore(pool), trigger, turn_ttl_hours=settings.session_turn_ttl_hours
+            TurnStore(pool), trigger, turn_ttl_hours=settings.extract.turn_ttl_hours
         )
         context = ContextService(
             ContextBuilder(memories.embed, memories.search_vector, FactStore(pool).active),
-            ContextDefaults(
-                token_budget=settings.context_token_budget,
-                top_k=settings.context_top_k,
-                threshold=settings.context_threshold,
-                max_facts=settings.context_max_facts,
-            ),
+            settings.context,
         )
         chat = ChatService(
             Upstream(
-                base_url=settings.llm_base_url,
-                model=settings.llm_model,
-                api_key=settings.llm_api_key,
-                timeout_s=settings.chat_timeout_s,
-                max_content_chars=settings.max_content_chars,
-                max_history_items=settings.max_history_items,
+                base_url=settings.llm.base_url,
+                model=settings.llm.model,
+                api_key=settings.llm.api_key,
+                timeout_s=settings.context.chat_timeout_s,
+                max_content_chars=settings.limits.content_chars,
+                max_history_items=settings.limits.history_items,
             ),
             context,
             sessions,

@@ -129,7 +129,7 @@ def main() -> None:
     from serve_app.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # stderr
-    print(" ".join(f"{k}={v}" for k, v in ray_env(get_settings().haproxy).items()))
+    print(" ".join(f"{k}={v}" for k, v in ray_env(get_settings().serving.haproxy).items()))
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ def run(settings: Settings | None = None) -> None:
         signal.signal(sig, lambda *_: stop.set())
     watchdog_stop = threading.Event()
     watchdog = None
-    if pg is not None and settings.embedded_watchdog_s > 0:
-        watchdog = pg.watch(watchdog_stop, settings.embedded_watchdog_s)
+    if pg is not None and settings.db.embedded_watchdog_s > 0:
+        watchdog = pg.watch(watchdog_stop, settings.db.embedded_watchdog_s)
     try:
         model = bootstrap(settings, dsn).model
         _serve(settings, model, stop, started)
@@ -54,7 +54,7 @@ def run(settings: Settings | None = None) -> None:
 
 
 def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started: float) -> None:
-    if settings.serve_throughput_optimized:
+    if settings.serving.throughput_optimized:
         # Ray >= 2.56: user code on the replica's own event loop, gRPC between
         # replicas, GC frozen after start-up. Read by every Ray process at import,
         # so it goes into the environment the local node's processes inherit.
@@ -66,12 +66,12 @@ def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started
         "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
     ):
-        os.environ.setdefault(var, str(settings.drain_min_s))
-    os.environ.setdefault("RAY_worker_niceness", str(settings.ray_worker_niceness))
-    if not settings.ray_address:
+        os.environ.setdefault(var, str(settings.serving.drain_min_s))
+    os.environ.setdefault("RAY_worker_niceness", str(settings.serving.worker_niceness))
+    if not settings.serving.address:
         # HAProxy instead of Serve's Python proxy where its binary runs (a cluster's
         # own environment decides for its nodes).
-        os.environ.update(ray_env(settings.haproxy))
+        os.environ.update(ray_env(settings.serving.haproxy))
     import ray
     from ray import serve
 
@@ -79,14 +79,14 @@ def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started
 
     config = load_config(settings.serve_config)
     init_kwargs = dict(
-        address=settings.ray_address,
-        num_cpus=settings.ray_num_cpus or max(os.cpu_count() or 1, 4),
-        include_dashboard=settings.ray_dashboard,
+        address=settings.serving.address,
+        num_cpus=settings.serving.num_cpus or max(os.cpu_count() or 1, 4),
+        include_dashboard=settings.serving.dashboard,
         runtime_env={"env_vars": _ray_env()},
         logging_level=logging.WARNING,
         **(
-            {"_metrics_export_port": settings.ray_metrics_port}
-            if settings.ray_metrics_port and not settings.ray_address
+            {"_metrics_export_port": settings.serving.metrics_port}
+            if settings.serving.metrics_port and not settings.serving.address
             else {}
         ),
     )

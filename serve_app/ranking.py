@@ -17,27 +17,9 @@ keyword match whose meaning is far from the query exactly as it drops a dense hi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from serve_app.settings import Settings
-
-
-@dataclass(frozen=True)
-class RankWeights:
-    similarity: float = 0.8
-    importance: float = 0.1
-    recency: float = 0.1
-    half_life_days: float = 30.0
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> RankWeights:
-        return cls(
-            s.rank_w_similarity,
-            s.rank_w_importance,
-            s.rank_w_recency,
-            s.rank_recency_half_life_days,
-        )
+from serve_app.settings import RankSettings
 
 
 def recency(updated_at: datetime, now: datetime, half_life_days: float) -> float:
@@ -46,18 +28,18 @@ def recency(updated_at: datetime, now: datetime, half_life_days: float) -> float
 
 
 def score(
-    similarity: float, importance: float, updated_at: datetime, w: RankWeights, now: datetime
+    similarity: float, importance: float, updated_at: datetime, w: RankSettings, now: datetime
 ) -> float:
     return (
-        w.similarity * similarity
-        + w.importance * importance
-        + w.recency * recency(updated_at, now, w.half_life_days)
+        w.w_similarity * similarity
+        + w.w_importance * importance
+        + w.w_recency * recency(updated_at, now, w.recency_half_life_days)
     )
 
 
 def rank(
     candidates: list[dict],
-    w: RankWeights,
+    w: RankSettings,
     *,
     top_k: int,
     threshold: float | None,

@@ -71,33 +71,3 @@ class RateLimiter:
 def retry_after_header(wait_s: float) -> str:
     """Retry-After is whole seconds; never 0 for a refused request."""
     return str(max(1, math.ceil(wait_s)))
-
-
-_limiter: RateLimiter | None = None
-
-
-def limiter() -> RateLimiter:
-    """This process's limiter, built from settings on first use."""
-    global _limiter
-    if _limiter is None:
-        from serve_app.settings import get_settings
-
-        s = get_settings()
-        _limiter = RateLimiter(
-            s.rate_limit_per_s, s.rate_limit_burst, max_keys=s.rate_limit_max_keys
-        )
-    return _limiter
-
-
-def check(key_id: str, override: float | None = None) -> None:
-    """Raise 429 with Retry-After when the key is over its rate."""
-    from serve_app.errors import ApiError
-
-    wait = limiter().acquire(key_id, override)
-    if wait > 0:
-        raise ApiError(
-            429,
-            "rate_limited",
-            "too many requests for this API key; retry later",
-            headers={"Retry-After": retry_after_header(wait)},
-        )

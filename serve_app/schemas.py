@@ -42,7 +42,7 @@ def check_content(value: str | None) -> str | None:
         return None
     if not value.strip():
         raise ValueError("content must not be empty")
-    limit = get_settings().max_content_chars
+    limit = get_settings().limits.content_chars
     if len(value) > limit:
         raise ValueError(f"content is longer than {limit} characters")
     if "\x00" in value:
@@ -54,12 +54,12 @@ def _check_tags(value: list[str] | None) -> list[str] | None:
     if value is None:
         return None
     s = get_settings()
-    if len(value) > s.max_tags:
-        raise ValueError(f"at most {s.max_tags} tags")
+    if len(value) > s.limits.tags:
+        raise ValueError(f"at most {s.limits.tags} tags")
     out: list[str] = []
     for tag in value:
-        if not tag.strip() or len(tag) > s.max_tag_chars or "\x00" in tag:
-            raise ValueError(f"each tag must be 1..{s.max_tag_chars} characters")
+        if not tag.strip() or len(tag) > s.limits.tag_chars or "\x00" in tag:
+            raise ValueError(f"each tag must be 1..{s.limits.tag_chars} characters")
         if tag not in out:
             out.append(tag)
     return out
@@ -70,11 +70,12 @@ def _check_importance(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def at_most(setting: str, message: str, *, size: bool = False):
-    """A validator: the value (or its length, with ``size``) may not exceed a setting."""
+def at_most(limit_name: str, message: str, *, size: bool = False):
+    """A validator: the value (or its length, with ``size``) may not exceed a limit setting
+    (a field of ``settings.limits``, read at validation time)."""
 
     def check(value: Any) -> Any:
-        limit = getattr(get_settings(), setting)
+        limit = getattr(get_settings().limits, limit_name)
         if value is not None and (len(value) if size else value) > limit:
             raise ValueError(message.format(limit=limit))
         return value
@@ -85,7 +86,7 @@ def at_most(setting: str, message: str, *, size: bool = False):
 def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
-    limit = get_settings().max_metadata_bytes
+    limit = get_settings().limits.metadata_bytes
     try:
         encoded = json.dumps(value, allow_nan=False)
     except ValueError as exc:
@@ -123,7 +124,7 @@ class MemoryBatchCreate(StrictModel):
     items: list[MemoryFields] = Field(min_length=1)
 
     _items = field_validator("items")(
-        at_most("max_batch_items", "at most {limit} items per batch", size=True)
+        at_most("batch_items", "at most {limit} items per batch", size=True)
     )
 
 
@@ -163,7 +164,7 @@ class SearchRequest(StrictModel):
     _query = field_validator("query")(check_content)
     _tags = field_validator("tags")(_check_tags)
 
-    _top_k = field_validator("top_k")(at_most("max_top_k", "top_k must be at most {limit}"))
+    _top_k = field_validator("top_k")(at_most("top_k", "top_k must be at most {limit}"))
 
 
 class Memory(BaseModel):
@@ -256,13 +257,13 @@ class ContextRequest(StrictModel):
     _query = field_validator("query")(check_content)
 
     _history = field_validator("history")(
-        at_most("max_history_items", "at most {limit} history messages", size=True)
+        at_most("history_items", "at most {limit} history messages", size=True)
     )
     _budget = field_validator("token_budget")(
-        at_most("max_context_token_budget", "token_budget must be at most {limit}")
+        at_most("context_token_budget", "token_budget must be at most {limit}")
     )
 
-    _top_k = field_validator("top_k")(at_most("max_top_k", "top_k must be at most {limit}"))
+    _top_k = field_validator("top_k")(at_most("top_k", "top_k must be at most {limit}"))
 
 
 class ContextFact(BaseModel):

@@ -1,15 +1,18 @@
-"""All runtime settings in one place.
+"""All runtime settings, one group per component, each default stated once.
 
-Values come from ``MEMSERVE_*`` environment variables (names in DESIGN §8 are a
-contract). Scaling (replicas, CPUs, GPUs, autoscaling) lives in the Serve config
-file, not here; per-deployment tuning that Serve can hot-reload arrives as
-``user_config`` and overrides these defaults.
+Values come from ``MEMSERVE_*`` environment variables (the names in DESIGN §8
+are a contract, and every other name is kept stable: a group's prefix plus the
+field name, or the field's alias where the historic name differs). Components
+take their own group (``settings.embed``, ``settings.retrieval``, ...). Scaling
+(replicas, CPUs, GPUs, autoscaling) lives in the Serve config, not here; the
+embedder's batching may be hot-reloaded through its Serve ``user_config``.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import Field
@@ -20,92 +23,123 @@ def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("memserve"))
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MEMSERVE_", extra="ignore")
+def _group(prefix: str) -> SettingsConfigDict:
+    return SettingsConfigDict(env_prefix=prefix, extra="ignore", populate_by_name=True)
 
-    # --- contract variables (DESIGN §8) ---
-    database_url: str | None = None
-    data_dir: Path = Field(default_factory=_default_data_dir)
-    bootstrap_key: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    embed_model: str = "all-minilm-l6-v2-int8"
-    llm_base_url: str | None = None
-    llm_model: str = "gpt-4o-mini"
-    llm_api_key: str | None = None
 
-    # --- service ---
-    serve_config: Path | None = None  # Serve config YAML; default: the packaged one
-    admin_key: str | None = None  # admin key of the default tenant (key management)
-    default_tenant: str = "default"
-    ray_address: str | None = None  # unset: start a local Ray
-    ray_num_cpus: int | None = None
-    ray_dashboard: bool = True
-    serve_throughput_optimized: bool = True  # RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (make run)
-    haproxy: bool = True  # HAProxy in front of Serve where its binary runs (ingress_proxy)
-    # Shutdown: proxies report unhealthy (so a load balancer stops sending) for at least
-    # this long, then wait for their in-flight requests (RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S).
-    drain_min_s: float = 0.5
+def _env(name: str) -> str:
+    """A field whose variable is not ``<group prefix><FIELD>`` (its historic name)."""
+    return name
+
+
+class ServingSettings(BaseSettings):
+    """How `make run` starts Ray and Serve (the launcher)."""
+
+    model_config = _group("MEMSERVE_RAY_")
+
+    address: str | None = None  # unset: start a local Ray
+    num_cpus: int | None = None
+    dashboard: bool = True
+    metrics_port: int | None = None  # Prometheus port of the local Ray node; unset: Ray's
     # Ray starts workers (the replicas) at nice 15, so anything else on the box (the
     # database, a sidecar) takes their CPU first. The replicas are the service: nice 0.
-    ray_worker_niceness: int = 0
+    worker_niceness: int = 0
+    throughput_optimized: bool = Field(  # RAY_SERVE_THROUGHPUT_OPTIMIZED=1
+        True, validation_alias=_env("MEMSERVE_SERVE_THROUGHPUT_OPTIMIZED")
+    )
+    # HAProxy as Serve's HTTP ingress (RAY_SERVE_ENABLE_HA_PROXY); Serve's Python proxy
+    # is the fallback where the haproxy binary cannot run.
+    haproxy: bool = Field(True, validation_alias=_env("MEMSERVE_HAPROXY"))
+    # Shutdown: proxies report unhealthy (so a load balancer stops sending) for at least
+    # this long, then wait for their in-flight requests (RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S).
+    drain_min_s: float = Field(0.5, validation_alias=_env("MEMSERVE_DRAIN_MIN_S"))
 
-    # --- database ---
-    db_pool_min: int = 1
-    db_pool_max: int = 10
-    db_connect_timeout_s: float = 3.0
-    db_pool_timeout_s: float = 3.0  # how long a request waits for a connection before 503
-    db_pool_check_idle_s: float = 1.0  # ping a pooled connection idle longer than this
-    db_statement_timeout_ms: int = 5000
 
-    # --- limits ---
-    max_content_chars: int = 8000
-    max_batch_items: int = 100
-    max_top_k: int = 100
-    default_top_k: int = 10
-    max_list_limit: int = 200
-    max_body_bytes: int = 1_048_576
-    max_tags: int = 32
-    max_tag_chars: int = 64
-    max_metadata_bytes: int = 16_384
-    max_id_chars: int = 128
+class DatabaseSettings(BaseSettings):
+    model_config = _group("MEMSERVE_DB_")
 
-    # --- embedder ---
-    embed_device: str = "auto"  # auto | cpu | cuda
-    embed_threads: int | None = None  # ONNX Runtime intra-op threads; default: replica CPUs
-    embed_max_batch_size: int = 32
+    pool_min: int = 1
+    pool_max: int = 10
+    connect_timeout_s: float = 3.0
+    pool_timeout_s: float = 3.0  # how long a request waits for a connection before 503
+    pool_check_idle_s: float = 1.0  # ping a pooled connection idle longer than this
+    statement_timeout_ms: int = 5000
+    # No DSN outside the launcher: attach to/start the embedded PostgreSQL.
+    embedded_autostart: bool = Field(True, validation_alias=_env("MEMSERVE_EMBEDDED_AUTOSTART"))
+    # The launcher restarts a crashed embedded PostgreSQL after this long; 0: off.
+    embedded_watchdog_s: float = Field(1.0, validation_alias=_env("MEMSERVE_EMBEDDED_WATCHDOG_S"))
+    # How often DB pool gauges are sampled.
+    metrics_interval_s: float = Field(
+        5.0, validation_alias=_env("MEMSERVE_POOL_METRICS_INTERVAL_S")
+    )
+
+
+class LimitSettings(BaseSettings):
+    """Input limits: what a request may carry (4xx beyond)."""
+
+    model_config = _group("MEMSERVE_MAX_")
+
+    content_chars: int = 8000
+    batch_items: int = 100
+    top_k: int = 100
+    list_limit: int = 200
+    body_bytes: int = 1_048_576
+    tags: int = 32
+    tag_chars: int = 64
+    metadata_bytes: int = 16_384
+    id_chars: int = 128
+    history_items: int = 50  # history messages per /v1/context request
+    chat_messages: int = 256  # messages per /v1/chat/completions request
+    context_token_budget: int = 8000
+    default_top_k: int = Field(10, validation_alias=_env("MEMSERVE_DEFAULT_TOP_K"))
+
+
+class EmbedSettings(BaseSettings):
+    model_config = _group("MEMSERVE_EMBED_")
+
+    model: str = "all-minilm-l6-v2-int8"  # spec name or model directory (contract variable)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = None  # ONNX Runtime intra-op threads; default: the replica's CPUs
+    max_batch_size: int = 32
     # Idle-encoder wait for a batch to fill; while a batch runs, callers queue anyway.
-    embed_batch_wait_s: float = 0.001
+    batch_wait_s: float = 0.001
     # Padded tokens per ONNX Runtime run (texts sorted by length, split into runs of
     # at most this many); default: 512 on CPU (cache-sized runs), 16384 on CUDA.
-    embed_max_batch_tokens: int | None = None
+    max_batch_tokens: int | None = None
     # ONNX Runtime idle threads busy-wait when True; off by default because replicas share
     # CPUs with other deployments (and Postgres), whose work spinning threads would steal.
-    embed_spinning: bool = False
-    models_cache: Path | None = None  # default: <data_dir>/models
+    spinning: bool = False
+    models_cache: Path | None = Field(None, validation_alias=_env("MEMSERVE_MODELS_CACHE"))
 
-    # --- retrieval / ranking ---
-    hnsw_ef_search: int = 64
-    rank_w_similarity: float = 0.8
-    rank_w_importance: float = 0.1
-    rank_w_recency: float = 0.1
-    rank_recency_half_life_days: float = 30.0
 
-    # --- retrieval cache (issue 4; FAISS hot cache, hybrid fusion, pgvector fallback) ---
-    cache_budget_mb: int = 512  # per retriever replica; 0 disables the cache (pgvector only)
-    cache_hnsw_threshold: int = 20_000  # owners above this many vectors get FAISS HNSW, else flat
-    cache_hnsw_m: int = 32
-    cache_hnsw_ef_construction: int = 80
-    cache_hnsw_ef_search: int = 128
-    cache_sync_load_max: int = 50_000  # colder/larger owners: answer from pgvector, load behind
-    cache_filter_max_ids: int = 5_000  # filtered search in the cache up to this many matches
-    cache_faiss_threads: int = 1  # OpenMP threads of FAISS (single queries gain nothing)
+class CacheSettings(BaseSettings):
+    """The retriever's FAISS/BM25 hot cache, per replica."""
+
+    model_config = _group("MEMSERVE_CACHE_")
+
+    budget_mb: int = 512  # 0 disables the cache (pgvector only)
+    hnsw_threshold: int = 20_000  # owners above this many vectors get FAISS HNSW, else flat
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 80
+    hnsw_ef_search: int = 128
+    sync_load_max: int = 50_000  # colder/larger owners: answer from pgvector, load behind
+    filter_max_ids: int = 5_000  # filtered search in the cache up to this many matches
+    faiss_threads: int = 1  # OpenMP threads of FAISS (single queries gain nothing)
+
+
+class RetrievalSettings(BaseSettings):
+    """Candidate generation, fusion and routing (names as the historic variables)."""
+
+    model_config = _group("MEMSERVE_")
+
+    hnsw_ef_search: int = 64  # pgvector
     retrieval_shards: int = 64  # shard key = crc32(user) % shards, the multiplexed model id
     retrieval_shards_per_replica: int = 64  # Serve multiplexing: shards a replica keeps warm
     pg_exact_scan_max: int = 5_000  # owners up to this size: exact scan via the owner btree
     dense_depth: int = 100  # dense candidates fused per search (at least 3 x top_k)
     lexical_depth: int = 100  # lexical candidates fused per search
-    fusion: str = "zscore"  # hybrid fusion on cached owners: zscore | rrf (RRF always when cold)
+    # Hybrid fusion on cached owners (RRF always when cold).
+    fusion: Literal["zscore", "rrf"] = "zscore"
     fusion_alpha: float = 0.6  # zscore: weight of z(cosine) vs z(BM25)
     # zscore: share of the best adjacent memory's (creation order) fused score a memory
     # gets (chat turns: the answer sits next to the matching turn); 0: off. Scaled by the
@@ -120,53 +154,226 @@ class Settings(BaseSettings):
     bm25_k1: float = 1.2
     bm25_b: float = 0.3  # short memories: weak length normalisation (measured on LoCoMo)
 
-    # --- extraction (issue 5; LLM endpoint: llm_* contract variables above) ---
-    extract_every_n_turns: int = 4  # user turns per session between extractions
-    compress_every_m_turns: int = 20  # uncompressed turns that trigger an episodic summary
-    compress_keep_window: int = 10  # newest turns left out of a summary
-    session_turn_ttl_hours: float = 72.0  # turns older than this are dropped once extracted
-    extract_min_confidence: float = 0.4
-    extract_min_importance: float = 0.2
-    extract_merge_similarity: float = 0.9  # >= this to an existing memory: merge, not add
-    extract_restatement_similarity: float = 0.75  # assistant sentence vs memory: junk
-    extract_max_turns: int = 40  # turns per LLM call
-    extract_max_attempts: int = 3  # unparseable answers before a batch is dead-lettered
-    extract_concurrency: int = 8  # LLM calls in flight per extractor replica
-    extract_scan_interval_s: float = 10.0  # re-scan of the durable queue (pending turns)
-    extract_idle_s: float = 300.0  # pending turns this old are extracted below N
-    extract_lease_s: float = 180.0  # claim on turns being extracted (crash recovery)
-    llm_timeout_s: float = 30.0
-    llm_max_retries: int = 2
-    llm_backoff_s: float = 0.5
-    llm_breaker_failures: int = 5  # consecutive failed calls that open the breaker
-    llm_breaker_reset_s: float = 30.0  # open breaker lets one trial call through after this
-    llm_max_tokens: int = 1024
 
-    # --- context, scopes, chat proxy, rate limit (issue 6) ---
-    context_token_budget: int = 1000  # default budget of a context block (approx. tokens)
-    max_context_token_budget: int = 8000
-    context_top_k: int = 10  # memories considered for a context block
-    context_threshold: float = 0.2  # min cosine similarity of a memory in a context block
-    context_max_facts: int = 50
-    max_history_items: int = 50  # history messages per /v1/context request
-    session_ttl_s: float = 86400.0  # session-scope memories expire after this; 0: never
-    max_chat_messages: int = 256  # messages per /v1/chat/completions request
-    chat_timeout_s: float = 120.0  # upstream LLM call of the chat proxy
-    rate_limit_per_s: float = 50.0  # per API key, token bucket per ingress replica; 0: off
-    rate_limit_burst: int = 100
-    rate_limit_max_keys: int = 100_000  # buckets kept per replica (LRU)
-    auth_cache_ttl_s: float = 60.0  # authenticated keys cached per ingress replica; 0: off
-    auth_cache_max_keys: int = 100_000  # (revocations reach the cache via NOTIFY at once)
+class RankSettings(BaseSettings):
+    """Final score = w_similarity * cosine + w_importance * importance + w_recency * recency."""
 
-    # --- operations (issue 7) ---
-    ray_metrics_port: int | None = None  # Prometheus port of the local Ray node; unset: Ray's
-    pool_metrics_interval_s: float = 5.0  # how often DB pool gauges are sampled
-    embedded_autostart: bool = True  # no DSN outside the launcher: attach to/start embedded PG
-    embedded_watchdog_s: float = 1.0  # launcher restarts a crashed embedded PG; 0: off
+    model_config = _group("MEMSERVE_RANK_")
+
+    w_similarity: float = 0.8
+    w_importance: float = 0.1
+    w_recency: float = 0.1
+    recency_half_life_days: float = 30.0
+
+
+class LLMSettings(BaseSettings):
+    """The OpenAI-compatible endpoint of extraction and the chat proxy (unset: off)."""
+
+    model_config = _group("MEMSERVE_LLM_")
+
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key: str | None = None
+    timeout_s: float = 30.0
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    breaker_failures: int = 5  # consecutive failed calls that open the breaker
+    breaker_reset_s: float = 30.0  # an open breaker lets one trial call through after this
+    max_tokens: int = 1024
+
+
+class ExtractSettings(BaseSettings):
+    model_config = _group("MEMSERVE_EXTRACT_")
+
+    every_n_turns: int = 4  # user turns per session between extractions
+    min_confidence: float = 0.4
+    min_importance: float = 0.2
+    merge_similarity: float = 0.9  # >= this to an existing memory: merge, not add
+    restatement_similarity: float = 0.75  # assistant sentence vs memory: junk
+    max_turns: int = 40  # turns per LLM call
+    max_attempts: int = 3  # unparseable answers before a batch is dead-lettered
+    concurrency: int = 8  # LLM calls in flight per extractor replica
+    scan_interval_s: float = 10.0  # re-scan of the durable queue (pending turns)
+    idle_s: float = 300.0  # pending turns this old are extracted below N
+    lease_s: float = 180.0  # claim on turns being extracted (crash recovery)
+    # Uncompressed turns that trigger an episodic summary; newest turns left out of it.
+    compress_every_m_turns: int = Field(
+        20, validation_alias=_env("MEMSERVE_COMPRESS_EVERY_M_TURNS")
+    )
+    compress_keep_window: int = Field(10, validation_alias=_env("MEMSERVE_COMPRESS_KEEP_WINDOW"))
+    # Turns older than this are dropped once extracted.
+    turn_ttl_hours: float = Field(72.0, validation_alias=_env("MEMSERVE_SESSION_TURN_TTL_HOURS"))
+
+
+class ContextSettings(BaseSettings):
+    model_config = _group("MEMSERVE_CONTEXT_")
+
+    token_budget: int = 1000  # default budget of a context block (approx. tokens)
+    top_k: int = 10  # memories considered for a context block
+    threshold: float = 0.2  # min cosine similarity of a memory in a context block
+    max_facts: int = 50
+    # Session-scope memories expire after this; 0: never.
+    session_ttl_s: float = Field(86400.0, validation_alias=_env("MEMSERVE_SESSION_TTL_S"))
+    chat_timeout_s: float = Field(120.0, validation_alias=_env("MEMSERVE_CHAT_TIMEOUT_S"))
+
+
+class AuthSettings(BaseSettings):
+    model_config = _group("MEMSERVE_AUTH_")
+
+    cache_ttl_s: float = 60.0  # authenticated keys cached per ingress replica; 0: off
+    cache_max_keys: int = 100_000  # (revocations reach the cache via NOTIFY at once)
+    # Per API key, token bucket per ingress replica; 0: off.
+    rate_limit_per_s: float = Field(50.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_PER_S"))
+    rate_limit_burst: int = Field(100, validation_alias=_env("MEMSERVE_RATE_LIMIT_BURST"))
+    rate_limit_max_keys: int = Field(  # buckets kept per replica (LRU)
+        100_000, validation_alias=_env("MEMSERVE_RATE_LIMIT_MAX_KEYS")
+    )
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MEMSERVE_", extra="ignore")
+
+    # --- contract variables (DESIGN §8) and the service's identity ---
+    database_url: str | None = None
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    bootstrap_key: str | None = None
+    admin_key: str | None = None  # admin key of the default tenant (key management)
+    default_tenant: str = "default"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    serve_config: Path | None = None  # Serve config YAML; default: the packaged one
+
+    # --- one group per component ---
+    serving: ServingSettings = Field(default_factory=ServingSettings)
+    db: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    embed: EmbedSettings = Field(default_factory=EmbedSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    rank: RankSettings = Field(default_factory=RankSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    extract: ExtractSettings = Field(default_factory=ExtractSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @property
     def models_dir(self) -> Path:
-        return self.models_cache or self.data_dir / "models"
+        return self.embed.models_cache or self.data_dir / "models"
+
+    def with_(self, **groups: dict[str, Any]) -> Settings:
+        """A copy with some groups' fields replaced: ``s.with_(retrieval={"fusion": "rrf"})``."""
+        update = {g: getattr(self, g).model_copy(update=fields) for g, fields in groups.items()}
+        return self.model_copy(update=update)
+
+    def __getattr__(self, name: str) -> Any:  # TEMPORARY migration bridge
+        if name in _LEGACY:
+            group, field = _LEGACY[name]
+            return getattr(getattr(self, group), field)
+        return super().__getattr__(name)
+
+
+_LEGACY = {
+    "embed_model": ("embed", "model"),
+    "llm_base_url": ("llm", "base_url"),
+    "llm_model": ("llm", "model"),
+    "llm_api_key": ("llm", "api_key"),
+    "ray_address": ("serving", "address"),
+    "ray_num_cpus": ("serving", "num_cpus"),
+    "ray_dashboard": ("serving", "dashboard"),
+    "serve_throughput_optimized": ("serving", "throughput_optimized"),
+    "haproxy": ("serving", "haproxy"),
+    "drain_min_s": ("serving", "drain_min_s"),
+    "ray_worker_niceness": ("serving", "worker_niceness"),
+    "db_pool_min": ("db", "pool_min"),
+    "db_pool_max": ("db", "pool_max"),
+    "db_connect_timeout_s": ("db", "connect_timeout_s"),
+    "db_pool_timeout_s": ("db", "pool_timeout_s"),
+    "db_pool_check_idle_s": ("db", "pool_check_idle_s"),
+    "db_statement_timeout_ms": ("db", "statement_timeout_ms"),
+    "max_content_chars": ("limits", "content_chars"),
+    "max_batch_items": ("limits", "batch_items"),
+    "max_top_k": ("limits", "top_k"),
+    "default_top_k": ("limits", "default_top_k"),
+    "max_list_limit": ("limits", "list_limit"),
+    "max_body_bytes": ("limits", "body_bytes"),
+    "max_tags": ("limits", "tags"),
+    "max_tag_chars": ("limits", "tag_chars"),
+    "max_metadata_bytes": ("limits", "metadata_bytes"),
+    "max_id_chars": ("limits", "id_chars"),
+    "embed_device": ("embed", "device"),
+    "embed_threads": ("embed", "threads"),
+    "embed_max_batch_size": ("embed", "max_batch_size"),
+    "embed_batch_wait_s": ("embed", "batch_wait_s"),
+    "embed_max_batch_tokens": ("embed", "max_batch_tokens"),
+    "embed_spinning": ("embed", "spinning"),
+    "models_cache": ("embed", "models_cache"),
+    "hnsw_ef_search": ("retrieval", "hnsw_ef_search"),
+    "rank_w_similarity": ("rank", "w_similarity"),
+    "rank_w_importance": ("rank", "w_importance"),
+    "rank_w_recency": ("rank", "w_recency"),
+    "rank_recency_half_life_days": ("rank", "recency_half_life_days"),
+    "cache_budget_mb": ("cache", "budget_mb"),
+    "cache_hnsw_threshold": ("cache", "hnsw_threshold"),
+    "cache_hnsw_m": ("cache", "hnsw_m"),
+    "cache_hnsw_ef_construction": ("cache", "hnsw_ef_construction"),
+    "cache_hnsw_ef_search": ("cache", "hnsw_ef_search"),
+    "cache_sync_load_max": ("cache", "sync_load_max"),
+    "cache_filter_max_ids": ("cache", "filter_max_ids"),
+    "cache_faiss_threads": ("cache", "faiss_threads"),
+    "retrieval_shards": ("retrieval", "retrieval_shards"),
+    "retrieval_shards_per_replica": ("retrieval", "retrieval_shards_per_replica"),
+    "pg_exact_scan_max": ("retrieval", "pg_exact_scan_max"),
+    "dense_depth": ("retrieval", "dense_depth"),
+    "lexical_depth": ("retrieval", "lexical_depth"),
+    "fusion": ("retrieval", "fusion"),
+    "fusion_alpha": ("retrieval", "fusion_alpha"),
+    "fusion_neighbour_weight": ("retrieval", "fusion_neighbour_weight"),
+    "fusion_neighbour_coherence": ("retrieval", "fusion_neighbour_coherence"),
+    "fusion_full_max": ("retrieval", "fusion_full_max"),
+    "rrf_k": ("retrieval", "rrf_k"),
+    "rrf_w_dense": ("retrieval", "rrf_w_dense"),
+    "rrf_w_lexical": ("retrieval", "rrf_w_lexical"),
+    "bm25_k1": ("retrieval", "bm25_k1"),
+    "bm25_b": ("retrieval", "bm25_b"),
+    "extract_every_n_turns": ("extract", "every_n_turns"),
+    "compress_every_m_turns": ("extract", "compress_every_m_turns"),
+    "compress_keep_window": ("extract", "compress_keep_window"),
+    "session_turn_ttl_hours": ("extract", "turn_ttl_hours"),
+    "extract_min_confidence": ("extract", "min_confidence"),
+    "extract_min_importance": ("extract", "min_importance"),
+    "extract_merge_similarity": ("extract", "merge_similarity"),
+    "extract_restatement_similarity": ("extract", "restatement_similarity"),
+    "extract_max_turns": ("extract", "max_turns"),
+    "extract_max_attempts": ("extract", "max_attempts"),
+    "extract_concurrency": ("extract", "concurrency"),
+    "extract_scan_interval_s": ("extract", "scan_interval_s"),
+    "extract_idle_s": ("extract", "idle_s"),
+    "extract_lease_s": ("extract", "lease_s"),
+    "llm_timeout_s": ("llm", "timeout_s"),
+    "llm_max_retries": ("llm", "max_retries"),
+    "llm_backoff_s": ("llm", "backoff_s"),
+    "llm_breaker_failures": ("llm", "breaker_failures"),
+    "llm_breaker_reset_s": ("llm", "breaker_reset_s"),
+    "llm_max_tokens": ("llm", "max_tokens"),
+    "context_token_budget": ("context", "token_budget"),
+    "max_context_token_budget": ("limits", "context_token_budget"),
+    "context_top_k": ("context", "top_k"),
+    "context_threshold": ("context", "threshold"),
+    "context_max_facts": ("context", "max_facts"),
+    "max_history_items": ("limits", "history_items"),
+    "session_ttl_s": ("context", "session_ttl_s"),
+    "max_chat_messages": ("limits", "chat_messages"),
+    "chat_timeout_s": ("context", "chat_timeout_s"),
+    "rate_limit_per_s": ("auth", "rate_limit_per_s"),
+    "rate_limit_burst": ("auth", "rate_limit_burst"),
+    "rate_limit_max_keys": ("auth", "rate_limit_max_keys"),
+    "auth_cache_ttl_s": ("auth", "cache_ttl_s"),
+    "auth_cache_max_keys": ("auth", "cache_max_keys"),
+    "ray_metrics_port": ("serving", "metrics_port"),
+    "pool_metrics_interval_s": ("db", "metrics_interval_s"),
+    "embedded_autostart": ("db", "embedded_autostart"),
+    "embedded_watchdog_s": ("db", "embedded_watchdog_s"),
+}
 
 
 @lru_cache(maxsize=1)

@@ -41,7 +41,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     )
     app.state.services = services
     install_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.body_bytes)
     app.add_middleware(RequestMetrics)  # outermost: latency per route, 413s included
     for module in ROUTERS:
         app.include_router(module.router)

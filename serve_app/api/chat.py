@@ -58,7 +58,7 @@ class ChatCompletionRequest(BaseModel):
     metadata: dict[str, str] | None = None
 
     _limit = field_validator("messages")(
-        at_most("max_chat_messages", "at most {limit} messages", size=True)
+        at_most("chat_messages", "at most {limit} messages", size=True)
     )
 
 

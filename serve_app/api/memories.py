@@ -88,7 +88,7 @@ async def list_memories(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ):
     owner = read_owner(caller, user_id)
-    max_limit = services.settings.max_list_limit
+    max_limit = services.settings.limits.list_limit
     if limit > max_limit:
         raise ApiError(422, "invalid_request", f"limit must be at most {max_limit}")
     rows, next_cursor = await services.memories.list(

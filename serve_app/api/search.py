@@ -34,5 +34,5 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
 @router.post("/search", response_model=SearchResponse)
 async def search(body: SearchRequest, caller: Caller, services: Svc):
     owner = resolve_owner(caller, body.user_id)
-    q = to_query(body, owner.tenant_id, owner.user_id, services.settings.default_top_k)
+    q = to_query(body, owner.tenant_id, owner.user_id, services.settings.limits.default_top_k)
     return {"results": await services.memories.search(q)}

@@ -34,7 +34,7 @@ class TurnsRequest(StrictModel):
     messages: list[Message] = Field(min_length=1)
 
     _limit = field_validator("messages")(
-        at_most("max_batch_items", "at most {limit} messages per call", size=True)
+        at_most("batch_items", "at most {limit} messages per call", size=True)
     )
 
 

@@ -45,21 +45,21 @@ async def open_pool(
 ) -> AsyncConnectionPool:
     """Open a pool that fails fast (connect timeout, statement timeout) instead of hanging."""
     kwargs = {
-        "connect_timeout": settings.db_connect_timeout_s,
-        "options": f"-c statement_timeout={settings.db_statement_timeout_ms}",
+        "connect_timeout": settings.db.connect_timeout_s,
+        "options": f"-c statement_timeout={settings.db.statement_timeout_ms}",
         "application_name": "memserve",
         "autocommit": True,
     }
     pool = AsyncConnectionPool(
         dsn,
-        min_size=settings.db_pool_min if min_size is None else min_size,
-        max_size=settings.db_pool_max,
+        min_size=settings.db.pool_min if min_size is None else min_size,
+        max_size=settings.db.pool_max,
         kwargs=kwargs,
         configure=_configure,
-        timeout=settings.db_pool_timeout_s,
+        timeout=settings.db.pool_timeout_s,
         reconnect_timeout=60 * 60 * 24 * 365,  # never give up reconnecting: outages end
         open=False,
-        check=_checker(settings.db_pool_check_idle_s),
+        check=_checker(settings.db.pool_check_idle_s),
     )
     await pool.open(wait=False)
     return pool

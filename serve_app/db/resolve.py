@@ -85,7 +85,7 @@ def resolve_dsn(settings: Settings) -> str:
     """
     if settings.database_url:
         return settings.database_url
-    if not settings.embedded_autostart:
+    if not settings.db.embedded_autostart:
         raise DatabaseNotConfigured(
             "MEMSERVE_DATABASE_URL is not set and MEMSERVE_EMBEDDED_AUTOSTART is off"
         )

@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass
 
 import httpx
 
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
-from serve_app.settings import Settings
+from serve_app.settings import LLMSettings
 
 log = logging.getLogger(__name__)
 
@@ -32,47 +31,19 @@ class LLMUnavailable(RuntimeError):
         self.kind = kind  # timeout | connect | http_5xx | http_429 | circuit_open | http_4xx
 
 
-@dataclass(frozen=True)
-class LLMConfig:
-    base_url: str
-    model: str
-    api_key: str | None = None
-    timeout_s: float = 30.0
-    max_retries: int = 2
-    backoff_s: float = 0.5
-    breaker_failures: int = 5
-    breaker_reset_s: float = 30.0
-    max_tokens: int = 1024
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> LLMConfig | None:
-        """None when no endpoint is configured (extraction off)."""
-        if not s.llm_base_url:
-            return None
-        return cls(
-            base_url=s.llm_base_url.rstrip("/"),
-            model=s.llm_model,
-            api_key=s.llm_api_key,
-            timeout_s=s.llm_timeout_s,
-            max_retries=s.llm_max_retries,
-            backoff_s=s.llm_backoff_s,
-            breaker_failures=s.llm_breaker_failures,
-            breaker_reset_s=s.llm_breaker_reset_s,
-            max_tokens=s.llm_max_tokens,
-        )
-
-
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class LLMClient:
-    def __init__(self, config: LLMConfig, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, config: LLMSettings, transport: httpx.AsyncBaseTransport | None = None):
+        if not config.base_url:
+            raise ValueError("LLMClient needs llm.base_url (MEMSERVE_LLM_BASE_URL)")
         self.config = config
         headers = {"Content-Type": "application/json"}
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
         self._http = httpx.AsyncClient(
-            base_url=config.base_url,
+            base_url=config.base_url.rstrip("/"),
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s, connect=min(5.0, config.timeout_s)),
             transport=transport,

@@ -9,7 +9,7 @@ from serve_app.settings import Settings
 
 
 async def extraction_probe(settings: Settings, extractor: Any | None) -> str:
-    if not settings.llm_base_url:
+    if not settings.llm.base_url:
         return "disabled (no LLM configured; turns are stored as episodic memories)"
     if extractor is None:
         return "disabled (no extractor deployment)"

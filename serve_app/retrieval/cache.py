@@ -19,8 +19,23 @@ import numpy as np
 
 from serve_app.retrieval.lexical import BM25
 from serve_app.retrieval.neighbours import sequential_coherence
+from serve_app.settings import Settings
 
 Key = tuple[str, str]  # (tenant_id, owner)
+
+
+
+
+def index_params(s: Settings) -> dict[str, Any]:
+    """OwnerIndex.build's tunables, from the cache and retrieval settings groups."""
+    return {
+        "hnsw_threshold": s.cache.hnsw_threshold,
+        "hnsw_m": s.cache.hnsw_m,
+        "ef_construction": s.cache.hnsw_ef_construction,
+        "ef_search": s.cache.hnsw_ef_search,
+        "bm25_k1": s.retrieval.bm25_k1,
+        "bm25_b": s.retrieval.bm25_b,
+    }
 
 
 @dataclass
@@ -50,11 +65,11 @@ class OwnerIndex:
         docs: list[dict[str, int]],
         *,
         hnsw_threshold: int,
-        hnsw_m: int = 32,
-        ef_construction: int = 80,
-        ef_search: int = 128,
-        bm25_k1: float = 1.2,
-        bm25_b: float = 0.75,
+        hnsw_m: int,
+        ef_construction: int,
+        ef_search: int,
+        bm25_k1: float,
+        bm25_b: float,
         rows: list[dict[str, Any]] | None = None,
     ) -> OwnerIndex:
         dim = vectors.shape[1] if vectors.ndim == 2 and len(vectors) else 1

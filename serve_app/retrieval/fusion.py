@@ -6,7 +6,7 @@ from collections.abc import Hashable, Sequence
 
 
 def rrf(
-    lists: Sequence[Sequence[Hashable]], weights: Sequence[float], k: int = 60
+    lists: Sequence[Sequence[Hashable]], weights: Sequence[float], k: int
 ) -> dict[Hashable, float]:
     """id -> fused score in 0..1: sum of w / (k + rank) over the lists, over its maximum.
 

@@ -35,7 +35,7 @@ def or_tsquery(terms: Iterable[str]) -> str:
 class BM25:
     """Okapi BM25 over one owner's documents (postings as numpy arrays)."""
 
-    def __init__(self, docs: Sequence[dict[str, int]], k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, docs: Sequence[dict[str, int]], k1: float, b: float) -> None:
         self.k1, self.b = k1, b
         self.n = len(docs)
         lengths = np.array([sum(d.values()) for d in docs], dtype=np.float32)

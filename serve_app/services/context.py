@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from serve_app.context import ContextBuilder, ContextRequest, ContextResult
+from serve_app.settings import ContextSettings
 from serve_app.store import Owner
 
 
-@dataclass(frozen=True)
-class ContextDefaults:
-    token_budget: int
-    top_k: int
-    threshold: float
-    max_facts: int
-
-
 class ContextService:
-    def __init__(self, builder: ContextBuilder, defaults: ContextDefaults) -> None:
+    def __init__(self, builder: ContextBuilder, defaults: ContextSettings) -> None:
         self.builder = builder
         self.defaults = defaults
 

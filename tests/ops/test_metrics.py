@@ -40,7 +40,9 @@ async def test_pool_metrics_sample_real_pool(fresh_db):
     from serve_app.db.pool import open_pool
     from serve_app.settings import Settings
 
-    pool = await open_pool(fresh_db, Settings(db_pool_min=2, db_pool_max=5), min_size=2)
+    pool = await open_pool(
+        fresh_db, Settings().with_(db={"pool_min": 2, "pool_max": 5}), min_size=2
+    )
     try:
         await pool.wait(10)
         values = PoolMetrics(pool, "test").sample()

@@ -1,6 +1,7 @@
 from datetime import UTC, datetime, timedelta
 
-from serve_app.ranking import RankWeights, rank, recency
+from serve_app.ranking import rank, recency
+from serve_app.settings import RankSettings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -15,12 +16,12 @@ def test_recency_halves_each_half_life():
 
 
 def test_threshold_applies_to_similarity():
-    out = rank([cand(1, 0.9), cand(2, 0.2)], RankWeights(), top_k=10, threshold=0.5, now=NOW)
+    out = rank([cand(1, 0.9), cand(2, 0.2)], RankSettings(), top_k=10, threshold=0.5, now=NOW)
     assert [c["id"] for c in out] == [1]
 
 
 def test_importance_and_recency_break_near_ties():
-    w = RankWeights(similarity=0.8, importance=0.1, recency=0.1)
+    w = RankSettings(w_similarity=0.8, w_importance=0.1, w_recency=0.1)
     old = cand("old", 0.80, imp=0.5, age_days=365)
     fresh = cand("fresh", 0.79, imp=0.9, age_days=0)
     out = rank([old, fresh], w, top_k=2, threshold=None, now=NOW)
@@ -30,7 +31,7 @@ def test_importance_and_recency_break_near_ties():
 def test_similarity_dominates_with_default_weights():
     out = rank(
         [cand(1, 0.3, imp=1.0), cand(2, 0.9, imp=0.0)],
-        RankWeights(),
+        RankSettings(),
         top_k=1,
         threshold=None,
         now=NOW,
@@ -39,5 +40,5 @@ def test_similarity_dominates_with_default_weights():
 
 
 def test_top_k_limits():
-    out = rank([cand(i, 0.5) for i in range(10)], RankWeights(), top_k=3, threshold=None, now=NOW)
+    out = rank([cand(i, 0.5) for i in range(10)], RankSettings(), top_k=3, threshold=None, now=NOW)
     assert len(out) == 3

@@ -20,7 +20,7 @@ async def test_autocommit_and_ping_only_after_idle(fresh_db, monkeypatch):
         await real(conn)
 
     monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(counting))
-    pool = await open_pool(fresh_db, Settings(db_pool_check_idle_s=0.2), min_size=1)
+    pool = await open_pool(fresh_db, Settings().with_(db={"pool_check_idle_s": 0.2}), min_size=1)
     try:
         await pool.wait(10)
         for _ in range(5):  # busy: one ping for the first hand-out only

@@ -10,7 +10,7 @@ import pytest
 
 from models import load_encoder
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient, LLMConfig
+from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.settings import Settings
 from serve_app.store.turns import SessionKey, TurnStore
@@ -41,20 +41,27 @@ def fake_llm(fake_llm_server):
     fake_llm_server.reset()
 
 
-def test_settings(llm_url: str | None, **overrides) -> Settings:
-    values = dict(
-        llm_base_url=llm_url,
-        llm_timeout_s=1.0,
-        llm_max_retries=1,
-        llm_backoff_s=0.02,
-        llm_breaker_failures=3,
-        llm_breaker_reset_s=0.3,
-        extract_every_n_turns=2,
-        compress_every_m_turns=100,
-        extract_scan_interval_s=0.2,
+def test_settings(
+    llm_url: str | None, *, llm: dict[str, object] | None = None, **extract: object
+) -> Settings:
+    """Fast LLM timings; ``llm``/``extract`` override fields of those groups."""
+    return Settings().with_(
+        llm={
+            "base_url": llm_url,
+            "timeout_s": 1.0,
+            "max_retries": 1,
+            "backoff_s": 0.02,
+            "breaker_failures": 3,
+            "breaker_reset_s": 0.3,
+            **(llm or {}),
+        },
+        extract={
+            "every_n_turns": 2,
+            "compress_every_m_turns": 100,
+            "scan_interval_s": 0.2,
+            **extract,
+        },
     )
-    values.update(overrides)
-    return Settings(**values)
 
 
 class Harness:
@@ -97,8 +104,7 @@ async def make_harness(fresh_db, encoder):
         pool = await open_pool(fresh_db, settings, min_size=1)
         await pool.wait()
         pools.append(pool)
-        config = LLMConfig.from_settings(settings)
-        llm = LLMClient(config) if config else None
+        llm = LLMClient(settings.llm) if settings.llm.base_url else None
         if llm:
             clients.append(llm)
         pipeline = ExtractionPipeline(pool, encoder.spec.table_slug, embed, llm, settings)

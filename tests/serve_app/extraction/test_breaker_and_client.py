@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
-from serve_app.extraction.llm import LLMClient, LLMConfig, LLMUnavailable
+from serve_app.extraction.llm import LLMClient, LLMUnavailable
+from serve_app.settings import LLMSettings
 
 
 def test_breaker_opens_half_opens_and_closes():
@@ -35,7 +36,7 @@ def client(fake, **kw) -> LLMClient:
     cfg = dict(timeout_s=0.5, max_retries=2, backoff_s=0.01, breaker_failures=2,
                breaker_reset_s=60)  # fmt: skip
     cfg.update(kw)
-    return LLMClient(LLMConfig(base_url=fake.url, model="fake", api_key="k", **cfg))
+    return LLMClient(LLMSettings(base_url=fake.url, model="fake", api_key="k", **cfg))
 
 
 async def test_json_mode_request_and_answer(fake_llm):

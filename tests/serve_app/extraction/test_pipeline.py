@@ -92,7 +92,7 @@ async def test_contradiction_keeps_confident_value_with_history(make_harness, fa
 
 
 async def test_malformed_json_is_retried_then_dead_lettered(make_harness, fake_llm):
-    h = await make_harness(settings_for(fake_llm.url, extract_max_attempts=2))
+    h = await make_harness(settings_for(fake_llm.url, max_attempts=2))
     k = key("erin")
     await h.say(k, ("user", "I have two kids"))
     fake_llm.set_mode("malformed")
@@ -113,7 +113,9 @@ async def test_malformed_json_is_retried_then_dead_lettered(make_harness, fake_l
 
 
 async def test_timeout_and_500_leave_turns_queued(make_harness, fake_llm):
-    h = await make_harness(settings_for(fake_llm.url, llm_timeout_s=0.3, llm_breaker_failures=10))
+    h = await make_harness(
+        settings_for(fake_llm.url, llm={"timeout_s": 0.3, "breaker_failures": 10})
+    )
     k = key("frank")
     await h.say(k, ("user", "I am vegetarian"))
     fake_llm.set_mode("delay", delay_s=1.0)
@@ -132,7 +134,7 @@ async def test_timeout_and_500_leave_turns_queued(make_harness, fake_llm):
 
 
 async def test_llm_down_then_back_loses_no_turn(make_harness, fake_llm):
-    s = settings_for(fake_llm.url, extract_every_n_turns=1, llm_breaker_reset_s=0.3)
+    s = settings_for(fake_llm.url, every_n_turns=1, llm={"breaker_reset_s": 0.3})
     h = await make_harness(s)
     sched = SessionScheduler(h.pipeline, concurrency=4)
     fake_llm.down()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.retrieval.cache import OwnerIndex
+from serve_app.retrieval.cache import OwnerIndex, index_params
 from serve_app.retrieval.neighbours import (
     neighbour_boost,
     neighbour_weight,
@@ -19,6 +19,9 @@ from serve_app.store import NewMemory, Owner
 DIM = 16
 SLUG = "nb16"
 A = Owner("t1", "alice")
+
+
+PARAMS = index_params(Settings())  # the defaults; tests override a field
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -83,11 +86,11 @@ def test_owner_index_coherence_is_cached_and_zero_for_hnsw():
     x = walk(50, seed=4)
     ids = list(range(50))
     docs = [{"w": 1}] * 50
-    flat = OwnerIndex.build(("t", "o"), 1, ids, x, docs, hnsw_threshold=1000)
+    flat = OwnerIndex.build(("t", "o"), 1, ids, x, docs, **{**PARAMS, "hnsw_threshold": 1000})
     assert flat.coherence() == pytest.approx(sequential_coherence(x), abs=1e-6)
     flat.coherence_ = 0.123  # computed once: the stored value is what is used
     assert flat.coherence() == 0.123
-    hnsw = OwnerIndex.build(("t", "o"), 1, ids, x, docs, hnsw_threshold=10)
+    hnsw = OwnerIndex.build(("t", "o"), 1, ids, x, docs, **{**PARAMS, "hnsw_threshold": 10})
     assert hnsw.coherence() == 0.0
 
 
@@ -122,7 +125,7 @@ async def test_hybrid_lifts_the_neighbours_of_a_hit_in_a_coherent_stream(env):
     rows = await store_stream(store, walk(40, seed=5, dims=slice(1, None)))
     ids = [r["id"] for r in rows]
     smooth = Retriever(pool, SLUG, Settings())
-    plain = Retriever(pool, SLUG, Settings(fusion_neighbour_weight=0.0))
+    plain = Retriever(pool, SLUG, Settings().with_(retrieval={"fusion_neighbour_weight": 0.0}))
     got = [m["id"] for m in await smooth.search(q(3), QUERY)]
     assert got[0] == ids[HIT] and set(got[1:]) == {ids[HIT - 1], ids[HIT + 1]}
     got = [m["id"] for m in await plain.search(q(3), QUERY)]

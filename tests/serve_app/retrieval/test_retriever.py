@@ -26,8 +26,8 @@ def rand(n: int, seed: int) -> np.ndarray:
     return unit(np.random.default_rng(seed).standard_normal((n, DIM)))
 
 
-def core(pool, **overrides) -> Retriever:
-    return Retriever(pool, SLUG, Settings(**overrides))
+def core(pool, **groups: dict) -> Retriever:
+    return Retriever(pool, SLUG, Settings().with_(**groups))
 
 
 async def add(store, owner, contents, vectors, **kw):
@@ -51,8 +51,8 @@ async def test_modes_hot_and_cold_agree(env):
     pool, store = env
     rows, vecs = await seed(store)
     zebra = (await add(store, A, ["the zebra crossing"], rand(1, 99)))[0]
-    hot, cold = core(pool), core(pool, cache_budget_mb=0)
-    for r in (hot, cold, core(pool, fusion="rrf")):
+    hot, cold = core(pool), core(pool, cache={"budget_mb": 0})
+    for r in (hot, cold, core(pool, retrieval={"fusion": "rrf"})):
         dense = await r.search(q("zebra", mode="dense"), vecs[7])
         assert dense[0]["id"] == rows[7]["id"]
         assert dense[0]["similarity"] == pytest.approx(1.0, abs=1e-4)
@@ -74,7 +74,7 @@ async def test_threshold_applies_to_cosine_even_for_lexical_hits(env):
     _, vecs = await seed(store)
     far = -vecs[3]  # the zebra memory points away from the query vector
     zebra = (await add(store, A, ["zebra stripes"], far[None, :]))[0]
-    for r in (core(pool), core(pool, cache_budget_mb=0)):
+    for r in (core(pool), core(pool, cache={"budget_mb": 0})):
         got = await r.search(q("zebra", mode="lexical"), vecs[3])
         assert [m["id"] for m in got] == [zebra["id"]]
         assert got[0]["similarity"] == pytest.approx(-1.0, abs=1e-4)
@@ -106,13 +106,13 @@ async def test_selective_filters_still_return_k(env):
     await seed(store, n=300)
     tagged = await add(store, A, [f"tagged {i}" for i in range(6)], rand(6, 5), tags=["rare"])
     ids = {m["id"] for m in tagged}
-    for r in (core(pool), core(pool, cache_budget_mb=0, pg_exact_scan_max=0)):
+    for r in (core(pool), core(pool, cache={"budget_mb": 0}, retrieval={"pg_exact_scan_max": 0})):
         got = await r.search(q(tags=("rare",), top_k=6, mode="dense"), rand(1, 77)[0])
         assert {m["id"] for m in got} == ids
         got = await r.search(q("note", tags=("rare",), top_k=6), rand(1, 77)[0])
         assert {m["id"] for m in got} == ids  # hybrid: dense finds them, lexical finds none
     # too many matches for the cache's id list: answered by pgvector, still filtered
-    r = core(pool, cache_filter_max_ids=3)
+    r = core(pool, cache={"filter_max_ids": 3})
     got = await r.search(q(tags=("rare",), top_k=6, mode="dense"), rand(1, 77)[0])
     assert {m["id"] for m in got} == ids and r.served["cold"] == 1
 
@@ -124,7 +124,7 @@ async def test_owner_union_and_isolation(env):
     org = (await add(store, A, ["org note"], rand(1, 3), scope="org"))[0]
     await add(store, Owner("t1", "bob"), ["bob note"], rand(1, 4))
     await add(store, Owner("t2", "alice"), ["other tenant note"], rand(1, 5))
-    for r in (core(pool), core(pool, cache_budget_mb=0)):
+    for r in (core(pool), core(pool, cache={"budget_mb": 0})):
         own = await r.search(q("note", top_k=10), rand(1, 9)[0])
         assert {m["id"] for m in own} == {mine["id"]}
         union = await r.search(
@@ -136,7 +136,7 @@ async def test_owner_union_and_isolation(env):
 async def test_big_owner_answered_by_pgvector_then_cached_as_hnsw(env):
     pool, store = env
     rows, vecs = await seed(store, n=120)
-    r = core(pool, cache_sync_load_max=50, cache_hnsw_threshold=100)
+    r = core(pool, cache={"sync_load_max": 50, "hnsw_threshold": 100})
     first = await r.search(q(mode="dense"), vecs[9])
     assert first[0]["id"] == rows[9]["id"] and r.served == {"hot": 0, "cold": 1}
     for _ in range(50):
@@ -170,7 +170,7 @@ async def test_hot_unfiltered_search_answers_from_cached_rows(env, monkeypatch):
     expiry that passed since loading (expiry bumps no version) still hides a memory."""
     pool, store = env
     rows, vecs = await seed(store)
-    hot, cold = core(pool), core(pool, cache_budget_mb=0)
+    hot, cold = core(pool), core(pool, cache={"budget_mb": 0})
     await hot.search(q(mode="dense"), vecs[2])  # load
     fetched: list[int] = []
     real_fetch = hot.pg.fetch

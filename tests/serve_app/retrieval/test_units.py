@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from serve_app.retrieval.cache import HotCache, OwnerIndex
+from serve_app.retrieval.cache import HotCache, OwnerIndex, index_params
 from serve_app.retrieval.fusion import rrf
 from serve_app.retrieval.lexical import BM25, or_tsquery, parse_tsvector
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.shards import shard_of
+from serve_app.settings import Settings
+
+PARAMS = index_params(Settings())  # the defaults; tests override a field
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -31,7 +34,7 @@ def test_or_tsquery_quotes_lexemes():
 
 def test_bm25_prefers_rare_terms_and_respects_allowed_rows():
     docs = [{"caroline": 1, "paint": 1}, {"caroline": 1}, {"caroline": 1}, {"melanie": 1}]
-    bm = BM25(docs)
+    bm = BM25(docs, k1=1.2, b=0.75)  # textbook Okapi parameters
     top = bm.top(["caroline", "paint"], k=2)
     assert top[0][0] == 0  # the rare term decides
     assert [r for r, _ in bm.top(["caroline", "paint"], 5, np.array([1, 3]))] == [1]
@@ -42,8 +45,8 @@ def test_rrf_is_normalised_and_rewards_agreement():
     fused = rrf([["a", "b"], ["a", "c"]], [1.0, 1.0], k=60)
     assert fused["a"] == 1.0
     assert fused["b"] == fused["c"] < 0.5
-    assert rrf([[], []], [1.0, 1.0]) == {}
-    only_lex = rrf([[], ["x"]], [1.0, 1.0])
+    assert rrf([[], []], [1.0, 1.0], k=60) == {}
+    only_lex = rrf([[], ["x"]], [1.0, 1.0], k=60)
     assert only_lex["x"] == 1.0
 
 
@@ -52,8 +55,8 @@ def test_flat_is_exact_and_hnsw_has_high_recall():
     x = unit(rng.standard_normal((3000, 32)))
     ids = list(range(3000))
     docs = [{} for _ in ids]
-    flat = OwnerIndex.build(("t", "u"), 1, ids, x, docs, hnsw_threshold=10_000)
-    hnsw = OwnerIndex.build(("t", "u"), 1, ids, x, docs, hnsw_threshold=100)
+    flat = OwnerIndex.build(("t", "u"), 1, ids, x, docs, **{**PARAMS, "hnsw_threshold": 10_000})
+    hnsw = OwnerIndex.build(("t", "u"), 1, ids, x, docs, **{**PARAMS, "hnsw_threshold": 100})
     assert (flat.kind, hnsw.kind) == ("flat", "hnsw")
     recall = []
     for q in unit(rng.standard_normal((50, 32))):
@@ -72,7 +75,7 @@ def test_flat_is_exact_and_hnsw_has_high_recall():
 def entry(owner: str, n: int, version: int = 1) -> OwnerIndex:
     x = unit(np.random.default_rng(0).standard_normal((n, 16)))
     return OwnerIndex.build(
-        ("t", owner), version, list(range(n)), x, [{}] * n, hnsw_threshold=10**6
+        ("t", owner), version, list(range(n)), x, [{}] * n, **{**PARAMS, "hnsw_threshold": 10**6}
     )
 
 
