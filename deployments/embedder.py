@@ -18,6 +18,11 @@ so under load the encoder runs a backlog of tiny batches (about
 everything that queued while it was busy. With the gate the wait only matters
 when the encoder is idle, so it can stay short (a few ms at most).
 
+``embed_many`` is one call per request: a short list (under ``OWN_RUN_MIN_TEXTS``)
+joins the shared batch text by text; a longer one waits for the encoder to be free
+and takes it for one run of its own (the gate stays closed meanwhile, so concurrent
+callers queue for the run after it) instead of costing a batch-queue entry per text.
+
 ``max_ongoing_requests`` defaults to 2 x the default ``max_batch_size`` (64):
 one full batch runs while the next one queues, and a replica never accepts
 more than it can batch, so excess load waits in the caller's queue where the
@@ -37,10 +42,10 @@ from typing import Any
 
 import numpy as np
 from ray import serve
-from ray.serve.metrics import Counter, Histogram
 
 from models import Encoder, load_encoder
 from models.encoder import default_threads
+from serve_app.metrics import EmbedMetrics, Flusher
 from serve_app.settings import get_settings
 
 log = logging.getLogger("ray.serve")
@@ -48,9 +53,7 @@ log = logging.getLogger("ray.serve")
 DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_BATCH_WAIT_S = 0.001
 DEFAULT_MAX_ONGOING_REQUESTS = 2 * DEFAULT_MAX_BATCH_SIZE
-
-_BATCH_BOUNDARIES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-_MS_BOUNDARIES = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]
+OWN_RUN_MIN_TEXTS = 8  # embed_many lists this long run alone rather than text by text
 
 
 def replica_threads(configured: int | None = None) -> int:
@@ -86,12 +89,15 @@ class Embedder:
         # One worker thread: batches run one at a time off the event loop, so
         # the next batch keeps filling while this one computes.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
-        # Closed while a batch computes: callers wait here, then join the next batch
-        # together (see the module docstring). Created lazily on the replica's loop.
-        self._gate: asyncio.Event | None = None
+        # Closed while an encoder run computes: callers wait here, then join the next
+        # batch together (see the module docstring). Binds to a loop at its first wait.
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._running = 0
         self._embed_batch.set_max_batch_size(settings.embed_max_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(settings.embed_batch_wait_s)
-        self._init_metrics()
+        self.metrics = EmbedMetrics(self.encoder.spec.name)
+        self._flusher = Flusher([self.metrics])  # starts with the first run (needs the loop)
         self._batches = 0
         self._texts = 0
         started = time.perf_counter()
@@ -104,80 +110,49 @@ class Embedder:
             (time.perf_counter() - started) * 1000,
         )
 
-    def _init_metrics(self) -> None:
-        keys = ("model",)
-        self._m_batch = Histogram(
-            "memserve_embed_batch_size",
-            description="Texts per embedder batch.",
-            boundaries=_BATCH_BOUNDARIES,
-            tag_keys=keys,
-        )
-        self._m_wait = Histogram(
-            "memserve_embed_queue_wait_ms",
-            description="Time a text waited in the batch queue before its batch ran.",
-            boundaries=_MS_BOUNDARIES,
-            tag_keys=keys,
-        )
-        self._m_encode = Histogram(
-            "memserve_embed_encode_ms",
-            description="Encoder time per batch (tokenize + ONNX Runtime + pooling).",
-            boundaries=_MS_BOUNDARIES,
-            tag_keys=keys,
-        )
-        self._m_texts = Counter(
-            "memserve_embed_texts", description="Texts embedded.", tag_keys=keys
-        )
-        for metric in (self._m_batch, self._m_wait, self._m_encode, self._m_texts):
-            # A fresh dict each time: Serve adds its own tags to it in place.
-            metric.set_default_tags({"model": self.encoder.spec.name})
-
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def _embed_batch(
         self, texts: list[str], is_query: list[bool], enqueued: list[float]
     ) -> list[np.ndarray]:
+        return list(await self._run(list(texts), list(is_query), enqueued))
+
+    async def _run(self, texts: list[str], is_query: list[bool], enqueued: list[float]) -> Any:
+        """One encoder run off the event loop, the gate closed while it computes."""
         started = time.perf_counter()
-        for t in enqueued:
-            self._m_wait.observe((started - t) * 1000)
-        self._m_batch.observe(len(texts))
-        loop = asyncio.get_running_loop()
-        gate = self._open_gate()
-        gate.clear()
+        self._running += 1
+        self._gate.clear()
         try:
-            vectors = await loop.run_in_executor(
-                self._pool, self.encoder.encode_mixed, list(texts), list(is_query)
+            vectors = await asyncio.get_running_loop().run_in_executor(
+                self._pool, self.encoder.encode_mixed, texts, is_query
             )
         finally:
-            gate.set()
-        self._m_encode.observe((time.perf_counter() - started) * 1000)
-        self._m_texts.inc(len(texts))
+            self._running -= 1
+            if not self._running:
+                self._gate.set()
+        self.metrics.batch(len(texts), started, time.perf_counter(), enqueued)
         self._batches += 1
         self._texts += len(texts)
-        return list(vectors)
-
-    def _open_gate(self) -> asyncio.Event:
-        if self._gate is None:
-            self._gate = asyncio.Event()
-            self._gate.set()
-        return self._gate
-
-    async def _pass_gate(self) -> None:
-        """Wait out the batch that is computing, if any, to join the next one."""
-        gate = self._open_gate()
-        if not gate.is_set():
-            await gate.wait()
+        self._flusher.start()
+        return vectors
 
     async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
         """One text to a 1-D float32 vector, batched with concurrent callers."""
         now = time.perf_counter()
-        await self._pass_gate()
+        if not self._gate.is_set():  # a run computes: join the batch after it
+            await self._gate.wait()
         return await self._embed_batch(text, bool(is_query), now)
 
     async def embed_many(self, texts: list[str], is_query: bool = False) -> np.ndarray:
-        """Several texts to a (n, dim) array; each text joins the shared batch queue."""
-        if not texts:
+        """Several texts to one (n, dim) float32 array (see the module docstring)."""
+        now, n = time.perf_counter(), len(texts)
+        if n >= OWN_RUN_MIN_TEXTS:
+            while self._running:  # one run at a time: wait out the one computing
+                await self._gate.wait()
+            return await self._run(list(texts), [bool(is_query)] * n, [now] * n)
+        if not n:
             return np.zeros((0, self.encoder.spec.dim), dtype=np.float32)
-        now = time.perf_counter()
-        await self._pass_gate()
+        if not self._gate.is_set():
+            await self._gate.wait()
         rows = await asyncio.gather(*(self._embed_batch(t, bool(is_query), now) for t in texts))
         return np.stack(rows).astype(np.float32, copy=False)
 
@@ -194,6 +169,7 @@ class Embedder:
             "threads": self._threads,
             "max_batch_size": self._embed_batch._get_max_batch_size(),
             "batch_wait_timeout_s": self._embed_batch._get_batch_wait_timeout_s(),
+            "own_run_min_texts": OWN_RUN_MIN_TEXTS,
             "pid": os.getpid(),
             "batches_run": self._batches,
             "texts_embedded": self._texts,
@@ -208,3 +184,7 @@ class Embedder:
             self._embed_batch.set_batch_wait_timeout_s(float(config["batch_wait_timeout_s"]))
         if "max_batch_tokens" in config:
             self.encoder.max_batch_tokens = int(config["max_batch_tokens"])
+
+    async def __del__(self) -> None:
+        await self._flusher.stop()  # the last aggregates, best effort
+        self._pool.shutdown(wait=False)

@@ -24,10 +24,9 @@ from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.extraction.llm import LLMClient, LLMConfig
-from serve_app.extraction.metrics import ExtractionMetrics
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
-from serve_app.metrics import start_pool_metrics
+from serve_app.metrics import ExtractionMetrics, Flusher, start_pool_metrics
 from serve_app.settings import get_settings
 from serve_app.store.turns import SessionKey
 from serve_app.store.vectors import ensure_table
@@ -52,13 +51,15 @@ class Extractor:
         )
         config = LLMConfig.from_settings(settings)
         self.llm = LLMClient(config) if config else None
+        metrics = ExtractionMetrics()
+        self.flusher = Flusher([metrics]).start()
         self.pipeline = ExtractionPipeline(
             self.pool,
             info["table_slug"],
             self._embed,
             self.llm,
             settings,
-            ExtractionMetrics(use_ray=True),
+            metrics,
         )
         self.scheduler = SessionScheduler(self.pipeline, settings.extract_concurrency)
         self.scheduler.start_scanning(settings.extract_scan_interval_s)
@@ -98,6 +99,10 @@ class Extractor:
         }
 
     async def __del__(self) -> None:
+        if getattr(self, "flusher", None) is not None:
+            await self.flusher.stop()
+        if getattr(self, "pool_metrics", None) is not None:
+            await self.pool_metrics.stop()
         scheduler = getattr(self, "scheduler", None)
         if scheduler is not None:
             await scheduler.stop()

@@ -13,12 +13,11 @@ import logging
 
 import numpy as np
 from ray import serve
-from ray.serve.metrics import Counter, Gauge
 
 from models import get_spec
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
-from serve_app.metrics import start_pool_metrics
+from serve_app.metrics import Flusher, start_pool_metrics
 from serve_app.retrieval.listener import ChangeListener
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.retriever import Retriever as RetrieverCore
@@ -53,18 +52,7 @@ class Retriever:
         self.core = RetrieverCore(self.pool, slug, settings)
         self.listener = ChangeListener(dsn, self.core.cache.invalidate)
         self.listener.start()
-        self.m_lookups = Counter(
-            "memserve_retriever_cache_lookups",
-            description="Retriever searches by cache outcome (hot: answered from the cache).",
-            tag_keys=("outcome",),
-        )
-        self.m_hit_rate = Gauge(
-            "memserve_retriever_cache_hit_rate",
-            description="Share of owner lookups served by a fresh cache entry on this replica.",
-        )
-        self.m_bytes = Gauge(
-            "memserve_retriever_cache_bytes", description="Bytes held by this replica's cache."
-        )
+        self.flusher = Flusher([self.core.metrics]).start()  # cache outcomes, hit rate, bytes
 
     @serve.multiplexed(max_num_models_per_replica=get_settings().retrieval_shards_per_replica)
     async def shard(self, shard_id: str) -> Shard:
@@ -74,13 +62,7 @@ class Retriever:
         shard_id = serve.get_multiplexed_model_id()
         if shard_id:
             await self.shard(shard_id)
-        hot_before = self.core.served["hot"]
-        results = await self.core.search(q, vector)
-        outcome = "hot" if self.core.served["hot"] > hot_before else "cold"
-        self.m_lookups.inc(tags={"outcome": outcome})
-        self.m_hit_rate.set(self.core.cache.hit_rate)
-        self.m_bytes.set(self.core.cache.nbytes)
-        return results
+        return await self.core.search(q, vector)
 
     async def stats(self) -> dict:
         """Cache counters of this replica (tests, debugging)."""
@@ -94,6 +76,8 @@ class Retriever:
         }
 
     async def __del__(self) -> None:
+        await self.flusher.stop()
+        await self.pool_metrics.stop()
         await self.listener.stop()
         await self.core.close()
         await self.pool.close()

@@ -23,7 +23,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.extraction.junk import CONTEXT_OPEN, Turn, clean_turns, contained, sentences
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
-from serve_app.extraction.metrics import ExtractionMetrics
 from serve_app.extraction.parser import BadOutput, ExtractedMemory, parse_extraction, parse_summary
 from serve_app.extraction.prompts import (
     EXTRACT_SYSTEM,
@@ -31,6 +30,7 @@ from serve_app.extraction.prompts import (
     extraction_user_prompt,
     summary_user_prompt,
 )
+from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.facts import FactStore

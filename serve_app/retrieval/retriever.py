@@ -32,6 +32,7 @@ import faiss
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.metrics import RetrieverMetrics
 from serve_app.ranking import RankWeights, rank
 from serve_app.retrieval.cache import HotCache, Key, OwnerIndex
 from serve_app.retrieval.fusion import rrf
@@ -51,8 +52,14 @@ class Retriever:
         self.cache = HotCache(settings.cache_budget_mb * 1024 * 1024)
         self._loading: dict[Key, asyncio.Task] = {}
         self._background: set[asyncio.Task] = set()
-        self.served = {"hot": 0, "cold": 0}
+        self.metrics = RetrieverMetrics(self.cache)  # flushed by the deployment
         faiss.omp_set_num_threads(max(1, settings.cache_faiss_threads))
+
+    @property
+    def served(self) -> dict[str, int]:
+        """Searches answered from the cache (hot) and from PostgreSQL (cold) so far."""
+        totals = self.metrics.lookups.totals
+        return {o: int(totals.get((o,), 0)) for o in ("hot", "cold")}
 
     def candidate_count(self, q: SearchQuery) -> int:
         return max(q.top_k * 3, 30)
@@ -75,9 +82,9 @@ class Retriever:
         )
         entries = await self._entries(q, probe) if self.cache.enabled else None
         if entries is not None:
-            self.served["hot"] += 1
+            self.metrics.lookup("hot")
             return await self._hot(q, qv, probe, entries, want_dense, want_lex)
-        self.served["cold"] += 1
+        self.metrics.lookup("cold")
         return await self._cold(q, qv, probe, want_dense=want_dense, want_lex=want_lex)
 
     async def _entries(self, q: SearchQuery, probe: Probe) -> list[OwnerIndex] | None:

@@ -43,11 +43,31 @@ async def test_concurrent_callers_are_batched_and_each_gets_its_own_vector(
     before = await embedder_handle.model_info.remote()
     results = await asyncio.gather(*(embedder_handle.embed.remote(t) for t in texts))
     after = await embedder_handle.model_info.remote()
-    got = np.stack(results)
-    np.testing.assert_allclose(got, local, atol=2e-4)
+    assert_rows_match(np.stack(results), local)
     batches = after["batches_run"] - before["batches_run"]
     assert after["texts_embedded"] - before["texts_embedded"] == 40
     assert batches <= 40 // 2  # dynamic batching grouped concurrent calls (max 8 per batch)
+
+
+async def test_embed_many_is_one_call_and_one_encoder_run(embedder_handle) -> None:
+    texts = [f"memory number {i} about topic {i % 5}" for i in range(100)]
+    local = load_encoder("all-minilm-l6-v2-int8", device="cpu").encode(texts)
+    before = await embedder_handle.model_info.remote()
+    got = await embedder_handle.embed_many.remote(texts)
+    after = await embedder_handle.model_info.remote()
+    assert got.shape == (100, 384) and got.dtype == np.float32
+    assert_rows_match(got, local)
+    # Not 100 batch-queue entries cut into batches of 8 (the fixture's max_batch_size).
+    assert after["batches_run"] - before["batches_run"] == 1
+    assert after["texts_embedded"] - before["texts_embedded"] == 100
+
+
+def assert_rows_match(got: np.ndarray, want: np.ndarray) -> None:
+    """Row i is text i's vector: the int8 copy quantises activations per run, so a text's
+    vector shifts slightly with its batch-mates (cosine >= 0.98), but stays nearest its own."""
+    cosines = got @ want.T
+    assert np.diag(cosines).min() >= 0.98
+    np.testing.assert_array_equal(cosines.argmax(axis=1), np.arange(len(want)))
 
 
 def test_replica_threads_fallbacks() -> None:
@@ -59,7 +79,10 @@ def test_replica_threads_fallbacks() -> None:
     assert replica_threads(None) == default_threads()
 
 
-async def test_callers_arriving_during_a_batch_wait_and_join_the_next_one(monkeypatch) -> None:
+@pytest.mark.parametrize("own_run", [False, True])
+async def test_callers_arriving_during_a_run_wait_and_join_the_next_one(
+    monkeypatch, own_run: bool
+) -> None:
     """The gate: Serve alone would cut a batch every batch_wait_timeout_s while one runs."""
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +90,8 @@ async def test_callers_arriving_during_a_batch_wait_and_join_the_next_one(monkey
     from ray.serve import batching
 
     from deployments.embedder import Embedder
+    from serve_app.metrics import EmbedMetrics, Flusher
+    from tests.fakes.metrics_sink import Recorder
 
     # Outside a replica there is no max_ongoing_requests to compare max_batch_size with.
     monkeypatch.setattr(
@@ -87,37 +112,46 @@ async def test_callers_arriving_during_a_batch_wait_and_join_the_next_one(monkey
             time.sleep(0.1)
             return np.ones((len(texts), 2), dtype=np.float32)
 
-    class NoMetric:
-        def observe(self, *args, **kwargs) -> None: ...
-
-        def inc(self, *args, **kwargs) -> None: ...
-
     embedder = Embedder.func_or_class.__new__(Embedder.func_or_class)
     embedder.encoder = SlowEncoder()
     embedder._pool = ThreadPoolExecutor(max_workers=1)
-    embedder._gate = None
-    embedder._batches = embedder._texts = 0
-    embedder._m_batch = embedder._m_wait = embedder._m_encode = embedder._m_texts = NoMetric()
+    embedder._gate = asyncio.Event()
+    embedder._gate.set()
+    embedder._running = embedder._batches = embedder._texts = 0
+    embedder.metrics = EmbedMetrics("slow")
+    embedder._flusher = Flusher([embedder.metrics], interval_s=60)
+    embedder._flusher.sink = sink = Recorder()
     embedder._embed_batch.set_max_batch_size(8)
     embedder._embed_batch.set_batch_wait_timeout_s(0.001)
 
     async def late(i: int) -> np.ndarray:
-        await asyncio.sleep(0.01 + i * 0.001)  # all arrive while the first batch runs
+        await asyncio.sleep(0.01 + i * 0.001)  # all arrive while the first run computes
         return await embedder.embed(f"text {i}")
 
     try:
-        first = asyncio.ensure_future(embedder.embed("first"))
+        if own_run:  # a long list takes the encoder for one run of its own
+            first = asyncio.ensure_future(embedder.embed_many([f"m{i}" for i in range(30)]))
+        else:
+            first = asyncio.ensure_future(embedder.embed("first"))
         rest = await asyncio.gather(*(late(i) for i in range(20)))
-        await first
+        head = await first
+        await embedder._flusher.stop()
     finally:
         # The batch queue lives on the class: drop the one this process just made
         # (it holds futures), or later tests could not pickle Embedder for Ray.
         for wrapper in _batch_queue_wrappers(Embedder.func_or_class._embed_batch):
             wrapper._queue = None
     assert len(rest) == 20 and all(v.shape == (2,) for v in rest)
+    first_run = 30 if own_run else 1
+    assert head.shape == ((30, 2) if own_run else (2,))
+    assert embedder.encoder.batches[0] == first_run
     # Without the gate: [1, 2, 3, 2, 3, 2, ...] (a batch per millisecond of arrivals).
-    assert sum(embedder.encoder.batches) == 21
+    assert sum(embedder.encoder.batches) == 20 + first_run
     assert len(embedder.encoder.batches) <= 4, embedder.encoder.batches
+    # The local aggregates reached the sink at stop: every text, every run.
+    assert sink.counters == {("memserve_embed_texts", ("slow",)): 20 + first_run}
+    runs = [n for name, _, _, n in sink.observations if name == "memserve_embed_batch_size"]
+    assert sum(runs) == len(embedder.encoder.batches)
 
 
 def _batch_queue_wrappers(fn, seen=None):
