@@ -46,12 +46,14 @@ from ray import serve
 from models import Encoder, load_encoder
 from models.encoder import default_threads
 from serve_app.metrics import EmbedMetrics, Flusher
-from serve_app.settings import get_settings
+from serve_app.settings import EmbedSettings, get_settings
 
 log = logging.getLogger("ray.serve")
 
-DEFAULT_MAX_BATCH_SIZE = 32
-DEFAULT_BATCH_WAIT_S = 0.001
+# Class-level defaults of the decorators come from the settings' defaults (stated once);
+# __init__ and reconfigure apply the configured values.
+DEFAULT_MAX_BATCH_SIZE = EmbedSettings.model_fields["max_batch_size"].default
+DEFAULT_BATCH_WAIT_S = EmbedSettings.model_fields["batch_wait_s"].default
 DEFAULT_MAX_ONGOING_REQUESTS = 2 * DEFAULT_MAX_BATCH_SIZE
 OWN_RUN_MIN_TEXTS = 8  # embed_many lists this long run alone rather than text by text
 
@@ -78,13 +80,13 @@ class Embedder:
 
     def __init__(self, model: str | None = None, device: str | None = None) -> None:
         settings = get_settings()
-        self._threads = replica_threads(settings.embed_threads)
+        self._threads = replica_threads(settings.embed.threads)
         self.encoder: Encoder = load_encoder(
-            model or settings.embed_model,
-            device=device or settings.embed_device,
+            model or settings.embed.model,
+            device=device or settings.embed.device,
             threads=self._threads,
-            max_batch_tokens=settings.embed_max_batch_tokens,
-            spinning=settings.embed_spinning,
+            max_batch_tokens=settings.embed.max_batch_tokens,
+            spinning=settings.embed.spinning,
         )
         # One worker thread: batches run one at a time off the event loop, so
         # the next batch keeps filling while this one computes.
@@ -94,8 +96,8 @@ class Embedder:
         self._gate = asyncio.Event()
         self._gate.set()
         self._running = 0
-        self._embed_batch.set_max_batch_size(settings.embed_max_batch_size)
-        self._embed_batch.set_batch_wait_timeout_s(settings.embed_batch_wait_s)
+        self._embed_batch.set_max_batch_size(settings.embed.max_batch_size)
+        self._embed_batch.set_batch_wait_timeout_s(settings.embed.batch_wait_s)
         self.metrics = EmbedMetrics(self.encoder.spec.name)
         self._flusher = Flusher([self.metrics])  # starts with the first run (needs the loop)
         self._batches = 0

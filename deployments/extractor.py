@@ -11,7 +11,6 @@ crash or a restart are made up for.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -20,52 +19,47 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from serve_app.db.migrations import migrate
+from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
-from serve_app.extraction.llm import LLMClient, LLMConfig
+from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
 from serve_app.metrics import ExtractionMetrics, Flusher, start_pool_metrics
 from serve_app.settings import get_settings
 from serve_app.store.turns import SessionKey
-from serve_app.store.vectors import ensure_table
 
 log = logging.getLogger("ray.serve")
 
 
 @serve.deployment(max_ongoing_requests=1000)
 class Extractor:
-    async def __init__(self, embedder: DeploymentHandle) -> None:
+    async def __init__(self, model: ModelFacts, embedder: DeploymentHandle) -> None:
         settings = get_settings()
-        resolve_dsn(settings)
-        dsn = settings.database_url
+        dsn = resolve_dsn(settings)  # launcher's DSN, else the embedded server (`serve run`)
         self.settings = settings
         self.embedder = embedder
-        info = await embedder.model_info.remote()
-        await asyncio.to_thread(migrate, dsn)
-        await asyncio.to_thread(ensure_table, dsn, info["table_slug"], info["dim"])
         self.pool = await open_pool(dsn, settings)
         self.pool_metrics = start_pool_metrics(
-            self.pool, "extractor", settings.pool_metrics_interval_s
+            self.pool, "extractor", settings.db.metrics_interval_s
         )
-        config = LLMConfig.from_settings(settings)
-        self.llm = LLMClient(config) if config else None
+        config = settings.llm
+        self.llm = LLMClient(config) if config.base_url else None
         metrics = ExtractionMetrics()
         self.flusher = Flusher([metrics]).start()
         self.pipeline = ExtractionPipeline(
             self.pool,
-            info["table_slug"],
+            model.table_slug,
             self._embed,
             self.llm,
             settings,
             metrics,
         )
-        self.scheduler = SessionScheduler(self.pipeline, settings.extract_concurrency)
-        self.scheduler.start_scanning(settings.extract_scan_interval_s)
+        self.scheduler = SessionScheduler(self.pipeline, settings.extract.concurrency)
+        self.scheduler.start_scanning(settings.extract.scan_interval_s)
         log.info(
             "extractor ready: %s",
-            f"LLM {config.model} at {config.base_url}" if config else "disabled (no LLM)",
+            f"LLM {config.model} at {config.base_url}" if self.llm else "disabled (no LLM)",
         )
 
     async def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:

@@ -14,7 +14,7 @@ import logging
 import numpy as np
 from ray import serve
 
-from models import get_spec
+from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.metrics import Flusher, start_pool_metrics
@@ -35,26 +35,28 @@ class Shard:
         self.core = core
 
     async def __del__(self) -> None:
-        shards = self.core.s.retrieval_shards
+        shards = self.core.r.retrieval_shards
         self.core.cache.drop_where(lambda key: shard_of(key[0], key[1], shards) == self.shard_id)
 
 
 @serve.deployment
 class Retriever:
-    async def __init__(self) -> None:
+    async def __init__(self, model: ModelFacts) -> None:
         settings = get_settings()
         dsn = resolve_dsn(settings)  # launcher's DSN, else the embedded server (`serve run`)
-        slug = get_spec(settings.embed_model).table_slug
+        slug = model.table_slug
         self.pool = await open_pool(dsn, settings)
         self.pool_metrics = start_pool_metrics(
-            self.pool, "retriever", settings.pool_metrics_interval_s
+            self.pool, "retriever", settings.db.metrics_interval_s
         )
         self.core = RetrieverCore(self.pool, slug, settings)
         self.listener = ChangeListener(dsn, self.core.cache.invalidate)
         self.listener.start()
         self.flusher = Flusher([self.core.metrics]).start()  # cache outcomes, hit rate, bytes
 
-    @serve.multiplexed(max_num_models_per_replica=get_settings().retrieval_shards_per_replica)
+    @serve.multiplexed(
+        max_num_models_per_replica=get_settings().retrieval.retrieval_shards_per_replica
+    )
     async def shard(self, shard_id: str) -> Shard:
         return Shard(shard_id, self.core)
 

@@ -112,7 +112,7 @@ class ExtractionPipeline:
         ended = force or await self.turns.is_ended(key)
         s = self.settings
         while True:
-            rows = await self.turns.claim_pending(key, s.extract_max_turns, s.extract_lease_s)
+            rows = await self.turns.claim_pending(key, s.extract.max_turns, s.extract.lease_s)
             if not rows:
                 break
             if not self.enabled:
@@ -131,7 +131,7 @@ class ExtractionPipeline:
         except Exception:  # housekeeping must not stop the scan
             log.exception("purging expired turns failed")
         return await self.turns.due_sessions(
-            self.settings.extract_every_n_turns, self.settings.extract_idle_s
+            self.settings.extract.every_n_turns, self.settings.extract.idle_s
         )
 
     # ---------- extraction ----------
@@ -165,7 +165,7 @@ class ExtractionPipeline:
             self.metrics.error("bad_output")
             attempts = await self.turns.release(ids, failed_attempt=True)
             out.error = "bad_output"
-            if attempts >= self.settings.extract_max_attempts:
+            if attempts >= self.settings.extract.max_attempts:
                 await self.turns.mark_extracted(ids, error=f"bad_output: {exc}")
                 log.error("extraction of %s dead-lettered after %d bad answers", key, attempts)
             else:
@@ -175,7 +175,7 @@ class ExtractionPipeline:
         await self._save_memories(key, rows, parsed.memories, meta, out)
         session_id = self._memory_session(key, meta)
         for fact in parsed.facts:
-            if fact.confidence < self.settings.extract_min_confidence:
+            if fact.confidence < self.settings.extract.min_confidence:
                 outcome = "below_threshold"
             else:
                 outcome = await self.facts.upsert(
@@ -208,7 +208,7 @@ class ExtractionPipeline:
         seen: set[str] = set()
         for m in memories:
             h = dedupe_hash(m.content)
-            low = m.confidence < s.extract_min_confidence or m.importance < s.extract_min_importance
+            low = m.confidence < s.extract.min_confidence or m.importance < s.extract.min_importance
             if low or h in seen:
                 out.skipped += 1
                 self.metrics.memory("skipped")
@@ -228,7 +228,7 @@ class ExtractionPipeline:
                 self.metrics.memory("skipped")
                 continue
             [best] = await self.index.nearest(owner, vector, 1) or [None]
-            if best is not None and best.similarity >= s.extract_merge_similarity:
+            if best is not None and best.similarity >= s.extract.merge_similarity:
                 # Recency wins the wording; earlier wordings stay recognisable as aliases.
                 aliases = [*best.data.get("aliases", []), dedupe_hash(best.content)]
                 changes = {
@@ -272,7 +272,7 @@ class ExtractionPipeline:
         if not flat or not known:
             return turns, 0
         vectors = await self.embed(flat, is_query=False)
-        threshold = self.settings.extract_restatement_similarity
+        threshold = self.settings.extract.restatement_similarity
         junk: set[str] = set()
         for sentence, vector in zip(flat, vectors, strict=True):
             if contained(sentence, known):
@@ -341,8 +341,8 @@ class ExtractionPipeline:
             done.append(r)
         if ended:
             batch = done if len(done) >= 2 else []
-        elif len(rows) >= s.compress_every_m_turns:
-            batch = done[: max(0, len(rows) - s.compress_keep_window)]
+        elif len(rows) >= s.extract.compress_every_m_turns:
+            batch = done[: max(0, len(rows) - s.extract.compress_keep_window)]
         else:
             batch = []
         if not batch:

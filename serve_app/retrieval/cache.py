@@ -24,8 +24,6 @@ from serve_app.settings import Settings
 Key = tuple[str, str]  # (tenant_id, owner)
 
 
-
-
 def index_params(s: Settings) -> dict[str, Any]:
     """OwnerIndex.build's tunables, from the cache and retrieval settings groups."""
     return {

@@ -33,8 +33,8 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.metrics import RetrieverMetrics
-from serve_app.ranking import RankWeights, rank
-from serve_app.retrieval.cache import HotCache, Key, OwnerIndex
+from serve_app.ranking import rank
+from serve_app.retrieval.cache import HotCache, Key, OwnerIndex, index_params
 from serve_app.retrieval.fusion import rrf
 from serve_app.retrieval.neighbours import neighbour_boost, neighbour_weight
 from serve_app.retrieval.pgvector_search import PgVectorSearch, Probe
@@ -47,13 +47,15 @@ _BUILD_IN_THREAD = 5_000  # vectors; bigger owners are indexed off the event loo
 class Retriever:
     def __init__(self, pool: AsyncConnectionPool, model_slug: str, settings: Settings) -> None:
         self.s = settings
-        self.pg = PgVectorSearch(pool, model_slug, settings.hnsw_ef_search)
-        self.weights = RankWeights.from_settings(settings)
-        self.cache = HotCache(settings.cache_budget_mb * 1024 * 1024)
+        self.r = settings.retrieval
+        self.c = settings.cache
+        self.pg = PgVectorSearch(pool, model_slug, settings.retrieval.hnsw_ef_search)
+        self.weights = settings.rank
+        self.cache = HotCache(settings.cache.budget_mb * 1024 * 1024)
         self._loading: dict[Key, asyncio.Task] = {}
         self._background: set[asyncio.Task] = set()
         self.metrics = RetrieverMetrics(self.cache)  # flushed by the deployment
-        faiss.omp_set_num_threads(max(1, settings.cache_faiss_threads))
+        faiss.omp_set_num_threads(max(1, settings.cache.faiss_threads))
 
     @property
     def served(self) -> dict[str, int]:
@@ -76,9 +78,9 @@ class Retriever:
         cached = self.cache.enabled and all((q.tenant_id, o) in self.cache for o in owners)
         probe = await self.pg.probe(
             q,
-            count_cap=0 if cached else max(self.s.cache_sync_load_max, self.s.pg_exact_scan_max),
+            count_cap=0 if cached else max(self.c.sync_load_max, self.r.pg_exact_scan_max),
             want_terms=want_lex,
-            allowed_cap=self.s.cache_filter_max_ids if self.cache.enabled else 0,
+            allowed_cap=self.c.filter_max_ids if self.cache.enabled else 0,
         )
         entries = await self._entries(q, probe) if self.cache.enabled else None
         if entries is not None:
@@ -98,7 +100,7 @@ class Retriever:
             entry = self.cache.get(key, version)
             if entry is None:
                 size = probe.counts.get(owner)
-                if size is not None and size > self.s.cache_sync_load_max:
+                if size is not None and size > self.c.sync_load_max:
                     self._load_behind(key)
                     return None
                 entry = await self._load(key)
@@ -118,13 +120,13 @@ class Retriever:
         want_dense: bool,
         want_lex: bool,
     ) -> list[dict[str, Any]]:
-        if q.mode == "hybrid" and self.s.fusion == "zscore" and want_lex:
+        if q.mode == "hybrid" and self.r.fusion == "zscore" and want_lex:
             fused = self._zscore(q, qv, probe, entries)
             if fused is not None:
                 sims, _, relevance = fused
                 return await self._finish(q, [], [], sims, self._cached_rows(q, entries), relevance)
-        depth_d = max(self.s.dense_depth, 3 * q.top_k)
-        depth_l = max(self.s.lexical_depth, 3 * q.top_k)
+        depth_d = max(self.r.dense_depth, 3 * q.top_k)
+        depth_l = max(self.r.lexical_depth, 3 * q.top_k)
         dense: list[tuple[Any, float]] = []
         lexical: list[tuple[Any, float]] = []
         for e in entries:
@@ -175,7 +177,7 @@ class Retriever:
         offset = 0  # owners' positions apart by a gap: no neighbours across owners
         for e in entries:
             x = e.all_vectors()
-            if x is None or len(e) > self.s.fusion_full_max:
+            if x is None or len(e) > self.r.fusion_full_max:
                 return None
             rows = e.rows_for(probe.allowed) if probe.allowed is not None else None
             d, lx = x @ qv, e.bm25.scores(probe.terms)
@@ -191,7 +193,7 @@ class Retriever:
             positions.append(rows + offset)
             offset += len(e) + 1
             w = neighbour_weight(
-                self.s.fusion_neighbour_weight, e.coherence(), self.s.fusion_neighbour_coherence
+                self.r.fusion_neighbour_weight, e.coherence(), self.r.fusion_neighbour_coherence
             )
             weights.append(np.full(len(rows), w, dtype=np.float32))
         if not ids:
@@ -202,7 +204,7 @@ class Retriever:
             sd = float(v.std())
             return (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
 
-        a = self.s.fusion_alpha
+        a = self.r.fusion_alpha
         s = a * z(d) + (1 - a) * z(lx)
         s = neighbour_boost(s, np.concatenate(weights), np.concatenate(positions))
         n = min(self.candidate_count(q), len(ids))
@@ -223,10 +225,10 @@ class Retriever:
         want_dense: bool,
         want_lex: bool,
     ) -> list[dict[str, Any]]:
-        depth_d = max(self.s.dense_depth, 3 * q.top_k)
-        depth_l = max(self.s.lexical_depth, 3 * q.top_k)
+        depth_d = max(self.r.dense_depth, 3 * q.top_k)
+        depth_l = max(self.r.lexical_depth, 3 * q.top_k)
         sizes = [probe.counts.get(o) for o in q.owner_keys]
-        exact = all(n is not None for n in sizes) and sum(sizes) <= self.s.pg_exact_scan_max
+        exact = all(n is not None for n in sizes) and sum(sizes) <= self.r.pg_exact_scan_max
         if q.mode == "dense":
             depth_d = self.candidate_count(q)
         dense_rows = await self.pg.dense(q, qv, depth_d, exact=exact) if want_dense else []
@@ -255,7 +257,7 @@ class Retriever:
             relevance = {i: sims[i] for i in order}
         else:
             fused = rrf(
-                [dense_ids, lex_ids], [self.s.rrf_w_dense, self.s.rrf_w_lexical], self.s.rrf_k
+                [dense_ids, lex_ids], [self.r.rrf_w_dense, self.r.rrf_w_lexical], self.r.rrf_k
             )
             order = sorted(fused, key=lambda i: (-fused[i], str(i)))[:n]
             relevance = {i: fused[i] for i in order}
@@ -308,12 +310,7 @@ class Retriever:
                 rows.ids,
                 rows.vectors,
                 rows.docs,
-                hnsw_threshold=self.s.cache_hnsw_threshold,
-                hnsw_m=self.s.cache_hnsw_m,
-                ef_construction=self.s.cache_hnsw_ef_construction,
-                ef_search=self.s.cache_hnsw_ef_search,
-                bm25_k1=self.s.bm25_k1,
-                bm25_b=self.s.bm25_b,
+                **index_params(self.s),
                 rows=rows.rows,
             )
 
