@@ -222,9 +222,11 @@ class AuthSettings(BaseSettings):
 
     cache_ttl_s: float = 60.0  # authenticated keys cached per ingress replica; 0: off
     cache_max_keys: int = 100_000  # (revocations reach the cache via NOTIFY at once)
-    # Per API key, token bucket per ingress replica; 0: off.
-    rate_limit_per_s: float = Field(50.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_PER_S"))
-    rate_limit_burst: int = Field(100, validation_alias=_env("MEMSERVE_RATE_LIMIT_BURST"))
+    # Per API key, token bucket per ingress replica; 0: off. A platform's service key
+    # carries all its users, so the default must not cap it (a 2-core node serves a few
+    # hundred searches/s); a key created with its own rate_limit_per_s keeps that.
+    rate_limit_per_s: float = Field(2000.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_PER_S"))
+    rate_limit_burst: int = Field(4000, validation_alias=_env("MEMSERVE_RATE_LIMIT_BURST"))
     rate_limit_max_keys: int = Field(  # buckets kept per replica (LRU)
         100_000, validation_alias=_env("MEMSERVE_RATE_LIMIT_MAX_KEYS")
     )
