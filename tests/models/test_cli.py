@@ -25,6 +25,6 @@ def test_list_and_check(
         out = capsys.readouterr().out
         # The default model runs the int8 copy built into this models cache.
         assert "384-d" in out and str(tmp_path / "all-minilm-l6-v2-int8") in out
-        assert "model.per_channel.onnx" in out
+        assert "/model.per_channel_smooth-" in out and ".onnx on cpu" in out
     finally:
         get_settings.cache_clear()
