@@ -9,6 +9,9 @@ run together (up to ``max_batch_size`` texts, waiting at most
 batch by length and splits it into sub-batches capped by padded tokens
 (``embed_max_batch_tokens``), so short messages are not padded to long ones.
 
+A caller that finds the encoder idle and nobody queued runs at once, without the
+batch queue's fill wait (one client, or the first caller after a lull).
+
 Batches are formed greedily: while a batch computes, new callers park at a
 gate in :meth:`Embedder.embed` instead of entering ``@serve.batch``'s queue,
 and are all released into it when the batch ends. Without the gate Serve cuts
@@ -96,6 +99,7 @@ class Embedder:
         self._gate = asyncio.Event()
         self._gate.set()
         self._running = 0
+        self._queued = 0  # callers inside the batch queue (not yet answered)
         self._embed_batch.set_max_batch_size(settings.embed.max_batch_size)
         self._embed_batch.set_batch_wait_timeout_s(settings.embed.batch_wait_s)
         self.metrics = EmbedMetrics(self.encoder.spec.name)
@@ -140,9 +144,18 @@ class Embedder:
     async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
         """One text to a 1-D float32 vector, batched with concurrent callers."""
         now = time.perf_counter()
+        if not self._running and not self._queued:
+            # Idle encoder, nobody queued: run now. The batch queue would only add its
+            # fill wait (no one else is coming); callers that arrive meanwhile find the
+            # gate closed and batch together after this run.
+            return (await self._run([text], [bool(is_query)], [now]))[0]
         if not self._gate.is_set():  # a run computes: join the batch after it
             await self._gate.wait()
-        return await self._embed_batch(text, bool(is_query), now)
+        self._queued += 1
+        try:
+            return await self._embed_batch(text, bool(is_query), now)
+        finally:
+            self._queued -= 1
 
     async def embed_many(self, texts: list[str], is_query: bool = False) -> np.ndarray:
         """Several texts to one (n, dim) float32 array (see the module docstring)."""

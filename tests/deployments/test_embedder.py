@@ -79,11 +79,8 @@ def test_replica_threads_fallbacks() -> None:
     assert replica_threads(None) == default_threads()
 
 
-@pytest.mark.parametrize("own_run", [False, True])
-async def test_callers_arriving_during_a_run_wait_and_join_the_next_one(
-    monkeypatch, own_run: bool
-) -> None:
-    """The gate: Serve alone would cut a batch every batch_wait_timeout_s while one runs."""
+def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001):
+    """An Embedder outside Ray with a slow fake encoder (0.1 s a run) and a metrics sink."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
@@ -117,12 +114,46 @@ async def test_callers_arriving_during_a_run_wait_and_join_the_next_one(
     embedder._pool = ThreadPoolExecutor(max_workers=1)
     embedder._gate = asyncio.Event()
     embedder._gate.set()
-    embedder._running = embedder._batches = embedder._texts = 0
+    embedder._running = embedder._queued = embedder._batches = embedder._texts = 0
     embedder.metrics = EmbedMetrics("slow")
     embedder._flusher = Flusher([embedder.metrics], interval_s=60)
     embedder._flusher.sink = sink = Recorder()
     embedder._embed_batch.set_max_batch_size(8)
-    embedder._embed_batch.set_batch_wait_timeout_s(0.001)
+    embedder._embed_batch.set_batch_wait_timeout_s(batch_wait_s)
+
+    return embedder, sink
+
+
+def _drop_batch_queue() -> None:
+    # The batch queue lives on the class: drop the one this process just made
+    # (it holds futures), or later tests could not pickle Embedder for Ray.
+    from deployments.embedder import Embedder
+
+    for wrapper in _batch_queue_wrappers(Embedder.func_or_class._embed_batch):
+        wrapper._queue = None
+
+
+async def test_a_caller_on_an_idle_encoder_skips_the_batch_fill_wait(monkeypatch) -> None:
+    """One client: no batch-queue wait (here 2 s) before its run."""
+    import time
+
+    embedder, _ = _bare_embedder(monkeypatch, batch_wait_s=2.0)
+    try:
+        started = time.perf_counter()
+        vector = await embedder.embed("alone")
+        elapsed = time.perf_counter() - started
+    finally:
+        _drop_batch_queue()
+    assert vector.shape == (2,) and embedder.encoder.batches == [1]
+    assert elapsed < 1.0, elapsed  # one 0.1 s run, not the 2 s fill wait
+
+
+@pytest.mark.parametrize("own_run", [False, True])
+async def test_callers_arriving_during_a_run_wait_and_join_the_next_one(
+    monkeypatch, own_run: bool
+) -> None:
+    """The gate: Serve alone would cut a batch every batch_wait_timeout_s while one runs."""
+    embedder, sink = _bare_embedder(monkeypatch)
 
     async def late(i: int) -> np.ndarray:
         await asyncio.sleep(0.01 + i * 0.001)  # all arrive while the first run computes
@@ -137,10 +168,7 @@ async def test_callers_arriving_during_a_run_wait_and_join_the_next_one(
         head = await first
         await embedder._flusher.stop()
     finally:
-        # The batch queue lives on the class: drop the one this process just made
-        # (it holds futures), or later tests could not pickle Embedder for Ray.
-        for wrapper in _batch_queue_wrappers(Embedder.func_or_class._embed_batch):
-            wrapper._queue = None
+        _drop_batch_queue()
     assert len(rest) == 20 and all(v.shape == (2,) for v in rest)
     first_run = 30 if own_run else 1
     assert head.shape == ((30, 2) if own_run else (2,))
