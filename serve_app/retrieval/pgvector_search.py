@@ -61,39 +61,41 @@ class PgVectorSearch:
         self, q: SearchQuery, *, count_cap: int, want_terms: bool, allowed_cap: int
     ) -> Probe:
         """Owner versions (+ capped sizes), query lexemes and filtered ids in one statement."""
-        owners = list(q.owner_keys)
+        # tenant_id and owners carry the same values as item_filters' parameters of those names
+        params: dict[str, Any] = {"tenant_id": q.tenant_id, "owners": list(q.owner_keys)}
         parts: list[sql.Composable]
         if count_cap <= 0:  # the hot path: versions only, a lean statement
             parts = [
                 sql.SQL(
                     "(SELECT coalesce(json_agg(json_build_array(mv.owner, mv.version, NULL)),"
-                    " '[]') FROM memory_owner_versions mv WHERE mv.tenant_id = %s"
-                    " AND mv.owner = ANY(%s)) AS owners"
+                    " '[]') FROM memory_owner_versions mv WHERE mv.tenant_id = %(tenant_id)s"
+                    " AND mv.owner = ANY(%(owners)s)) AS owners"
                 )
             ]
-            params: list[Any] = [q.tenant_id, owners]
         else:
             parts = [
                 sql.SQL(
                     "(SELECT coalesce(json_agg(json_build_array(o.owner, coalesce(mv.version, 0),"
-                    " (SELECT count(*) FROM (SELECT 1 FROM {v} v WHERE v.tenant_id = %s"
-                    " AND v.owner = o.owner LIMIT %s) s))), '[]')"
-                    " FROM unnest(%s::text[]) AS o(owner) LEFT JOIN memory_owner_versions mv"
-                    " ON mv.tenant_id = %s AND mv.owner = o.owner) AS owners"
+                    " (SELECT count(*) FROM (SELECT 1 FROM {v} v WHERE v.tenant_id = %(tenant_id)s"
+                    " AND v.owner = o.owner LIMIT %(count_cap)s) s))), '[]')"
+                    " FROM unnest(%(owners)s::text[]) AS o(owner)"
+                    " LEFT JOIN memory_owner_versions mv"
+                    " ON mv.tenant_id = %(tenant_id)s AND mv.owner = o.owner) AS owners"
                 ).format(v=self.vectors)
             ]
-            params = [q.tenant_id, count_cap, owners, q.tenant_id]
+            params["count_cap"] = count_cap
         if want_terms:
-            parts.append(sql.SQL("to_tsvector('english', %s)::text AS terms"))
-            params.append(q.text)
+            parts.append(sql.SQL("to_tsvector('english', %(text)s)::text AS terms"))
+            params["text"] = q.text
         if q.filtered and allowed_cap > 0:
             where, wparams = item_filters(q)
             parts.append(
                 sql.SQL(
-                    "array(SELECT i.id FROM memory_items i WHERE {} LIMIT %s) AS allowed"
+                    "array(SELECT i.id FROM memory_items i WHERE {}"
+                    " LIMIT %(allowed_limit)s) AS allowed"
                 ).format(where)
             )
-            params.extend([*wparams, allowed_cap + 1])
+            params.update(wparams, allowed_limit=allowed_cap + 1)
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql.SQL("SELECT ") + sql.SQL(", ").join(parts), params)
             row = await cur.fetchone()
@@ -110,24 +112,26 @@ class PgVectorSearch:
 
     async def load_owner(self, tenant_id: str, owner: str) -> OwnerRows:
         """The owner's active rows, vectors and lexemes with the version of the same snapshot."""
+        key = {"tenant_id": tenant_id, "owner": owner}
         async with self.pool.connection() as conn:
             await conn.set_isolation_level(3)  # REPEATABLE READ: one snapshot for both reads
             try:
                 async with conn.transaction():
                     cur = await conn.execute(
                         "SELECT version FROM memory_owner_versions"
-                        " WHERE tenant_id = %s AND owner = %s",
-                        (tenant_id, owner),
+                        " WHERE tenant_id = %(tenant_id)s AND owner = %(owner)s",
+                        key,
                     )
                     row = await cur.fetchone()
                     cur = await conn.execute(
                         sql.SQL(
                             "SELECT v.embedding, i.tsv::text AS tsv, {cols} FROM {v} v"
                             " JOIN memory_items i ON i.id = v.item_id"
-                            " WHERE v.tenant_id = %s AND v.owner = %s AND i.status = 'active'"
+                            " WHERE v.tenant_id = %(tenant_id)s AND v.owner = %(owner)s"
+                            " AND i.status = 'active'"
                             " ORDER BY i.seq"  # write order: neighbours are context
                         ).format(cols=_ITEM_COLS, v=self.vectors),
-                        (tenant_id, owner),
+                        key,
                     )
                     rows = await cur.fetchall()
             finally:
@@ -150,25 +154,22 @@ class PgVectorSearch:
         self, q: SearchQuery, vector: np.ndarray, limit: int, *, exact: bool
     ) -> list[dict[str, Any]]:
         """Nearest items by cosine: exact owner scan, or HNSW with iterative scans."""
-        where, params = item_filters(q)
-        vec = np.asarray(vector, dtype=np.float32)
-        owners = list(q.owner_keys)
+        where, params = item_filters(q)  # binds tenant_id and owners, reused below
+        params.update(vec=np.asarray(vector, dtype=np.float32), limit=limit)
         if exact:
             query = sql.SQL(
-                "WITH c AS MATERIALIZED (SELECT v.item_id, v.embedding <=> %s AS d FROM {v} v"
-                " WHERE v.tenant_id = %s AND v.owner = ANY(%s))"
-                " SELECT {cols}, 1 - c.d AS similarity"
-                " FROM c JOIN memory_items i ON i.id = c.item_id WHERE {w} ORDER BY c.d LIMIT %s"
+                "WITH c AS MATERIALIZED (SELECT v.item_id, v.embedding <=> %(vec)s AS d"
+                " FROM {v} v WHERE v.tenant_id = %(tenant_id)s AND v.owner = ANY(%(owners)s))"
+                " SELECT {cols}, 1 - c.d AS similarity FROM c"
+                " JOIN memory_items i ON i.id = c.item_id WHERE {w} ORDER BY c.d LIMIT %(limit)s"
             ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
-            args = (vec, q.tenant_id, owners, *params, limit)
         else:
             query = sql.SQL(
-                "SELECT {cols}, 1 - (v.embedding <=> %s) AS similarity"
+                "SELECT {cols}, 1 - (v.embedding <=> %(vec)s) AS similarity"
                 " FROM {v} v JOIN memory_items i ON i.id = v.item_id"
-                " WHERE v.tenant_id = %s AND v.owner = ANY(%s) AND {w}"
-                " ORDER BY v.embedding <=> %s LIMIT %s"
+                " WHERE v.tenant_id = %(tenant_id)s AND v.owner = ANY(%(owners)s) AND {w}"
+                " ORDER BY v.embedding <=> %(vec)s LIMIT %(limit)s"
             ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
-            args = (vec, q.tenant_id, owners, *params, vec, limit)
         async with self.pool.connection() as conn, conn.transaction():
             if not exact:
                 await conn.execute(
@@ -177,7 +178,7 @@ class PgVectorSearch:
                     )
                 )
                 await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cur = await conn.execute(query, args)
+            cur = await conn.execute(query, params)
             rows = await cur.fetchall()
         rows.sort(key=lambda r: -r["similarity"])  # relaxed_order may be slightly off
         return rows
@@ -191,14 +192,14 @@ class PgVectorSearch:
             return []
         where, params = item_filters(q)
         query = sql.SQL(
-            "SELECT {cols}, 1 - (v.embedding <=> %s) AS similarity,"
-            " ts_rank(i.tsv, %s::tsquery, 1) AS lexical"
+            "SELECT {cols}, 1 - (v.embedding <=> %(vec)s) AS similarity,"
+            " ts_rank(i.tsv, %(tsq)s::tsquery, 1) AS lexical"
             " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
-            " WHERE {w} AND i.tsv @@ %s::tsquery ORDER BY lexical DESC, i.id LIMIT %s"
+            " WHERE {w} AND i.tsv @@ %(tsq)s::tsquery ORDER BY lexical DESC, i.id LIMIT %(limit)s"
         ).format(cols=_ITEM_COLS, v=self.vectors, w=where)
-        vec = np.asarray(vector, dtype=np.float32)
+        params.update(vec=np.asarray(vector, dtype=np.float32), tsq=tsq, limit=limit)
         async with self.pool.connection() as conn:
-            cur = await conn.execute(query, (vec, tsq, *params, tsq, limit))
+            cur = await conn.execute(query, params)
             return await cur.fetchall()
 
     async def fetch(self, q: SearchQuery, ids: list[Any]) -> dict[Any, dict[str, Any]]:
@@ -206,9 +207,10 @@ class PgVectorSearch:
         if not ids:
             return {}
         where, params = item_filters(q)
-        query = sql.SQL("SELECT {cols} FROM memory_items i WHERE i.id = ANY(%s) AND {w}").format(
-            cols=_ITEM_COLS, w=where
-        )
+        query = sql.SQL(
+            "SELECT {cols} FROM memory_items i WHERE i.id = ANY(%(ids)s) AND {w}"
+        ).format(cols=_ITEM_COLS, w=where)
+        params["ids"] = ids
         async with self.pool.connection() as conn:
-            cur = await conn.execute(query, (ids, *params))
+            cur = await conn.execute(query, params)
             return {r["id"]: r for r in await cur.fetchall()}

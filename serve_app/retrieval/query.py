@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 
 @dataclass(frozen=True)
@@ -45,35 +46,31 @@ class SearchQuery:
         )
 
 
-def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, list[Any]]:
-    """WHERE clause over memory_items for the query's owners and filters.
+def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, dict[str, Any]]:
+    """WHERE clause over memory_items for the query's owners and filters, with its parameters.
 
+    Named parameters (``%(tenant_id)s``, ``%(owners)s``, ...) so a caller can merge them
+    with its own; a name used again elsewhere in the statement must carry the same value.
     ``owner`` is the generated owner-key column of migration 0004.
     """
     a = sql.Identifier(alias)
     parts: list[sql.Composable] = [
-        sql.SQL("{}.tenant_id = %s").format(a),
-        sql.SQL("{}.owner = ANY(%s)").format(a),
+        sql.SQL("{}.tenant_id = %(tenant_id)s").format(a),
+        sql.SQL("{}.owner = ANY(%(owners)s)").format(a),
         sql.SQL("{}.status = 'active'").format(a),
         sql.SQL("({}.expires_at IS NULL OR {}.expires_at > now())").format(a, a),
     ]
-    params: list[Any] = [q.tenant_id, list(q.owner_keys)]
-    for column, op, value in (
-        ("type", "= ANY(%s)", list(q.types) if q.types else None),
-        ("tags", "&& %s", list(q.tags) if q.tags else None),
-        ("agent_id", "= %s", q.agent_id),
-        ("session_id", "= %s", q.session_id),
-        ("created_at", ">= %s", q.created_after),
+    params: dict[str, Any] = {"tenant_id": q.tenant_id, "owners": list(q.owner_keys)}
+    for name, column, op, value in (
+        ("types", "type", "= ANY(%(types)s)", list(q.types) if q.types else None),
+        ("tags", "tags", "&& %(tags)s", list(q.tags) if q.tags else None),
+        ("agent_id", "agent_id", "= %(agent_id)s", q.agent_id),
+        ("session_id", "session_id", "= %(session_id)s", q.session_id),
+        ("created_after", "created_at", ">= %(created_after)s", q.created_after),
+        ("metadata", "metadata", "@> %(metadata)s", Jsonb(q.metadata) if q.metadata else None),
+        ("created_before", "created_at", "< %(created_before)s", q.created_before),
     ):
         if value is not None:
             parts.append(sql.SQL("{}.{} " + op).format(a, sql.Identifier(column)))
-            params.append(value)
-    if q.metadata:
-        from psycopg.types.json import Jsonb
-
-        parts.append(sql.SQL("{}.metadata @> %s").format(a))
-        params.append(Jsonb(q.metadata))
-    if q.created_before is not None:
-        parts.append(sql.SQL("{}.created_at < %s").format(a))
-        params.append(q.created_before)
+            params[name] = value
     return sql.SQL(" AND ").join(parts), params
