@@ -7,8 +7,11 @@ re-quantisation of a shipped model (:mod:`models.requantize`). Needs only
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -109,18 +112,32 @@ def quantize_int8(
             raise ExportError(f"--exclude-nodes {exclude_nodes!r} matches no node")
     # A fused graph (optimize_graph) has contrib ops with int8 forms of their own.
     op_types = ["MatMul", "Gather", "Attention", "EmbedLayerNormalization"]
-    quantize_dynamic(
-        str(fp32),
-        str(out),
-        weight_type=QuantType.QInt8,
-        per_channel=per_channel,
-        reduce_range=reduce_range,
-        op_types_to_quantize=[t for t in op_types if any(n.op_type == t for n in graph.node)],
-        nodes_to_exclude=excluded,
-        # contrib-op outputs have no inferred type; they are all float here
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )
+    with _quiet_root_logger():
+        quantize_dynamic(
+            str(fp32),
+            str(out),
+            weight_type=QuantType.QInt8,
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            op_types_to_quantize=[t for t in op_types if any(n.op_type == t for n in graph.node)],
+            nodes_to_exclude=excluded,
+            # contrib-op outputs have no inferred type; they are all float here
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
     return excluded
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """ONNX Runtime's quantizer logs a line per tensor on the root logger (at INFO, which
+    `make run` shows): keep it to warnings while it runs."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def convert_fp16(fp32: Path, out: Path) -> None:

