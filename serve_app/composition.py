@@ -24,7 +24,7 @@ from serve_app.extraction.trigger import ExtractionTrigger, Submit
 from serve_app.metrics import start_pool_metrics
 from serve_app.ratelimit import RateLimiter
 from serve_app.services.auth import Authenticator
-from serve_app.services.chat import ChatService, Upstream
+from serve_app.services.chat import ChatService
 from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
@@ -56,7 +56,6 @@ class Services:
     """Everything a route may ask for; built by :func:`build_services`."""
 
     settings: Settings
-    model: ModelFacts
     auth: Authenticator
     keys: KeyStore
     memories: MemoryService
@@ -122,22 +121,10 @@ async def build_services(
             ContextBuilder(memories.embed, memories.search_vector, FactStore(pool).active),
             settings.context,
         )
-        chat = ChatService(
-            Upstream(
-                base_url=settings.llm.base_url,
-                model=settings.llm.model,
-                api_key=settings.llm.api_key,
-                timeout_s=settings.context.chat_timeout_s,
-                max_content_chars=settings.limits.content_chars,
-                max_history_items=settings.limits.history_items,
-            ),
-            context,
-            sessions,
-        )
+        chat = ChatService(settings.llm, settings.limits, context, sessions)
         closers.append(chat.aclose)
         return Services(
             settings=settings,
-            model=model,
             auth=Authenticator(keys, limiter),
             keys=keys,
             memories=memories,

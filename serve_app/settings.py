@@ -180,6 +180,8 @@ class LLMSettings(BaseSettings):
     breaker_failures: int = 5  # consecutive failed calls that open the breaker
     breaker_reset_s: float = 30.0  # an open breaker lets one trial call through after this
     max_tokens: int = 1024
+    # The chat proxy's upstream call (answers can be long; extraction uses timeout_s).
+    chat_timeout_s: float = Field(120.0, validation_alias=_env("MEMSERVE_CHAT_TIMEOUT_S"))
 
 
 class ExtractSettings(BaseSettings):
@@ -214,7 +216,6 @@ class ContextSettings(BaseSettings):
     max_facts: int = 50
     # Session-scope memories expire after this; 0: never.
     session_ttl_s: float = Field(86400.0, validation_alias=_env("MEMSERVE_SESSION_TTL_S"))
-    chat_timeout_s: float = Field(120.0, validation_alias=_env("MEMSERVE_CHAT_TIMEOUT_S"))
 
 
 class AuthSettings(BaseSettings):

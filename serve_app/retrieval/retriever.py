@@ -46,7 +46,7 @@ _BUILD_IN_THREAD = 5_000  # vectors; bigger owners are indexed off the event loo
 
 class Retriever:
     def __init__(self, pool: AsyncConnectionPool, model_slug: str, settings: Settings) -> None:
-        self.s = settings
+        self.index_params = index_params(settings)  # built once, used per cache load
         self.r = settings.retrieval
         self.c = settings.cache
         self.pg = PgVectorSearch(pool, model_slug, settings.retrieval.hnsw_ef_search)
@@ -310,7 +310,7 @@ class Retriever:
                 rows.ids,
                 rows.vectors,
                 rows.docs,
-                **index_params(self.s),
+                **self.index_params,
                 rows=rows.rows,
             )
 

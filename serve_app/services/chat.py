@@ -22,20 +22,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from serve_app.errors import ApiError
 from serve_app.services.context import ContextService
 from serve_app.services.sessions import SessionService
+from serve_app.settings import LimitSettings, LLMSettings
 from serve_app.store import Owner
 
 log = logging.getLogger(__name__)
 DEFAULT_SESSION = "chat"
-
-
-@dataclass(frozen=True)
-class Upstream:
-    base_url: str | None
-    model: str
-    api_key: str | None
-    timeout_s: float
-    max_content_chars: int
-    max_history_items: int
 
 
 @dataclass(frozen=True)
@@ -78,9 +69,14 @@ def upstream_error(status: int, body: bytes) -> JSONResponse:
 
 class ChatService:
     def __init__(
-        self, upstream: Upstream, context: ContextService, sessions: SessionService
+        self,
+        llm: LLMSettings,
+        limits: LimitSettings,
+        context: ContextService,
+        sessions: SessionService,
     ) -> None:
-        self.upstream = upstream
+        self.llm = llm
+        self.limits = limits
         self.context = context
         self.sessions = sessions
         self._http: httpx.AsyncClient | None = None
@@ -89,7 +85,7 @@ class ChatService:
     @property
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
-            timeout = httpx.Timeout(self.upstream.timeout_s, connect=5.0)
+            timeout = httpx.Timeout(self.llm.chat_timeout_s, connect=5.0)
             self._http = httpx.AsyncClient(timeout=timeout)
         return self._http
 
@@ -103,14 +99,14 @@ class ChatService:
     async def _context_block(self, call: ChatCall) -> tuple[str, int]:
         if not call.query.strip():
             return "", 0
-        u = self.upstream
+        limits = self.limits
         try:
             result = await self.context.build(
                 call.owner,
-                call.query[: u.max_content_chars],
+                call.query[: limits.content_chars],
                 session_id=call.session_id,
                 agent_id=call.agent_id,
-                history=call.history[-u.max_history_items :],
+                history=call.history[-limits.history_items :],
             )
         except ApiError:
             raise
@@ -123,7 +119,7 @@ class ChatService:
         turn = [("user", call.query), ("assistant", answer)]
         if not all(content.strip() for _, content in turn):
             return
-        limit = self.upstream.max_content_chars
+        limit = self.limits.content_chars
         turn = [(role, content[:limit]) for role, content in turn]
         session = call.session_id or DEFAULT_SESSION
 
@@ -138,7 +134,7 @@ class ChatService:
         task.add_done_callback(self._background.discard)
 
     async def complete(self, call: ChatCall) -> JSONResponse | StreamingResponse:
-        u = self.upstream
+        u = self.llm
         if not u.base_url:
             raise ApiError(
                 503, "unavailable", "no upstream LLM is configured (MEMSERVE_LLM_BASE_URL)"
