@@ -149,11 +149,16 @@ class Embedder:
             # fill wait (no one else is coming); callers that arrive meanwhile find the
             # gate closed and batch together after this run.
             return (await self._run([text], [bool(is_query)], [now]))[0]
-        if not self._gate.is_set():  # a run computes: join the batch after it
-            await self._gate.wait()
+        return await self._enqueue(text, bool(is_query), now)
+
+    async def _enqueue(self, text: str, is_query: bool, now: float) -> np.ndarray:
+        """Join the shared batch: after the run computing now, if any; counted as queued
+        so an idle-looking encoder is not taken ahead of texts already waiting."""
         self._queued += 1
         try:
-            return await self._embed_batch(text, bool(is_query), now)
+            if not self._gate.is_set():  # a run computes: join the batch after it
+                await self._gate.wait()
+            return await self._embed_batch(text, is_query, now)
         finally:
             self._queued -= 1
 
@@ -166,9 +171,7 @@ class Embedder:
             return await self._run(list(texts), [bool(is_query)] * n, [now] * n)
         if not n:
             return np.zeros((0, self.encoder.spec.dim), dtype=np.float32)
-        if not self._gate.is_set():
-            await self._gate.wait()
-        rows = await asyncio.gather(*(self._embed_batch(t, bool(is_query), now) for t in texts))
+        rows = await asyncio.gather(*(self._enqueue(t, bool(is_query), now) for t in texts))
         return np.stack(rows).astype(np.float32, copy=False)
 
     def model_info(self) -> dict[str, Any]:

@@ -7,6 +7,8 @@ loop, no locks); a :class:`Flusher` per component sends them to Ray every
 ``FLUSH_INTERVAL_S`` and once more when it stops. Ray has no bulk ``observe``: a bucket
 holding ``n`` values summing to ``s`` is sent as ``n`` observations of ``s / n`` (kept
 inside the bucket), so Prometheus gets exact bucket counts, ``_count`` and ``_sum``.
+Counters thus cost one Ray call per flush; histograms still one per value, but in the
+flush, not in the request (equal values recorded together count as one local update).
 Outside a replica the same code runs and Ray exports nothing: unit tests need no Ray.
 """
 
@@ -336,8 +338,8 @@ class EmbedMetrics(MetricSet):
     def batch(self, texts: int, started: float, ended: float, waits: Sequence[float]) -> None:
         """One encoder run (perf_counter times); ``waits``: each text's arrival time."""
         tags = self.tags
-        for t in waits:
-            self.queue_wait.observe((started - t) * 1000, tags)
+        for t, n in Tally(waits).items():  # a list's texts share one arrival time
+            self.queue_wait.observe((started - t) * 1000, tags, n)
         self.batch_size.observe(texts, tags)
         self.encode.observe((ended - started) * 1000, tags)
         self.texts.inc(tags, texts)
@@ -346,7 +348,7 @@ class EmbedMetrics(MetricSet):
 class RetrieverMetrics(MetricSet):
     """Searches by cache outcome; the cache's hit rate and size read at each flush."""
 
-    def __init__(self, cache: Any = None) -> None:
+    def __init__(self, cache: Any) -> None:
         super().__init__()
         self.cache = cache
         self.lookups = self.add(LocalCounter(RETRIEVER_LOOKUPS))
@@ -355,8 +357,6 @@ class RetrieverMetrics(MetricSet):
         self.lookups.inc((outcome,))
 
     def gauges(self) -> Iterable[tuple[MetricSpec, Tags, float]]:
-        if self.cache is None:
-            return ()
         cache = self.cache
         return [(RETRIEVER_HIT_RATE, (), cache.hit_rate), (RETRIEVER_BYTES, (), cache.nbytes)]
 
