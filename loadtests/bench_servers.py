@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from loadtests.procstat import Classifier, mem0_role, memserve_role
+from serve_app.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_SCRIPT = ROOT / "loadtests" / "mem0_peer.py"
@@ -87,14 +88,6 @@ def peer_model_dir(py: Path) -> str:
     ).stdout.strip()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
@@ -127,6 +120,33 @@ def _stop(proc: subprocess.Popen, timeout: float) -> None:
         proc.wait(10)
 
 
+def _base_env() -> dict[str, str]:
+    """The environment this process started with, minus any MEMSERVE_* settings."""
+    return {k: v for k, v in _ENV_AT_IMPORT.items() if not k.startswith("MEMSERVE_")}
+
+
+@contextmanager
+def _launch(
+    cmd: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log: Path,
+    ready_url: str,
+    timeout: float,
+    stop_timeout: float,
+) -> Iterator[tuple[subprocess.Popen, float]]:
+    """``cmd`` in a session of its own (so a SIGKILL reaches its whole group), output to
+    ``log``; yields it with the seconds until ``ready_url`` answered 200, stops it after."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield proc, _wait_ready(proc, ready_url, log, timeout)
+    finally:
+        _stop(proc, stop_timeout)
+
+
 def _pg_match(pgdata: Path) -> Callable[[str], bool]:
     needle = str(pgdata)
     return lambda cmdline: "postgres" in cmdline and needle in cmdline
@@ -145,43 +165,24 @@ def mem0_server() -> Iterator[Server]:
         dsn = pg.start()
         port = free_port()
         log = data / "peer.log"
-        env = {k: v for k, v in _ENV_AT_IMPORT.items() if not k.startswith("MEMSERVE_")}
+        env = _base_env()
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MEM0_TELEMETRY="false")
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                [
-                    str(py),
-                    str(PEER_SCRIPT),
-                    "--dsn",
-                    dsn,
-                    "--model",
-                    model,
-                    "--data",
-                    str(data),
-                    "--port",
-                    str(port),
-                ],
-                cwd=data,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        base = f"http://127.0.0.1:{port}"
+        cmd = [str(py), str(PEER_SCRIPT), "--dsn", dsn, "--model", model]
+        cmd += ["--data", str(data), "--port", str(port)]
         try:
-            base = f"http://127.0.0.1:{port}"
-            ready = _wait_ready(proc, f"{base}/healthz", log, 180)
-            yield Server(
-                "mem0",
-                base,
-                {},
-                [proc.pid],
-                _pg_match(pg.pgdata),
-                mem0_role,
-                ready,
-                {"peer_python": str(py), "model": model},
-            )
+            with _launch(cmd, data, env, log, f"{base}/healthz", 180, 30) as (proc, ready):
+                yield Server(
+                    "mem0",
+                    base,
+                    {},
+                    [proc.pid],
+                    _pg_match(pg.pgdata),
+                    mem0_role,
+                    ready,
+                    {"peer_python": str(py), "model": model},
+                )
         finally:
-            _stop(proc, 30)
             pg.stop()
 
 
@@ -195,7 +196,7 @@ def memserve_server(repo: Path = ROOT, cmd: list[str] | None = None) -> Iterator
     with tempfile.TemporaryDirectory(prefix="memserve-bench-") as tmp:
         data = Path(tmp)
         port = free_port()
-        env = {k: v for k, v in _ENV_AT_IMPORT.items() if not k.startswith("MEMSERVE_")}
+        env = _base_env()
         env.pop("XDG_RUNTIME_DIR", None)
         env.update(
             MEMSERVE_DATA_DIR=str(data),
@@ -204,14 +205,9 @@ def memserve_server(repo: Path = ROOT, cmd: list[str] | None = None) -> Iterator
             PYTHONPATH=str(repo),
             PYTHONUNBUFFERED="1",
         )
+        base = f"http://127.0.0.1:{port}"
         log = data / "service.log"
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            ready = _wait_ready(proc, f"{base}/readyz", log, 300)
+        with _launch(cmd, repo, env, log, f"{base}/readyz", 300, 120) as (proc, ready):
             yield Server(
                 "memserve",
                 base,
@@ -222,5 +218,3 @@ def memserve_server(repo: Path = ROOT, cmd: list[str] | None = None) -> Iterator
                 ready,
                 {"repo": str(repo), "cmd": cmd},
             )
-        finally:
-            _stop(proc, 120)

@@ -24,7 +24,7 @@ processes, the proxy, PostgreSQL backends), read from /proc before and after. Fa
 requests (e.g. 429 from memserve's default rate limit) are counted, not timed. The CPU per
 request per role for searches at 8 clients is the hot-path profile. ``--repeat N``
 runs the pair N times (alternating which goes first) and reports medians. Prints a
-table and writes loadtests/results/bench_vs_mem0_<timestamp>.json.
+table and writes loadtests/results/bench_vs_mem0-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -258,7 +258,6 @@ def main() -> None:
         print_table(med, plan)
     path = write_json(
         "bench_vs_mem0",
-        sep="_",
         payload={
             "args": vars(args),
             "workloads": [w.__dict__ for w in plan],

@@ -20,25 +20,17 @@ from typing import Any
 
 import numpy as np
 
+from loadtests.procstat import process_cpu_s
 from serve_app.settings import get_settings
 
 CLIENTS = (1, 8, 32)
-
-
-def _proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of a local process so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _clients(handle: Any, texts: Sequence[str], clients: int, seconds: float) -> dict:
     """One closed-loop run: ``clients`` callers for ``seconds``, each one query at a time."""
     latencies: list[float] = []
     info = await handle.model_info.remote()
-    replica_cpu0, driver_cpu0 = _proc_cpu_s(info["pid"]), time.process_time()
+    replica_cpu0, driver_cpu0 = process_cpu_s(info["pid"]), time.process_time()
     stop = time.perf_counter() + seconds
 
     async def client(k: int) -> None:
@@ -52,7 +44,7 @@ async def _clients(handle: Any, texts: Sequence[str], clients: int, seconds: flo
     start = time.perf_counter()
     await asyncio.gather(*(client(k) for k in range(clients)))
     elapsed = time.perf_counter() - start
-    replica_cpu, driver_cpu = _proc_cpu_s(info["pid"]), time.process_time()
+    replica_cpu, driver_cpu = process_cpu_s(info["pid"]), time.process_time()
     after = await handle.model_info.remote()
     lat = sorted(latencies)
     batches = max(after["batches_run"] - info["batches_run"], 1)

@@ -126,8 +126,8 @@ def print_table(rows: list[dict]) -> None:
         )
 
 
-def write_json(name: str, payload: dict, sep: str = "-") -> Path:
+def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}{sep}{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(payload, indent=2))
     return path

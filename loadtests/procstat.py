@@ -32,15 +32,35 @@ class ProcSample:
     cpu_s: float  # own utime+stime plus that of its exited, reaped children
 
 
-def _read(pid: int) -> ProcSample | None:
+def _stat(pid: int) -> tuple[str, list[str]] | None:
+    """comm and the fields after it (state onwards) of /proc/<pid>/stat; None if gone."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after its last ')'.
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of process ``pid`` alone so far,
+    without its children's; NaN once it has exited."""
+    parsed = _stat(pid)
+    if parsed is None:
+        return float("nan")
+    fields = parsed[1]
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def _read(pid: int) -> ProcSample | None:
+    parsed = _stat(pid)
+    try:
         raw = (PROC / str(pid) / "cmdline").read_bytes()
     except OSError:  # exited meanwhile
         return None
-    # comm (field 2) may hold spaces and parentheses: split after its last ')'.
-    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2 :].split()
+    if parsed is None:  # exited meanwhile
+        return None
+    comm, fields = parsed
     ppid = int(fields[1])
     utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
     cmdline = raw.replace(b"\0", b" ").decode(errors="replace").strip() or f"[{comm}]"
@@ -92,8 +112,9 @@ def cpu_by_role(before: dict, after: dict, classify: Classifier) -> dict[str, fl
     return roles
 
 
+_POSTGRES = re.compile(r"^postgres(:|\s|$)|/bin/postgres\b")
 _MEMSERVE_ROLES: list[tuple[str, re.Pattern[str]]] = [
-    ("postgres", re.compile(r"^postgres(:|\s|$)|/bin/postgres\b")),
+    ("postgres", _POSTGRES),
     ("proxy", re.compile(r"ProxyActor|(^|/)haproxy\b")),
     (
         "ray-infra",
@@ -119,4 +140,4 @@ def memserve_role(cmdline: str) -> str:
 
 def mem0_role(cmdline: str) -> str:
     """server (the uvicorn process and anything it spawned) or postgres."""
-    return "postgres" if _MEMSERVE_ROLES[0][1].search(cmdline) else "server"
+    return "postgres" if _POSTGRES.search(cmdline) else "server"

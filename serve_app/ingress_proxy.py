@@ -21,6 +21,8 @@ import socket
 import subprocess
 from collections.abc import Mapping
 
+from serve_app.ports import free_port
+
 log = logging.getLogger("memserve")
 
 FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
@@ -86,19 +88,13 @@ def _free(port: int) -> bool:
     return True
 
 
-def _any_free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
-
-
 def _ports(environ: Mapping[str, str]) -> dict[str, str]:
     """Ray's fixed side ports where free, another free port where taken (unless set)."""
     out = {}
     for var, default in FIXED_PORTS.items():
         if var in environ:
             continue
-        port = default if _free(default) else _any_free_port()
+        port = default if _free(default) else free_port("0.0.0.0")
         if port != default:
             log.info("port %d is taken: %s=%d", default, var, port)
         out[var] = str(port)

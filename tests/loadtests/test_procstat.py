@@ -101,3 +101,17 @@ def test_roles_from_real_process_titles() -> None:
     assert role("/usr/bin/python something-else.py") == "other"
     assert procstat.mem0_role("/v/bin/python loadtests/mem0_peer.py --port 1") == "server"
     assert procstat.mem0_role("postgres: checkpointer") == "postgres"
+
+
+def test_process_cpu_s_counts_that_process_only() -> None:
+    worker = _spawn("(odd) comm) name", 0.3)  # parentheses in comm must not shift fields
+    try:
+        before = procstat.process_cpu_s(worker.pid)
+        _burn([worker])
+        spent = procstat.process_cpu_s(worker.pid) - before
+    finally:
+        worker.stdin.close()
+        worker.wait(10)
+    assert 0.28 <= spent <= 0.7
+    assert procstat.process_cpu_s(os.getpid()) > 0
+    assert procstat.process_cpu_s(worker.pid) != procstat.process_cpu_s(worker.pid)  # NaN: gone
