@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "export":
-        from models.export import ExportError, export
+        from models.export import export
+        from models.quantize import ExportError
 
         try:
             export(

@@ -45,14 +45,15 @@ from models.spec import BUILTIN_SPECS, SPEC_FILE, FileRef, ModelSpec, builtin_fo
 from models.versions import package_versions
 
 __all__ = [
-    "CHECK_SENTENCES",
-    "ExportError",
+    "FP16_FILE",
+    "FP32_FILE",
+    "INT8_FILE",
+    "TOKENIZER_FILE",
     "ExportResult",
-    "compare",
-    "convert_fp16",
+    "Source",
+    "default_name",
     "export",
-    "optimize_graph",
-    "quantize_int8",
+    "read_st_config",
     "resolve_source",
 ]
 

