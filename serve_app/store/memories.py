@@ -55,6 +55,14 @@ _ITEM_INPUT = tuple(c for c, _ in _ADD_INPUT if c not in ("owner", "embedding"))
 UPDATABLE = frozenset({"content", "tags", "metadata", "importance", "type", "confidence", "data"})
 
 
+# A row that has not expired; and one memory by id, if it is the owner's and live.
+_LIVE = "(expires_at IS NULL OR expires_at > now())"
+_OWNED_LIVE_ID = (
+    "id = %(id)s AND tenant_id = %(tenant_id)s"
+    " AND user_id IS NOT DISTINCT FROM %(user_id)s AND " + _LIVE
+)
+
+
 class InvalidCursor(ValueError):
     pass
 
@@ -306,12 +314,9 @@ class MemoryStore:
     async def get(self, owner: Owner, item_id: uuid.UUID) -> dict[str, Any] | None:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                sql.SQL(
-                    "SELECT {cols} FROM memory_items"
-                    " WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
-                    " AND user_id IS NOT DISTINCT FROM %(user_id)s"
-                    " AND (expires_at IS NULL OR expires_at > now())"
-                ).format(cols=column_list(MEMORY_COLUMNS)),
+                sql.SQL("SELECT {cols} FROM memory_items WHERE " + _OWNED_LIVE_ID).format(
+                    cols=column_list(MEMORY_COLUMNS)
+                ),
                 {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id},
             )
             return await cur.fetchone()
@@ -329,7 +334,7 @@ class MemoryStore:
         """Newest first, keyset-paginated on (created_at, id); expired items are hidden."""
         where = [
             sql.SQL("tenant_id = %(tenant_id)s"),
-            sql.SQL("(expires_at IS NULL OR expires_at > now())"),
+            sql.SQL(_LIVE),
             # None: the tenant's shared memories (two forms: IS NOT DISTINCT FROM is unindexable)
             sql.SQL("user_id IS NULL" if owner.user_id is None else "user_id = %(user_id)s"),
         ]
@@ -364,9 +369,7 @@ class MemoryStore:
         """The memory's events, oldest first; None when the memory is not the owner's."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT 1 FROM memory_items WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
-                " AND user_id IS NOT DISTINCT FROM %(user_id)s"
-                " AND (expires_at IS NULL OR expires_at > now())",
+                "SELECT 1 FROM memory_items WHERE " + _OWNED_LIVE_ID,
                 {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id},
             )
             if await cur.fetchone() is None:
