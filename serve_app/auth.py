@@ -29,7 +29,8 @@ def bearer_token(header: str | None) -> str:
     if not header:
         raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key> header")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    # "Token <key>" is the mem0 client's spelling (the /mem0 compatibility routes).
+    if scheme.lower() not in ("bearer", "token") or not token.strip():
         raise ApiError(401, "unauthorized", "expected Authorization: Bearer <key>")
     return token.strip()
 
