@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -78,42 +79,78 @@ def evidence_ids(raw: list) -> set[str]:
     return out
 
 
+def session_date(raw: str | None) -> str | None:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as ISO 8601 ("2023-05-08T13:56:00"); None if unparsable."""
+    try:
+        return datetime.strptime((raw or "").strip(), "%I:%M %p on %d %B, %Y").isoformat()
+    except ValueError:
+        return None
+
+
+def locomo_items(conv: dict) -> list[dict]:
+    """One memory per turn, "Speaker: text", with its dia_id and its session's date in metadata.
+
+    ``session_date`` is what a chat platform knows about a turn: when it was said
+    (the retriever's time signal reads it, see serve_app/retrieval/signals.py).
+    """
+    c = conv["conversation"]
+    items = []
+    for key in sorted(c, key=lambda k: (len(k), k)):
+        if re.fullmatch(r"session_\d+", key):
+            when = session_date(c.get(f"{key}_date_time"))
+            for turn in c[key]:
+                text = f"{turn['speaker']}: {turn['text']}"[:MAX_CHARS]
+                meta = {"dia_id": turn["dia_id"]} | ({"session_date": when} if when else {})
+                items.append({"content": text, "metadata": meta})
+    return items
+
+
+def locomo_qa(conv: dict, max_queries: int | None) -> list[dict]:
+    qa = [q for q in conv["qa"] if evidence_ids(q.get("evidence"))]
+    return qa[:max_queries] if max_queries else qa
+
+
+KS = (1, 5, 10, 20)
+
+
+class LocomoScores:
+    """Evidence recall@k by mode, category and conversation."""
+
+    def __init__(self) -> None:
+        # mode -> group ("all", category, "conv:<id>") -> k -> [recall]
+        self.recalls: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+
+    def add(self, mode: str, conv_id: str, q: dict, got: list) -> None:
+        gold = evidence_ids(q["evidence"])
+        for k in KS:
+            r = len(gold & set(got[:k])) / len(gold)
+            for group in (str(q["category"]), "all", f"conv:{conv_id}"):
+                self.recalls[mode][group][k].append(r)
+
+    def report(self, modes) -> dict:
+        return {
+            mode: {
+                g: {f"R@{k}": round(sum(v) / len(v), 4) for k, v in by_k.items()}
+                | {"n": len(by_k[1])}
+                for g, by_k in sorted(self.recalls[mode].items())
+            }
+            for mode in modes
+        }
+
+
 def eval_locomo(api: Api, run: str, modes, max_queries: int | None) -> dict:
     convs = json.loads((DATA / "locomo-dev.json").read_text())
-    ks = (1, 5, 10, 20)
-    # mode -> category -> k -> [recall]
-    recalls: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    scores = LocomoScores()
     stored = 0
     for conv in convs:
         user = f"eval-{run}-locomo-{conv['sample_id']}"
-        c = conv["conversation"]
-        items = []
-        for key in sorted(c, key=lambda k: (len(k), k)):
-            if re.fullmatch(r"session_\d+", key):
-                for turn in c[key]:
-                    text = f"{turn['speaker']}: {turn['text']}"[:MAX_CHARS]
-                    items.append({"content": text, "metadata": {"dia_id": turn["dia_id"]}})
-        stored += api.store(user, items)
-        qa = [q for q in conv["qa"] if evidence_ids(q.get("evidence"))]
-        if max_queries:
-            qa = qa[:max_queries]
+        stored += api.store(user, locomo_items(conv))
+        qa = locomo_qa(conv, max_queries)
         for mode in modes:
-            results = api.search_many(user, [q["question"] for q in qa], max(ks), mode)
+            results = api.search_many(user, [q["question"] for q in qa], max(KS), mode)
             for q, res in zip(qa, results, strict=True):
-                gold = evidence_ids(q["evidence"])
-                got = [r["metadata"].get("dia_id") for r in res]
-                for k in ks:
-                    r = len(gold & set(got[:k])) / len(gold)
-                    recalls[mode][str(q["category"])][k].append(r)
-                    recalls[mode]["all"][k].append(r)
-    out = {"memories": stored, "modes": {}}
-    for mode in modes:
-        out["modes"][mode] = {
-            cat: {f"R@{k}": round(sum(v) / len(v), 4) for k, v in by_k.items()}
-            | {"n": len(by_k[1])}
-            for cat, by_k in sorted(recalls[mode].items())
-        }
-    return out
+                scores.add(mode, conv["sample_id"], q, [r["metadata"].get("dia_id") for r in res])
+    return {"memories": stored, "modes": scores.report(modes)}
 
 
 # ---------------------------------------------------------------- BEIR
@@ -185,7 +222,7 @@ def eval_beir(api: Api, run: str, name: str, modes, max_queries: int | None) -> 
 def print_tables(report: dict) -> None:
     if "locomo" in report:
         print("\nLoCoMo dev: evidence recall by category")
-        print(f"{'mode':<9}{'cat':>5}{'n':>6}{'R@1':>8}{'R@5':>8}{'R@10':>8}{'R@20':>8}")
+        print(f"{'mode':<9}{'cat':>10}{'n':>6}{'R@1':>8}{'R@5':>8}{'R@10':>8}{'R@20':>8}")
         for mode, cats in report["locomo"]["modes"].items():
             for cat, r in cats.items():
                 print(
@@ -210,6 +247,7 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=None, help="per conversation / set")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--out", type=Path, default=REPO / "loadtests" / "results")
+    ap.add_argument("--name", help="result file name (default eval_retrieval.json)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     sets = [s for s in args.sets.split(",") if s]
@@ -248,7 +286,7 @@ def main() -> None:
     report["elapsed_s"] = round(time.perf_counter() - t0, 1)
     print_tables(report)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "eval_retrieval.json"
+    path = args.out / (args.name or "eval_retrieval.json")
     path.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {path} ({report['elapsed_s']}s)")
 
