@@ -1,10 +1,11 @@
-"""Command line: `python -m serve_app run|migrate|create-key|stop-db`."""
+"""Command line: `python -m serve_app run|migrate|create-key|stop-db|mcp`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 
+from serve_app.mcp import stdio as mcp_cli
 from serve_app.settings import get_settings
 
 
@@ -18,6 +19,7 @@ def main() -> None:
     key.add_argument("--tenant", default=None)
     key.add_argument("--role", choices=["admin", "service", "user"], default="service")
     key.add_argument("--user-id", default=None)
+    mcp_cli.add_parser(sub)
     args = parser.parse_args()
 
     if args.command == "run":
@@ -35,6 +37,8 @@ def main() -> None:
         print("embedded PostgreSQL stopped" if stopped else "embedded PostgreSQL was not running")
     elif args.command == "create-key":
         print(asyncio.run(_create_key(args.tenant, args.role, args.user_id)))
+    elif args.command == "mcp":
+        mcp_cli.main(args)
 
 
 def _dsn() -> str:

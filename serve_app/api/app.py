@@ -9,6 +9,7 @@ from serve_app.api import admin, chat, context, facts, health, memories, search,
 from serve_app.api.limits import BodySizeLimit
 from serve_app.composition import Services
 from serve_app.errors import install_handlers
+from serve_app.mcp import mount_mcp
 from serve_app.metrics import RequestMetrics
 from serve_app.schemas import ErrorResponse
 from serve_app.settings import Settings
@@ -45,4 +46,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     app.add_middleware(RequestMetrics)  # outermost: latency per route, 413s included
     for module in ROUTERS:
         app.include_router(module.router)
+    mount_mcp(app, settings.limits.body_bytes)  # /mcp: the same calls as MCP tools
     return app

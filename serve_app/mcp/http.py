@@ -1,0 +1,94 @@
+"""``/mcp`` on the Ingress app: the MCP server over streamable HTTP, stateless.
+
+Stateless JSON responses because the Ingress has several replicas behind a proxy that
+does not pin a client to one: every MCP request stands alone, so any replica answers
+it. The bearer key is checked before the MCP layer (a bad key is an HTTP 401 in the
+API's error shape, the same as on ``/v1``); each tool then calls the API in-process
+(``httpx.ASGITransport``, no socket) with that key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from mcp.server.mcpserver import Context
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
+
+from serve_app.auth import Principal, bearer_token
+from serve_app.client import AsyncMemserveClient
+from serve_app.errors import ApiError
+from serve_app.mcp.tools import build_server
+
+PATH = "/mcp"
+_PRINCIPAL = "memserve.mcp.principal"
+_TOKEN = "memserve.mcp.token"
+_LOOPBACK = "http://memserve.internal"
+
+
+class InProcess:
+    """Tool calls as in-process API calls carrying the MCP request's own key."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.transport = httpx.ASGITransport(app=app)
+
+    @staticmethod
+    def _state(ctx: Context) -> dict[str, Any]:
+        return ctx.request_context.request.scope["state"]
+
+    @asynccontextmanager
+    async def client(self, ctx: Context) -> AsyncIterator[AsyncMemserveClient]:
+        token = self._state(ctx)[_TOKEN]
+        async with AsyncMemserveClient(_LOOPBACK, token, transport=self.transport) as api:
+            yield api
+
+    async def may_name_users(self, ctx: Context) -> bool:
+        principal: Principal = self._state(ctx)[_PRINCIPAL]
+        return principal.role != "user"
+
+
+class _Gate:
+    """Authenticates the key, then hands the request to the MCP session manager."""
+
+    def __init__(self, app: FastAPI, handle: Any) -> None:
+        self.app = app
+        self.handle = handle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        services = getattr(self.app.state, "services", None)
+        if services is None:
+            raise ApiError(503, "unavailable", "the service is starting up")
+        header = Headers(scope=scope).get("authorization")
+        principal = await services.auth.principal(header)  # 401 / 429 as ApiError
+        state = scope.setdefault("state", {})
+        state[_PRINCIPAL] = principal
+        state[_TOKEN] = bearer_token(header)
+        await self.handle(scope, receive, send)
+
+
+def mount_mcp(app: FastAPI, body_bytes: int) -> None:
+    """Serve the MCP tools at ``/mcp`` and run their session manager in the app's lifespan."""
+    server = build_server(InProcess(app))
+    server.streamable_http_app(
+        stateless_http=True,
+        json_response=True,
+        max_request_body_size=body_bytes,
+        # Every request needs a bearer key, which a DNS-rebinding page does not have; a
+        # Host allow-list would refuse the cluster's own service names.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    manager = server.session_manager
+    app.add_route(PATH, _Gate(app, manager.handle_request), include_in_schema=False)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        async with manager.run(), inner(a) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
