@@ -1,10 +1,11 @@
-"""Command line: `python -m serve_app run|migrate|create-key|stop-db|mcp`."""
+"""Command line: `python -m serve_app run|migrate|create-key|stop-db|mcp|export|import`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 
+from serve_app.cli import portability as portability_cli
 from serve_app.mcp import stdio as mcp_cli
 from serve_app.settings import get_settings
 
@@ -20,6 +21,7 @@ def main() -> None:
     key.add_argument("--role", choices=["admin", "service", "user"], default="service")
     key.add_argument("--user-id", default=None)
     mcp_cli.add_parser(sub)
+    portability_cli.add_parsers(sub)
     args = parser.parse_args()
 
     if args.command == "run":
@@ -39,6 +41,8 @@ def main() -> None:
         print(asyncio.run(_create_key(args.tenant, args.role, args.user_id)))
     elif args.command == "mcp":
         mcp_cli.main(args)
+    elif args.command in ("export", "import"):
+        portability_cli.main(args)
 
 
 def _dsn() -> str:

@@ -29,9 +29,11 @@ from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
 from serve_app.services.memories import Embed, MemoryService, Search
+from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore
+from serve_app.store.directory import MemoryDirectory
 from serve_app.store.facts import FactStore
 from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
 from serve_app.store.keys import KeyStore
@@ -64,6 +66,8 @@ class Services:
     context: ContextService
     chat: ChatService
     health: HealthService
+    directory: MemoryDirectory  # reads across a tenant's owners (mem0 routes, export)
+    portability: PortabilityService  # export/import
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -123,6 +127,10 @@ async def build_services(
         )
         chat = ChatService(settings.llm, settings.limits, context, sessions)
         closers.append(chat.aclose)
+        directory = MemoryDirectory(pool)
+        portability = PortabilityService(
+            memories, FactStore(pool), directory, batch_items=settings.limits.batch_items
+        )
         return Services(
             settings=settings,
             auth=Authenticator(keys, limiter),
@@ -133,6 +141,8 @@ async def build_services(
             context=context,
             chat=chat,
             health=HealthService(pool, backends.probes),
+            directory=directory,
+            portability=portability,
             _closers=closers,
         )
     except BaseException:

@@ -5,7 +5,18 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from serve_app import __version__
-from serve_app.api import admin, chat, context, facts, health, memories, search, sessions
+from serve_app.api import (
+    admin,
+    chat,
+    context,
+    facts,
+    health,
+    mem0,
+    memories,
+    portability,
+    search,
+    sessions,
+)
 from serve_app.api.limits import BodySizeLimit
 from serve_app.composition import Services
 from serve_app.errors import install_handlers
@@ -29,7 +40,7 @@ ERROR_RESPONSES: dict[int | str, dict] = {
         (503, "A dependency is unavailable; retry later"),
     )
 }
-ROUTERS = (health, memories, search, context, chat, admin, sessions, facts)
+ROUTERS = (health, memories, search, context, chat, admin, sessions, facts, portability, mem0)
 
 
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:

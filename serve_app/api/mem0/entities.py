@@ -1,0 +1,70 @@
+"""mem0's ping and entity routes: who the key is, which users/agents/runs have memories,
+and deleting all memories of one of them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from serve_app.api.deps import Caller, Svc
+from serve_app.api.mem0 import models as m
+from serve_app.api.mem0.scope import Scope, bad
+from serve_app.errors import ApiError
+from serve_app.store import Owner
+
+router = APIRouter(tags=["mem0"])
+COLUMN = {"agent": "agent_id", "run": "session_id"}
+
+
+@router.get("/v1/ping/", response_model=m.Ping)
+async def ping(caller: Caller):
+    """The client's key check at construction; the tenant is its org and project."""
+    return {
+        "status": "ok",
+        "org_id": caller.tenant_id,
+        "project_id": caller.tenant_id,
+        "role": caller.role,
+        "user_id": caller.user_id,
+    }
+
+
+@router.get("/v1/entities/", response_model=m.EntityList)
+async def entities(caller: Caller, services: Svc):
+    """A user key sees only its own user (and its agents and runs)."""
+    mine = caller.user_id if caller.role == "user" else None
+    rows = await services.directory.entities(caller.tenant_id, mine)
+    results = [{**r, "id": r["name"], "owner": caller.tenant_id} for r in rows]
+    total = {kind: sum(1 for r in rows if r["type"] == kind) for kind in ("user", "agent", "run")}
+    return {
+        "count": len(results),
+        "results": results,
+        "total_users": total["user"],
+        "total_agents": total["agent"],
+        "total_runs": total["run"],
+    }
+
+
+@router.delete("/v2/entities/{entity_type}/{entity_id}/", response_model=m.Deleted)
+async def delete_entity(entity_type: str, entity_id: str, caller: Caller, services: Svc):
+    """Delete every memory of a user, or of an agent/run (for a user key: its own ones).
+    An entity with no memories, or another user, is a 404."""
+    if entity_type not in ("user", "agent", "run"):
+        raise bad("entity_type is user, agent or run")
+    Scope().set_entity("user_id", entity_id)  # validates the id
+    tenant = caller.tenant_id
+    if entity_type == "user":
+        if caller.role == "user" and entity_id != caller.user_id:
+            raise ApiError(404, "not_found", "entity not found")
+        users = [entity_id]
+    elif caller.role == "user":
+        users = [caller.user_id]
+    else:
+        users = await services.directory.users_with(tenant, entity_type, entity_id)
+    narrow = {COLUMN[entity_type]: entity_id} if entity_type != "user" else {}
+    deleted = 0
+    for user in users:
+        deleted += await services.memories.delete_scope(
+            Owner(tenant, user), actor=caller.actor, **narrow
+        )
+    if not deleted:
+        raise ApiError(404, "not_found", "entity not found")
+    return {"message": "Entity deleted successfully.", "deleted": deleted}

@@ -1,0 +1,235 @@
+"""mem0 memory routes (``add``/``search``/``get_all`` v3; by-id, delete_all, batch v1),
+adapted onto the memory, session and search services of ``/v1``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
+
+from serve_app.api.deps import Caller, Svc
+from serve_app.api.mem0 import models as m
+from serve_app.api.mem0.scope import Scope, bad, owners_of, parse_filters, scope_owner
+from serve_app.errors import ApiError
+from serve_app.retrieval.query import SearchQuery
+from serve_app.schemas import MemoryFields, MemoryPatch, check_content
+
+router = APIRouter(tags=["mem0"])
+QUEUED = "Memory processing has been queued for background execution"
+
+
+def _validated(model: type, **values: Any) -> Any:
+    """A memserve model from mem0 input; its validation errors are the caller's 422."""
+    try:
+        return model.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ())) or "body"
+        raise ApiError(422, "invalid_request", f"{where}: {first.get('msg')}") from exc
+
+
+def _too_many(n: int, limit: int) -> None:
+    if n > limit:
+        raise ApiError(422, "invalid_request", f"at most {limit} items per request")
+
+
+@router.post("/v3/memories/add/", response_model=m.AddResponse)
+async def add(body: m.AddRequest, caller: Caller, services: Svc):
+    """``infer`` (mem0's default) with an LLM configured queues one extraction job
+    (``status: PENDING``, ``event_id`` = job id); otherwise each non-system message is
+    stored verbatim as a memory (``SUCCEEDED`` with the new ids)."""
+    scope = parse_filters(body.filters or {})
+    for key in ("user_id", "agent_id", "run_id", "app_id"):
+        scope.set_entity(key, getattr(body, key))
+    owner = scope_owner(caller, scope)
+    _too_many(len(body.messages), services.settings.limits.batch_items)
+    shared = owner.user_id is None
+    common = {
+        "agent_id": scope.agent_id,
+        "session_id": scope.run_id,
+        "metadata": body.metadata,
+        "scope": "agent" if shared else None,
+    }
+    if body.infer and not shared and services.sessions.inference_enabled:
+        msgs = body.messages
+        text = (
+            msgs[0].content if len(msgs) == 1 else "\n".join(f"{x.role}: {x.content}" for x in msgs)
+        )
+        fields = _validated(MemoryFields, content=text, infer=True, **common)
+        job = await services.sessions.queue_inference(owner, fields)
+        return {"status": "PENDING", "event_id": job["job_id"], "message": QUEUED, "results": []}
+    texts = [x.content for x in body.messages if x.role != "system"]
+    if not texts:
+        raise bad("no user or assistant message to store")
+    items = [
+        services.memories.new_memory(_validated(MemoryFields, content=t, **common), caller)
+        for t in texts
+    ]
+    if body.expiration_date is not None:
+        expires = datetime.combine(body.expiration_date, time.max, tzinfo=UTC)
+        if expires <= datetime.now(UTC):
+            raise ApiError(422, "invalid_request", "expiration_date is in the past")
+        for item in items:
+            item.expires_at = expires
+    rows = await services.memories.add(owner, items, caller.actor)
+    results = [
+        {"id": r["id"], "event": "ADD", "memory": r["content"], "data": {"memory": r["content"]}}
+        for r in rows
+    ]
+    return {"status": "SUCCEEDED", "event_id": None, "message": "ok", "results": results}
+
+
+@router.post("/v3/memories/search/", response_model=m.Mem0SearchResults)
+async def search(body: m.SearchRequest, caller: Caller, services: Svc):
+    scope = parse_filters(body.filters)
+    scope.tags.extend(body.categories or [])
+    owner = scope_owner(caller, scope)
+    limits = services.settings.limits
+    if body.top_k is not None and body.top_k > limits.top_k:
+        raise ApiError(422, "invalid_request", f"top_k must be at most {limits.top_k}")
+    try:
+        check_content(body.query)
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", f"query: {exc}") from exc
+    shared = f"@agent:{scope.agent_id}" if owner.user_id is None else None
+    q = SearchQuery(
+        tenant_id=owner.tenant_id,
+        user_id=shared or owner.user_id,
+        owners=(shared,) if shared else (),
+        top_k=body.top_k or limits.default_top_k,
+        threshold=body.threshold,
+        tags=tuple(dict.fromkeys(scope.tags)),
+        agent_id=None if shared else scope.agent_id,
+        session_id=scope.run_id,
+        metadata=scope.metadata,
+        created_after=scope.created_after,
+        created_before=scope.created_before,
+        text=body.query,
+    )
+    return {"results": [m.to_mem0(r) for r in await services.memories.search(q)]}
+
+
+@router.post("/v3/memories/", response_model=m.Mem0Page)
+async def get_all(
+    request: Request,
+    body: m.ListRequest,
+    caller: Caller,
+    services: Svc,
+    page: int | None = Query(default=None, ge=1),
+    page_size: int | None = Query(default=None, ge=1),
+):
+    """Newest first, ``page``/``page_size`` (query or body; default 1 and 100)."""
+    scope = parse_filters(body.filters)
+    if scope.narrowed or body.start_date or body.end_date or body.categories:
+        raise bad("get_all filters by user_id, agent_id and run_id; search takes the others")
+    owner = scope_owner(caller, scope)
+    number = page or body.page or 1
+    size = page_size or body.page_size or 100
+    if size > services.settings.limits.list_limit:
+        raise bad(f"page_size must be at most {services.settings.limits.list_limit}")
+    narrow = {"agent_id": scope.agent_id, "session_id": scope.run_id}
+    cursor, rows = None, []
+    for n in range(1, number + 1):  # keyset pages up to the one asked for
+        rows, cursor = await services.memories.list(
+            owner, limit=size, cursor=cursor, type=None, **narrow
+        )
+        if cursor is None and n < number:
+            rows = []  # past the last page
+            break
+    count = await services.directory.count(owner, **narrow)
+
+    def link(n: int) -> str:
+        return str(request.url.include_query_params(page=n, page_size=size))
+
+    return {
+        "count": count,
+        "next": link(number + 1) if number * size < count else None,
+        "previous": link(number - 1) if number > 1 else None,
+        "results": [m.to_mem0(r) for r in rows],
+    }
+
+
+@router.get("/v1/memories/{memory_id}/", response_model=m.Mem0Memory)
+async def get(memory_id: UUID, caller: Caller, services: Svc):
+    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    return m.to_mem0(await services.memories.get(owner, memory_id))
+
+
+@router.put("/v1/memories/{memory_id}/", response_model=m.Mem0Memory)
+async def update(memory_id: UUID, body: m.UpdateRequest, caller: Caller, services: Svc):
+    if body.expiration_date is not None:
+        raise bad("memserve does not change expiration_date after the add")
+    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    patch = _validated(MemoryPatch, content=body.text, metadata=body.metadata)
+    changes = patch.model_dump(exclude_none=True)
+    if not changes:
+        raise bad("nothing to update (text or metadata)")
+    row = await services.memories.update(owner, memory_id, changes, caller.actor)
+    return m.to_mem0(row)
+
+
+@router.delete("/v1/memories/{memory_id}/", response_model=m.Message200)
+async def delete(memory_id: UUID, caller: Caller, services: Svc):
+    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    await services.memories.delete(owner, memory_id, caller.actor)
+    return {"message": "Memory deleted successfully!"}
+
+
+@router.get("/v1/memories/{memory_id}/history/", response_model=list[m.HistoryEntry])
+async def history(memory_id: UUID, caller: Caller, services: Svc):
+    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    events = await services.memories.history(owner, memory_id)
+    return [m.to_history(e, owner.user_id) for e in events]
+
+
+@router.delete("/v1/memories/", response_model=m.Deleted)
+async def delete_all(
+    caller: Caller,
+    services: Svc,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    app_id: str | None = None,
+):
+    """All of a user's memories (narrowed by agent_id/run_id when given)."""
+    scope = Scope()
+    for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id),
+                       ("app_id", app_id)):  # fmt: skip
+        scope.set_entity(key, value)
+    owner = scope_owner(caller, scope)
+    if owner.user_id is None:
+        raise bad("name a user_id: shared agent memories are deleted by id")
+    n = await services.memories.delete_scope(
+        owner, agent_id=scope.agent_id, session_id=scope.run_id, actor=caller.actor
+    )
+    return {"message": "Memories deleted successfully!", "deleted": n}
+
+
+@router.put("/v1/batch/", response_model=m.Message200)
+async def batch_update(body: m.BatchUpdate, caller: Caller, services: Svc):
+    """All ids are checked first: one missing (or not the caller's) is a 404 that
+    changes nothing."""
+    _too_many(len(body.memories), services.settings.limits.batch_items)
+    patches = [
+        (i.memory_id, _validated(MemoryPatch, content=i.text, metadata=i.metadata))
+        for i in body.memories
+    ]
+    owners = await owners_of(caller, services.directory, [i for i, _ in patches])
+    for memory_id, patch in patches:
+        changes = patch.model_dump(exclude_none=True)
+        if changes:
+            await services.memories.update(owners[memory_id], memory_id, changes, caller.actor)
+    return {"message": f"Successfully updated {len(patches)} memories"}
+
+
+@router.delete("/v1/batch/", response_model=m.Message200)
+async def batch_delete(body: m.BatchDelete, caller: Caller, services: Svc):
+    _too_many(len(body.memories), services.settings.limits.batch_items)
+    ids = list(dict.fromkeys(i.memory_id for i in body.memories))
+    owners = await owners_of(caller, services.directory, ids)
+    for memory_id in ids:
+        await services.memories.delete(owners[memory_id], memory_id, caller.actor)
+    return {"message": f"Successfully deleted {len(ids)} memories"}

@@ -1,0 +1,1 @@
+"""Command-line subcommands that talk to a running service over HTTP."""

@@ -1,0 +1,174 @@
+"""Export/import through the composition root without Ray: real Postgres, the real ONNX
+encoder and the real retriever, the HTTP routes over an in-process ASGI transport."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import httpx
+import numpy as np
+import pytest
+
+from models import load_encoder
+from serve_app.api import create_app
+from serve_app.bootstrap import bootstrap
+from serve_app.composition import Backends, build_services
+from serve_app.db.pool import open_pool
+from serve_app.errors import ApiError
+from serve_app.retrieval.query import SearchQuery
+from serve_app.retrieval.retriever import Retriever
+from serve_app.services.portability import parse
+from serve_app.settings import Settings
+from serve_app.store import Owner
+
+KEY = "msk_portability_test_key_0123456789"
+TEXTS = [
+    "Alice is allergic to peanuts",
+    "Alice's daughter plays the cello",
+    "Alice works as a nurse in Leeds",
+    "Alice prefers aisle seats on flights",
+    "Alice is learning Portuguese for a trip to Lisbon",
+]
+QUERIES = ["food allergies", "what instrument does her child play", "job", "travel plans"]
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1)
+
+
+@pytest.fixture
+async def stack(fresh_db, encoder):
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    boot = bootstrap(settings, fresh_db)
+
+    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        return encoder.encode(list(texts), is_query=is_query)
+
+    retriever_pool = await open_pool(fresh_db, settings, min_size=1)
+    retriever = Retriever(retriever_pool, boot.model.table_slug, settings)
+
+    async def search(q: SearchQuery, vector: np.ndarray) -> list[dict]:
+        return await retriever.search(q, vector)
+
+    services = await build_services(settings, boot.model, fresh_db, Backends(embed, search))
+    transport = httpx.ASGITransport(app=create_app(settings, services))
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+        yield c, services
+    await services.aclose()
+    await retriever_pool.close()
+
+
+async def seed(c: httpx.AsyncClient, user: str) -> None:
+    items = [{"content": t, "tags": ["seed"], "importance": 0.4 + i / 10} for i, t in
+             enumerate(TEXTS)]  # fmt: skip
+    items[1] |= {"session_id": "s1", "metadata": {"source": "chat"}}
+    r = await c.post("/v1/memories/batch", json={"user_id": user, "items": items})
+    assert r.status_code == 201, r.text
+
+
+async def ranked(c: httpx.AsyncClient, user: str, query: str) -> list[str]:
+    r = await c.post("/v1/search", json={"user_id": user, "query": query, "top_k": 3})
+    assert r.status_code == 200, r.text
+    return [m["content"] for m in r.json()["results"]]
+
+
+def lines(text: str) -> list[dict]:
+    return [json.loads(x) for x in text.splitlines()]
+
+
+async def test_export_then_import_gives_the_same_search_results(stack):
+    c, services = stack
+    await seed(c, "alice")
+    await c.post("/v1/memories", json={"user_id": "bob", "content": "Bob's secret: he hates jazz"})
+    await services.facts.store.upsert(Owner("default", "alice"), "profile", "city", "Leeds", 0.9)
+    # an UPDATE leaves history and changes what the import must carry
+    first = (await c.get("/v1/memories", params={"user_id": "alice"})).json()["memories"][-1]
+    r = await c.patch(f"/v1/memories/{first['id']}", params={"user_id": "alice"},
+                      json={"content": "Alice is allergic to peanuts and shellfish"})  # fmt: skip
+    assert r.status_code == 200
+
+    r = await c.get("/v1/export", params={"user_id": "alice"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+    records = lines(r.text)
+    kinds = [x["kind"] for x in records]
+    assert kinds[0] == "header" and kinds[-1] == "end"
+    assert records[-1] == {"kind": "end", "memories": 5, "facts": 1, "history": 6}
+    contents = {x["content"] for x in records if x["kind"] == "memory"}
+    assert "Alice is allergic to peanuts and shellfish" in contents
+    assert not any("Bob" in json.dumps(x) for x in records)  # only the named user
+
+    r = await c.post("/v1/import", params={"user_id": "alice2"}, content=r.text)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["imported"] == {"memories": 5, "facts": 1}
+    assert body["skipped"] == {"header": 1, "history": 6, "end": 1}
+    for q in QUERIES:
+        assert await ranked(c, "alice2", q) == await ranked(c, "alice", q), q
+    again = lines((await c.get("/v1/export", params={"user_id": "alice2"})).text)
+    strip = ("id", "user_id", "created_at", "updated_at", "source", "version", "last_accessed_at")
+    mine = sorted(json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
+                  for x in records if x["kind"] == "memory")  # fmt: skip
+    theirs = sorted(json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
+                    for x in again if x["kind"] == "memory")  # fmt: skip
+    assert mine == theirs  # type, tags, metadata, importance, session travel
+    facts = (await c.get("/v1/facts", params={"user_id": "alice2"})).json()["facts"]
+    assert [(f["key"], f["value"]) for f in facts] == [("city", "Leeds")]
+
+
+async def test_import_reads_mem0_get_all_output(stack):
+    c, _ = stack
+    mem0 = {"results": [
+        {"id": "m1", "memory": "Likes to play cricket on weekends", "user_id": "x",
+         "metadata": {"category": "hobbies"}, "categories": ["hobbies"],
+         "created_at": "2024-07-26T10:29:36-07:00", "run_id": "r9"},
+        {"id": "m2", "memory": "Moved to Austin last month", "user_id": "x"},
+    ]}  # fmt: skip
+    r = await c.post("/v1/import", params={"user_id": "carol"}, content=json.dumps(mem0))
+    assert r.status_code == 200, r.text
+    assert r.json()["imported"]["memories"] == 2
+    got = (await c.get("/v1/memories", params={"user_id": "carol"})).json()["memories"]
+    cricket = next(m for m in got if "cricket" in m["content"])
+    assert cricket["tags"] == ["hobbies"] and cricket["session_id"] == "r9"
+    assert cricket["metadata"] == {"category": "hobbies"} and cricket["source"] == "import"
+    assert (await ranked(c, "carol", "which sport"))[0] == "Likes to play cricket on weekends"
+
+
+async def test_bad_record_writes_nothing(stack):
+    c, services = stack
+    body = "\n".join([json.dumps({"memory": "fine"}), json.dumps({"memory": ""})])
+    r = await c.post("/v1/import", params={"user_id": "dave"}, content=body)
+    assert r.status_code == 422 and "record 2" in r.json()["error"]["message"]
+    r = await c.post("/v1/import", params={"user_id": "dave"}, content="{not json\n")
+    assert r.status_code == 422 and "line 1" in r.json()["error"]["message"]
+    assert await services.memories.store.count() == 0
+
+
+async def test_isolation_of_export_and_import(stack):
+    c, services = stack
+    await seed(c, "alice")
+    user_key, _ = await services.keys.create("default", "user", "bob")
+    as_bob = {"Authorization": f"Bearer {user_key}"}
+    r = await c.get("/v1/export", params={"user_id": "alice"}, headers=as_bob)
+    assert r.status_code == 403
+    r = await c.get("/v1/export", headers=as_bob)  # a user key exports its own user
+    assert lines(r.text)[-1]["memories"] == 0
+    r = await c.post("/v1/import", content=json.dumps({"memory": "bob's"}), headers=as_bob)
+    assert r.status_code == 200 and r.json()["imported"]["memories"] == 1
+    r = await c.get("/v1/export")  # a service key must name the user
+    assert r.status_code == 400
+
+
+def test_parse_skips_inactive_facts_and_expired_dates_are_kept_for_load():
+    text = "\n".join(json.dumps(x) for x in [
+        {"kind": "fact", "category": "profile", "key": "city", "value": "York", "active": False},
+        {"kind": "fact", "category": "profile", "key": "city", "value": "Leeds"},
+        {"kind": "memory", "content": "x", "type": "preference", "expires_at": None},
+    ])  # fmt: skip
+    batch = parse(text)
+    assert [f.value for f in batch.facts] == ["Leeds"] and batch.skipped == {"inactive_fact": 1}
+    assert batch.memories[0][0].type.value == "preference"
+    with pytest.raises(ApiError):
+        parse(json.dumps({"kind": "memory", "content": "x", "type": "nonsense"}))
