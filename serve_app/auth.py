@@ -19,6 +19,7 @@ class Principal:
     tenant_id: str
     role: str  # admin | service | user
     user_id: str | None = None
+    rate_limit_per_s: float | None = None  # the key's own rate (work units/s per end user)
 
     @property
     def actor(self) -> str:
@@ -26,6 +27,7 @@ class Principal:
 
 
 def bearer_token(header: str | None) -> str:
+    """The key of an ``Authorization: Bearer <key>`` header (the one parser of it)."""
     if not header:
         raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key> header")
     scheme, _, token = header.partition(" ")

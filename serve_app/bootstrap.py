@@ -17,7 +17,7 @@ from models import ModelSpec
 from models import prepare_model as prepare_model_files
 from serve_app.db.migrations import migrate
 from serve_app.settings import Settings
-from serve_app.store.keys import generate_key, has_key, seed_key
+from serve_app.store.keys import ever_had_service_key, generate_key, has_key, seed_key
 from serve_app.store.vectors import ensure_table
 
 log = logging.getLogger("memserve")
@@ -49,15 +49,26 @@ def prepare_model(settings: Settings) -> ModelSpec:
 
 
 def ensure_keys(dsn: str, settings: Settings) -> str | None:
-    """Seed the configured bootstrap/admin keys; mint a service key if the tenant has none."""
+    """Seed the configured bootstrap/admin keys; mint a service key on a fresh tenant only.
+
+    A tenant that ever had a service key (recorded by a trigger, migration 0007) gets
+    none minted: after an admin revoked them all, a restart must not hand out a new one.
+    """
     generated = None
+    tenant = settings.default_tenant
     if settings.bootstrap_key:
-        seed_key(dsn, settings.default_tenant, "service", settings.bootstrap_key, "bootstrap")
-    elif not has_key(dsn, settings.default_tenant, "service"):
+        seed_key(dsn, tenant, "service", settings.bootstrap_key, "bootstrap")
+    elif not ever_had_service_key(dsn, tenant):
         generated = generate_key()
-        seed_key(dsn, settings.default_tenant, "service", generated, "bootstrap")
+        seed_key(dsn, tenant, "service", generated, "bootstrap")
+    elif not has_key(dsn, tenant, "service"):
+        log.warning(
+            "tenant '%s' has no active service key (all revoked); none is minted."
+            " Create one with the admin key or set MEMSERVE_BOOTSTRAP_KEY.",
+            tenant,
+        )
     if settings.admin_key:
-        seed_key(dsn, settings.default_tenant, "admin", settings.admin_key, "admin")
+        seed_key(dsn, tenant, "admin", settings.admin_key, "admin")
     return generated
 
 

@@ -18,13 +18,12 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.bootstrap import ModelFacts
 from serve_app.context import ContextBuilder
-from serve_app.db.listener import NotifyListener
 from serve_app.db.pool import open_pool
 from serve_app.extraction.trigger import ExtractionTrigger, Submit
 from serve_app.metrics import start_pool_metrics
-from serve_app.ratelimit import RateLimiter
-from serve_app.services.auth import Authenticator
+from serve_app.services.auth import Authenticator, authenticator, key_store
 from serve_app.services.chat import ChatService
+from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
@@ -33,9 +32,9 @@ from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore
+from serve_app.store.chat_usage import ChatUsageStore
 from serve_app.store.directory import MemoryDirectory
 from serve_app.store.facts import FactStore
-from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
 from serve_app.store.keys import KeyStore
 from serve_app.store.turns import TurnStore
 
@@ -95,17 +94,8 @@ async def build_services(
         pool_metrics = start_pool_metrics(pool, component, settings.db.metrics_interval_s)
         closers.append(pool_metrics.stop)
 
-        key_cache = KeyCache(settings.auth.cache_ttl_s, settings.auth.cache_max_keys)
-        key_listener = NotifyListener(dsn, KEYS_CHANNEL, key_cache.drop, on_connect=key_cache.clear)
-        key_cache.trusted = key_listener.connected.is_set
-        key_listener.start()
+        keys, key_listener = key_store(pool, dsn, settings.auth)
         closers.append(key_listener.stop)
-        keys = KeyStore(pool, key_cache)
-        limiter = RateLimiter(
-            settings.auth.rate_limit_per_s,
-            settings.auth.rate_limit_burst,
-            max_keys=settings.auth.rate_limit_max_keys,
-        )
 
         memories = MemoryService(
             MemoryStore(pool, model.table_slug),
@@ -125,7 +115,14 @@ async def build_services(
             ContextBuilder(memories.embed, memories.search_vector, FactStore(pool).active),
             settings.context,
         )
-        chat = ChatService(settings.llm, settings.limits, context, sessions)
+        chat = ChatService(
+            settings.llm,
+            settings.limits,
+            context,
+            sessions,
+            caps=settings.chat,
+            usage=ChatUsageMeter(ChatUsageStore(pool)),
+        )
         closers.append(chat.aclose)
         directory = MemoryDirectory(pool)
         portability = PortabilityService(
@@ -133,7 +130,7 @@ async def build_services(
         )
         return Services(
             settings=settings,
-            auth=Authenticator(keys, limiter),
+            auth=authenticator(keys, settings.auth),
             keys=keys,
             memories=memories,
             sessions=sessions,

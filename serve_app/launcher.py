@@ -15,13 +15,19 @@ import time
 from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.ingress_proxy import ray_env
+from serve_app.secret_env import runtime_env_vars
 from serve_app.settings import Settings, get_settings
 
 log = logging.getLogger("memserve")
 
 
 def _ray_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith("MEMSERVE_")}
+    """Settings for the replicas' runtime env: no secret (Ray's dashboard shows it).
+
+    Replicas of the local node inherit the launcher's environment (secrets included);
+    other nodes read theirs from their own environment or ``MEMSERVE_SECRETS_FILE``.
+    """
+    return runtime_env_vars(os.environ)
 
 
 def run(settings: Settings | None = None) -> None:

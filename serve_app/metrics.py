@@ -90,6 +90,7 @@ EXTRACT_FACTS = _c("extract_facts", _OUTCOME, "Extracted facts by outcome.")
 EXTRACT_LATENCY_MS = _h(
     "extract_latency_ms", (), EXTRACT_MS_BUCKETS, "Time of one extraction (LLM, dedup, writes)."
 )
+CHAT_USAGE = _c("chat_usage", ("key_id", "kind"), "Chat proxy use per key: requests, tokens.")
 
 
 # ---------------------------------------------------------------- local aggregates

@@ -1,9 +1,11 @@
-"""Per-key rate limit: a token bucket per API key id.
+"""Token buckets charged in work units, and what a request's work is.
 
-The buckets live in the ingress replica's memory, so with N ingress replicas a
-key gets up to N times its rate in total (documented trade-off: no extra hop or
-shared store on the hot path). A key's own ``rate_limit_per_s`` (api_keys
-column) overrides the default; the burst scales with it.
+Buckets live in the ingress replica's memory, so with N ingress replicas a
+bucket gets up to N times its rate in total (documented trade-off: no extra hop
+or shared store on the hot path). A service key serves a whole platform, so its
+buckets are per (key, end user): one user who floods runs dry alone. A key's own
+``rate_limit_per_s`` (api_keys column) overrides the default; the burst scales
+with it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,25 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+# One unit per item (a request without items is one) plus one per KiB of body (about
+# 256 embedded tokens): a search costs ~1, a batch of 100 short memories ~110, and a
+# batch of 100 memories of 8,000 characters ~880.
+BYTES_PER_UNIT = 1024
+_ITEM_LISTS = ("items", "messages", "memories")
+
+
+def work_units(body: Any, body_bytes: int) -> float:
+    """The work a request asks for, from its parsed JSON body (any shape) and its size."""
+    items = 1
+    if isinstance(body, dict):
+        for name in _ITEM_LISTS:
+            value = body.get(name)
+            if isinstance(value, list):
+                items = max(1, len(value))
+                break
+    return items + body_bytes / BYTES_PER_UNIT
 
 
 @dataclass
@@ -40,32 +61,49 @@ class RateLimiter:
 
     def _params(self, override: float | None) -> tuple[float, float]:
         if override is None:
-            return self.rate, float(self.burst)
-        # A per-key rate keeps the default's burst-to-rate ratio, at least one request.
+            return self.rate, float(max(self.burst, 1))
+        # A per-key rate keeps the default's burst-to-rate ratio, at least one unit.
         ratio = self.burst / self.rate if self.rate > 0 else 1.0
         return override, max(1.0, override * ratio)
 
-    def acquire(self, key: str, override: float | None = None) -> float:
-        """0.0 when the request may proceed, else the seconds until it would."""
+    def _refilled(self, key: str, rate: float, burst: float) -> _Bucket:
+        now = self.clock()
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = _Bucket(burst, now)
+            self._buckets[key] = bucket
+            if len(self._buckets) > self.max_keys:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+            bucket.tokens = min(burst, bucket.tokens + (now - bucket.stamp) * rate)
+            bucket.stamp = now
+        return bucket
+
+    def acquire(self, key: str, override: float | None = None, cost: float = 1.0) -> float:
+        """0.0 when ``cost`` units may be spent now, else the seconds until they could be.
+
+        A request costlier than the whole burst passes on a full bucket (and drives it
+        negative), so a legitimate big batch is slowed down, never refused forever.
+        """
         rate, burst = self._params(override)
         if rate <= 0:
             return 0.0
-        now = self.clock()
         with self._lock:
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                bucket = _Bucket(burst, now)
-                self._buckets[key] = bucket
-                if len(self._buckets) > self.max_keys:
-                    self._buckets.popitem(last=False)
-            else:
-                self._buckets.move_to_end(key)
-                bucket.tokens = min(burst, bucket.tokens + (now - bucket.stamp) * rate)
-                bucket.stamp = now
-            if bucket.tokens >= 1.0:
-                bucket.tokens -= 1.0
+            bucket = self._refilled(key, rate, burst)
+            if bucket.tokens >= min(cost, burst):
+                bucket.tokens -= cost
                 return 0.0
-            return (1.0 - bucket.tokens) / rate
+            return (min(cost, burst) - bucket.tokens) / rate
+
+    def wait(self, key: str, override: float | None = None) -> float:
+        """Seconds until one unit is available, without spending it (0.0: now)."""
+        rate, burst = self._params(override)
+        if rate <= 0:
+            return 0.0
+        with self._lock:
+            bucket = self._refilled(key, rate, burst)
+            return 0.0 if bucket.tokens >= 1.0 else (1.0 - bucket.tokens) / rate
 
 
 def retry_after_header(wait_s: float) -> str:

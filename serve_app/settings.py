@@ -223,9 +223,20 @@ class AuthSettings(BaseSettings):
 
     cache_ttl_s: float = 60.0  # authenticated keys cached per ingress replica; 0: off
     cache_max_keys: int = 100_000  # (revocations reach the cache via NOTIFY at once)
-    # Per API key, token bucket per ingress replica; 0: off. A platform's service key
-    # carries all its users, so the default must not cap it (a 2-core node serves a few
-    # hundred searches/s); a key created with its own rate_limit_per_s keeps that.
+    # Unknown keys are remembered this long (a new key's INSERT notifies and clears it).
+    negative_ttl_s: float = 10.0
+    # Unknown-key lookups per client address (per replica) before it gets 429 without a
+    # database round trip: sustained rate and burst; 0: off.
+    bad_key_per_s: float = 5.0
+    bad_key_burst: int = 50
+    # The key listener pings its connection this often; the cache is trusted only while
+    # the last ping (or notification) is younger than stale_s.
+    listener_ping_s: float = 1.0
+    listener_stale_s: float = 3.0
+    # Work units (1 per item, a request without items is one, plus 1 per KiB of body:
+    # ~256 embedded tokens) per (key, end user), token bucket per ingress replica; 0: off.
+    # A key's own rate_limit_per_s overrides the rate. High by default: one end user of
+    # bench_vs_mem0 (8 clients) never reaches it, a flood of 100-item batches does.
     rate_limit_per_s: float = Field(2000.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_PER_S"))
     rate_limit_burst: int = Field(4000, validation_alias=_env("MEMSERVE_RATE_LIMIT_BURST"))
     rate_limit_max_keys: int = Field(  # buckets kept per replica (LRU)
@@ -272,3 +283,24 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+    # Optional aggregate over all end users of one key (units/s); 0: off.
+    key_rate_limit_per_s: float = Field(
+        0.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_PER_S")
+    )
+    key_rate_limit_burst: int = Field(0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_BURST"))
+class ChatSettings(BaseSettings):
+    """Caps of the chat proxy: what a caller may spend of the operator's upstream key."""
+
+    model_config = _group("MEMSERVE_CHAT_")
+
+    # Comma-separated allow-list of `model` values; empty: only MEMSERVE_LLM_MODEL.
+    models: str = ""
+    max_n: int = 4
+    max_tokens: int = 4096  # max_tokens / max_completion_tokens
+    max_tools: int = 32
+
+
+    chat: ChatSettings = Field(default_factory=ChatSettings)
+    from serve_app.secret_env import load_secrets_file
+
+    load_secrets_file()  # this node's secrets (never shipped in Ray's runtime env)

@@ -5,6 +5,8 @@ for; ``ChatService`` (``serve_app.services.chat``) injects the context, calls th
 upstream (``MEMSERVE_LLM_BASE_URL``, streaming or not) and records the turn.
 
 Who: a user key's own user, or for a service key the OpenAI ``user`` field.
+Caps (model allow-list, ``n``, ``max_tokens``, tools) are checked by the service
+(``serve_app.services.chat_caps``); ``GET /v1/chat/usage`` shows what a key spent.
 Session/agent: ``X-Memserve-Session`` / ``X-Memserve-Agent`` headers, or
 ``metadata.session_id`` / ``metadata.agent_id``; without one the turns go to
 the session ``chat``.
@@ -103,5 +105,28 @@ async def chat_completions(
         query=users[-1].text() if users else "",
         history=[(m.role, m.text()) for m in body.messages[:-1] if m.role in ("user", "assistant")],
         stream=body.stream,
+        key_id=caller.key_id,
     )
     return await services.chat.complete(call)
+
+
+class UsageRow(BaseModel):
+    key_id: str
+    day: str
+    requests: int
+    refused: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class UsageResponse(BaseModel):
+    usage: list[UsageRow]
+
+
+@router.get("/chat/usage", response_model=UsageResponse)
+async def chat_usage(caller: Caller, services: Svc) -> UsageResponse:
+    """The chat proxy's use per day: the calling key's, or every key of the tenant (admin)."""
+    key_id = None if caller.role == "admin" else caller.key_id
+    store = services.chat.usage.store
+    rows = await store.list(caller.tenant_id, key_id) if store is not None else []
+    return UsageResponse(usage=[UsageRow(**r) for r in rows])

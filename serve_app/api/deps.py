@@ -7,13 +7,14 @@ ask for it, or for one service, with ``Depends``.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
 from serve_app.auth import Principal
 from serve_app.composition import Services
 from serve_app.errors import ApiError
+from serve_app.ratelimit import work_units
 
 
 async def get_services(request: Request) -> Services:
@@ -28,8 +29,34 @@ async def get_services(request: Request) -> Services:
 Svc = Annotated[Services, Depends(get_services)]
 
 
+async def request_work(request: Request) -> tuple[str | None, float]:
+    """(end user named by the request, work units it asks for), before it is validated.
+
+    FastAPI has read and parsed a JSON body before dependencies run, so both calls
+    below return cached values; a body that does not parse costs one unit per KiB.
+    """
+    raw = await request.body()
+    body: Any = None
+    if raw:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+    user = None
+    if isinstance(body, dict):
+        user = body.get("user_id") or body.get("user")
+    if user is None:
+        user = request.query_params.get("user_id")
+    return (user if isinstance(user, str) else None), work_units(body, len(raw))
+
+
 async def principal(request: Request, services: Svc) -> Principal:
-    return await services.auth.principal(request.headers.get("authorization"))
+    auth = services.auth
+    client = request.client.host if request.client is not None else None
+    caller = await auth.principal(request.headers.get("authorization"), client)
+    user, units = await request_work(request)
+    auth.charge(caller, user, units)
+    return caller
 
 
 Caller = Annotated[Principal, Depends(principal)]

@@ -1,8 +1,12 @@
 """LISTEN on one PostgreSQL channel over a dedicated connection, reconnecting forever.
 
-Notifications sent while the connection was down are lost, so ``connected`` tells
+Notifications sent while the connection was down are lost, so ``healthy`` tells
 users whether they may trust what the notifications keep fresh, and ``on_connect``
 runs after every (re)connection so they can drop what they might have missed.
+A connection can also die silently (a dropped route, a frozen server): TCP
+keepalives make the kernel notice within seconds, and the listener pings its
+connection every ``ping_s``; ``healthy`` turns false once nothing has been heard
+for ``stale_s``, whatever the socket believes.
 """
 
 from __future__ import annotations
@@ -10,11 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 import psycopg
 
 log = logging.getLogger(__name__)
+
+# libpq TCP keepalives: first probe after 5 s idle, then every 2 s, dead after 3 misses.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
 
 
 class NotifyListener:
@@ -26,15 +39,25 @@ class NotifyListener:
         *,
         on_connect: Callable[[], object] | None = None,
         retry_s: float = 1.0,
+        ping_s: float = 1.0,
+        stale_s: float = 3.0,
     ) -> None:
         self.dsn = dsn
         self.channel = channel
         self.on_payload = on_payload
         self.on_connect = on_connect
         self.retry_s = retry_s
+        self.ping_s = ping_s
+        self.stale_s = stale_s
         self.received = 0
         self.connected = asyncio.Event()
+        self.heard = 0.0  # monotonic time of the last ping answer or notification
+        self.backend_pid: int | None = None
         self._task: asyncio.Task | None = None
+
+    def healthy(self) -> bool:
+        """Connected and heard from within ``stale_s``: notifications can be trusted."""
+        return self.connected.is_set() and time.monotonic() - self.heard < self.stale_s
 
     def start(self) -> None:
         if self._task is None:
@@ -51,15 +74,7 @@ class NotifyListener:
     async def _run(self) -> None:
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-                async with conn:
-                    await conn.execute(f"LISTEN {self.channel}")
-                    if self.on_connect is not None:
-                        self.on_connect()
-                    self.connected.set()
-                    async for note in conn.notifies():
-                        self.received += 1
-                        self.on_payload(note.payload)
+                await self._listen()
             except asyncio.CancelledError:
                 self.connected.clear()
                 raise
@@ -67,3 +82,23 @@ class NotifyListener:
                 self.connected.clear()
                 log.warning("listener on %s disconnected (%s); retrying", self.channel, exc)
                 await asyncio.sleep(self.retry_s)
+
+    async def _listen(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, connect_timeout=max(2, int(self.stale_s)), **KEEPALIVES
+        )
+        async with conn:
+            await conn.execute(f"LISTEN {self.channel}")
+            self.backend_pid = conn.info.backend_pid
+            if self.on_connect is not None:
+                self.on_connect()
+            self.heard = time.monotonic()
+            self.connected.set()
+            while True:
+                async for note in conn.notifies(timeout=self.ping_s):
+                    self.received += 1
+                    self.heard = time.monotonic()
+                    self.on_payload(note.payload)
+                # No notification for ping_s: prove the connection still answers.
+                await asyncio.wait_for(conn.execute("SELECT 1"), self.stale_s)
+                self.heard = time.monotonic()

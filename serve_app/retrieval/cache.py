@@ -19,6 +19,7 @@ import numpy as np
 
 from serve_app.retrieval.lexical import BM25
 from serve_app.retrieval.neighbours import sequential_coherence
+from serve_app.retrieval.rowsize import row_nbytes
 from serve_app.settings import Settings
 
 Key = tuple[str, str]  # (tenant_id, owner)
@@ -101,7 +102,7 @@ class OwnerIndex:
     def nbytes(self) -> int:
         n, d = len(self.ids), self.index.d
         graph = n * self.index.hnsw.nb_neighbors(0) * 4 * 1.2 if self.kind == "hnsw" else 0
-        rows = sum(len(r.get("content") or "") + 400 for r in self.rows.values())
+        rows = sum(map(row_nbytes, self.rows.values()))  # content, tags, metadata, ...
         return int(n * d * 4 + graph + n * 90 + self.bm25.nbytes() + rows)
 
     def dense(

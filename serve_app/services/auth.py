@@ -1,30 +1,119 @@
-"""Who is calling: an API key to a ``Principal``, with the key's rate limit applied."""
+"""Who is calling, and whether they may spend more: API key to ``Principal``, then limits.
+
+Order matters for strangers: a cached answer (valid or unknown key) costs nothing;
+before the database is asked about an uncached key, the client address must still
+have budget for failed lookups, so a flood of random keys is refused in memory
+instead of exhausting the connection pool. Known callers are charged in work
+units per (key, end user), plus an optional aggregate per key.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+
+from psycopg_pool import AsyncConnectionPool
+
 from serve_app.auth import Principal, bearer_token
+from serve_app.db.listener import NotifyListener
 from serve_app.errors import ApiError
 from serve_app.ratelimit import RateLimiter, retry_after_header
+from serve_app.settings import AuthSettings
+from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
 from serve_app.store.keys import KeyStore
+
+MAX_END_USER_CHARS = 128
+
+
+def _too_many(message: str, wait: float) -> ApiError:
+    return ApiError(429, "rate_limited", message, headers={"Retry-After": retry_after_header(wait)})
 
 
 class Authenticator:
-    def __init__(self, keys: KeyStore, limiter: RateLimiter) -> None:
+    def __init__(
+        self,
+        keys: KeyStore,
+        limiter: RateLimiter,
+        *,
+        key_limiter: RateLimiter | None = None,
+        bad_keys: RateLimiter | None = None,
+    ) -> None:
         self.keys = keys
-        self.limiter = limiter
+        self.limiter = limiter  # per (key, end user)
+        self.key_limiter = key_limiter  # aggregate per key (optional)
+        self.bad_keys = bad_keys  # failed lookups per client address
+        self.refused: Counter[str] = Counter()  # why requests were refused (tests, /metrics)
 
-    async def principal(self, authorization: str | None) -> Principal:
+    async def principal(self, authorization: str | None, client: str | None = None) -> Principal:
         token = bearer_token(authorization)
-        row = await self.keys.lookup(token)
+        address = client or "unknown"
+
+        def guard() -> None:
+            if self.bad_keys is not None and (wait := self.bad_keys.wait(address)) > 0:
+                self.refused["bad_key_flood"] += 1
+                raise _too_many("too many invalid API keys from this address; retry later", wait)
+
+        row = await self.keys.lookup(token, guard)
         if row is None:
+            if self.bad_keys is not None:
+                self.bad_keys.acquire(address)
+            self.refused["unknown_key"] += 1
             raise ApiError(401, "unauthorized", "invalid or revoked API key")
-        key_id = str(row["id"])
-        wait = self.limiter.acquire(key_id, row.get("rate_limit_per_s"))
+        return Principal(
+            str(row["id"]),
+            row["tenant_id"],
+            row["role"],
+            row["user_id"],
+            row.get("rate_limit_per_s"),
+        )
+
+    def charge(self, caller: Principal, end_user: str | None, units: float) -> None:
+        """Spend ``units`` of work for ``end_user`` (a user key: its own user), or 429."""
+        user = caller.user_id if caller.role == "user" else end_user
+        bucket = f"{caller.key_id}\x00{(user or '')[:MAX_END_USER_CHARS]}"
+        wait = self.limiter.acquire(bucket, caller.rate_limit_per_s, units)
         if wait > 0:
-            raise ApiError(
-                429,
-                "rate_limited",
-                "too many requests for this API key; retry later",
-                headers={"Retry-After": retry_after_header(wait)},
-            )
-        return Principal(key_id, row["tenant_id"], row["role"], row["user_id"])
+            self.refused["user_rate"] += 1
+            raise _too_many("too many requests for this user of the API key; retry later", wait)
+        if self.key_limiter is not None:
+            wait = self.key_limiter.acquire(caller.key_id, None, units)
+            if wait > 0:
+                self.refused["key_rate"] += 1
+                raise _too_many("too many requests for this API key; retry later", wait)
+
+
+def key_store(
+    pool: AsyncConnectionPool, dsn: str, s: AuthSettings
+) -> tuple[KeyStore, NotifyListener]:
+    """The key store with its cache, kept honest by a started revocation listener."""
+    cache = KeyCache(s.cache_ttl_s, s.cache_max_keys, negative_ttl_s=s.negative_ttl_s)
+    listener = NotifyListener(
+        dsn,
+        KEYS_CHANNEL,
+        cache.drop,
+        on_connect=cache.clear,
+        ping_s=s.listener_ping_s,
+        stale_s=s.listener_stale_s,
+    )
+    cache.trusted = listener.healthy
+    listener.start()
+    return KeyStore(pool, cache), listener
+
+
+def authenticator(keys: KeyStore, s: AuthSettings) -> Authenticator:
+    """The replica's authenticator with its three kinds of buckets from the settings."""
+    bounded = {"max_keys": s.rate_limit_max_keys}
+    key_burst = s.key_rate_limit_burst or int(2 * s.key_rate_limit_per_s)
+    return Authenticator(
+        keys,
+        RateLimiter(s.rate_limit_per_s, s.rate_limit_burst, **bounded),
+        key_limiter=(
+            RateLimiter(s.key_rate_limit_per_s, key_burst, **bounded)
+            if s.key_rate_limit_per_s > 0
+            else None
+        ),
+        bad_keys=(
+            RateLimiter(s.bad_key_per_s, s.bad_key_burst, **bounded)
+            if s.bad_key_per_s > 0
+            else None
+        ),
+    )

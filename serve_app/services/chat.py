@@ -20,10 +20,13 @@ import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve_app.errors import ApiError
+from serve_app.services.chat_caps import allowed_models, check_caps, reported_usage
+from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.sessions import SessionService
-from serve_app.settings import LimitSettings, LLMSettings
+from serve_app.settings import ChatSettings, LimitSettings, LLMSettings
 from serve_app.store import Owner
+from serve_app.store.chat_usage import Usage
 
 log = logging.getLogger(__name__)
 DEFAULT_SESSION = "chat"
@@ -40,6 +43,7 @@ class ChatCall:
     query: str
     history: list[tuple[str, str]]
     stream: bool
+    key_id: str = ""  # the API key the use is counted against
 
 
 def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
@@ -74,11 +78,17 @@ class ChatService:
         limits: LimitSettings,
         context: ContextService,
         sessions: SessionService,
+        *,
+        caps: ChatSettings | None = None,
+        usage: ChatUsageMeter | None = None,
     ) -> None:
         self.llm = llm
         self.limits = limits
         self.context = context
         self.sessions = sessions
+        self.caps = caps or ChatSettings()
+        self.models = allowed_models(self.caps, llm.model)
+        self.usage = usage or ChatUsageMeter(None)
         self._http: httpx.AsyncClient | None = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -92,6 +102,7 @@ class ChatService:
     async def aclose(self) -> None:
         if self._background:
             await asyncio.wait(self._background, timeout=5.0)
+        await self.usage.aclose()
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -139,6 +150,12 @@ class ChatService:
             raise ApiError(
                 503, "unavailable", "no upstream LLM is configured (MEMSERVE_LLM_BASE_URL)"
             )
+        tenant = call.owner.tenant_id
+        try:
+            check_caps(call.payload, self.caps, self.models)
+        except ApiError:
+            self.usage.count(call.key_id, tenant, Usage(refused=1))
+            raise
         block, n_memories = await self._context_block(call)
         payload = dict(call.payload)
         payload["messages"] = inject(payload["messages"], block)
@@ -149,7 +166,8 @@ class ChatService:
             headers["Authorization"] = f"Bearer {u.api_key}"
         extra = {"X-Memserve-Context-Memories": str(n_memories)}
 
-        def record(answer: str) -> None:
+        def record(answer: str, tokens: tuple[int, int] = (0, 0)) -> None:
+            self.usage.count(call.key_id, tenant, Usage(1, 0, *tokens))
             self._record_later(call, answer)
 
         try:
@@ -159,9 +177,11 @@ class ChatService:
                     return upstream_error(r.status_code, r.content)
                 answer = r.json()
                 try:
-                    record(answer["choices"][0]["message"].get("content") or "")
+                    content = answer["choices"][0]["message"].get("content") or ""
                 except (KeyError, IndexError, TypeError, AttributeError):
                     log.warning("upstream answer without choices[0].message")
+                    content = ""
+                record(content, reported_usage(answer))
                 return JSONResponse(answer, headers=extra)
             request = self.http.build_request("POST", url, json=payload, headers=headers)
             upstream = await self.http.send(request, stream=True)
@@ -189,7 +209,10 @@ class ChatService:
         )
 
 
-async def _as_sse(answer: dict[str, Any], record: Callable[[str], None]) -> AsyncIterator[bytes]:
+Record = Callable[[str, tuple[int, int]], None]
+
+
+async def _as_sse(answer: dict[str, Any], record: Record) -> AsyncIterator[bytes]:
     """A complete chat.completion as chat.completion.chunk events."""
     try:
         content = answer["choices"][0]["message"].get("content") or ""
@@ -202,13 +225,14 @@ async def _as_sse(answer: dict[str, Any], record: Callable[[str], None]) -> Asyn
     for choice in (first, last):
         yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
     yield b"data: [DONE]\n\n"
-    record(content)
+    record(content, reported_usage(answer))
 
 
-async def _relay(upstream: httpx.Response, record: Callable[[str], None]) -> AsyncIterator[bytes]:
+async def _relay(upstream: httpx.Response, record: Record) -> AsyncIterator[bytes]:
     """Pass SSE lines through as they arrive, collecting the answer's text deltas."""
     parts: list[str] = []
     done = False
+    tokens = (0, 0)  # a final chunk may report usage (stream_options.include_usage)
     try:
         async for line in upstream.aiter_lines():
             yield (line + "\n").encode()
@@ -219,7 +243,9 @@ async def _relay(upstream: httpx.Response, record: Callable[[str], None]) -> Asy
                 done = True
                 continue
             try:
-                delta = json.loads(data)["choices"][0].get("delta") or {}
+                chunk = json.loads(data)
+                tokens = reported_usage(chunk) if chunk.get("usage") else tokens
+                delta = chunk["choices"][0].get("delta") or {}
                 parts.append(delta.get("content") or "")
             except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                 continue
@@ -227,5 +253,4 @@ async def _relay(upstream: httpx.Response, record: Callable[[str], None]) -> Asy
         log.warning("upstream stream broke off", exc_info=True)
     finally:
         await upstream.aclose()
-    if done or parts:
-        record("".join(parts))
+    record("".join(parts) if done or parts else "", tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -16,6 +17,7 @@ from serve_app.store.key_cache import KeyCache
 from serve_app.store.records import column_list
 
 KEY_PREFIX = "msk_"
+MAX_KEY_CHARS = 512  # generated keys have 47; configured ones are the operator's choice
 # What may be shown about a key: never key_hash (nor the key, which is not stored).
 KEY_INFO_COLUMNS: tuple[str, ...] = (
     "id",
@@ -60,12 +62,26 @@ class KeyStore:
         self.pool = pool
         self.cache = cache
 
-    async def lookup(self, key: str) -> dict[str, Any] | None:
-        """The active key's row, or None (unknown or revoked)."""
+    async def lookup(
+        self, key: str, before_db: Callable[[], None] | None = None
+    ) -> dict[str, Any] | None:
+        """The active key's row, or None (unknown or revoked).
+
+        ``before_db`` runs only when the answer is not cached, right before the
+        database is asked (the place for a limit that may raise instead).
+        """
+        if len(key) > MAX_KEY_CHARS:
+            return None  # no key is that long: not worth a lookup
         key_hash = hash_key(key)
-        if self.cache is not None and (row := self.cache.get(key_hash)) is not None:
-            return row
-        generation = self.cache.generation if self.cache is not None else 0
+        cache = self.cache
+        if cache is not None:
+            if (row := cache.get(key_hash)) is not None:
+                return row
+            if cache.is_unknown(key_hash):
+                return None
+        if before_db is not None and not (cache is not None and cache.known(key_hash)):
+            before_db()
+        generation = cache.generation if cache is not None else 0
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT id, tenant_id, role, user_id, rate_limit_per_s FROM api_keys"
@@ -73,8 +89,11 @@ class KeyStore:
                 {"key_hash": key_hash},
             )
             row = await cur.fetchone()
-        if row is not None and self.cache is not None:
-            self.cache.put(key_hash, row, generation)
+        if cache is not None:
+            if row is not None:
+                cache.put(key_hash, row, generation)
+            else:
+                cache.put_unknown(key_hash, generation)
         return row
 
     async def create(
@@ -140,6 +159,16 @@ def seed_key(
             _new_key(key, tenant_id, role, user_id, name),
         )
         return cur.rowcount > 0
+
+
+def ever_had_service_key(dsn: str, tenant_id: str) -> bool:
+    """Whether the tenant ever had a service key, revoked or deleted ones included."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM tenant_service_key_seen WHERE tenant_id = %(tenant_id)s",
+            {"tenant_id": tenant_id},
+        ).fetchone()
+        return row is not None
 
 
 def has_key(dsn: str, tenant_id: str, role: str) -> bool:

@@ -38,3 +38,8 @@ def test_keys_are_random_and_hashed():
     a, b = generate_key(), generate_key()
     assert a != b and len(a) > 40
     assert hash_key(a) != a and len(hash_key(a)) == 64
+
+
+def test_principal_carries_the_keys_own_rate():
+    p = Principal("k", "t", "service", None, 2.5)
+    assert p.rate_limit_per_s == 2.5 and SERVICE.rate_limit_per_s is None

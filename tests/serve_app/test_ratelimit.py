@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve_app.ratelimit import RateLimiter, retry_after_header
+from serve_app.ratelimit import RateLimiter, retry_after_header, work_units
 
 
 class Clock:
@@ -47,3 +47,23 @@ def test_lru_bound():
 def test_retry_after_is_whole_seconds_at_least_one():
     assert retry_after_header(0.01) == "1"
     assert retry_after_header(2.2) == "3"
+
+
+def test_cost_in_work_units_and_big_requests_pass_on_a_full_bucket():
+    clock = Clock()
+    rl = RateLimiter(rate_per_s=10.0, burst=20, clock=clock)
+    assert rl.acquire("k", cost=15) == 0.0
+    assert abs(rl.acquire("k", cost=10) - 0.5) < 1e-9  # 5 left, 10 asked: 0.5 s at 10/s
+    clock.t += 10
+    assert rl.acquire("k", cost=100) == 0.0  # costlier than the burst: passes when full
+    assert rl.acquire("k", cost=1) > 8  # ... and the debt is paid before anything else
+    assert rl.wait("other") == 0.0 and rl.wait("other") == 0.0  # wait() spends nothing
+
+
+def test_work_units_count_items_and_body_size():
+    assert work_units(None, 0) == 1
+    assert work_units({"user_id": "u", "query": "q"}, 100) < 1.2
+    batch = {"items": [{"content": "x" * 8000}] * 100}
+    assert 850 < work_units(batch, 800_000) < 900
+    assert work_units({"messages": []}, 0) == 1
+    assert work_units({"items": "not a list"}, 2048) == 3

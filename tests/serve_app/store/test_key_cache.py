@@ -65,6 +65,7 @@ async def keys(fresh_db):
 async def test_revocation_elsewhere_reaches_the_cache(keys):
     store, cache, listener, dsn = keys
     key, info = await store.create("t", "service", name="k")
+    await _until(lambda: listener.received >= 1)  # the INSERT's own notification
     assert (await store.lookup(key))["id"] == info["id"]
     assert (await store.lookup(key))["id"] == info["id"]
     assert cache.hits == 1
