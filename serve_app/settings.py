@@ -239,9 +239,26 @@ class AuthSettings(BaseSettings):
     # bench_vs_mem0 (8 clients) never reaches it, a flood of 100-item batches does.
     rate_limit_per_s: float = Field(2000.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_PER_S"))
     rate_limit_burst: int = Field(4000, validation_alias=_env("MEMSERVE_RATE_LIMIT_BURST"))
+    # Optional aggregate over all end users of one key (units/s); 0: off.
+    key_rate_limit_per_s: float = Field(
+        0.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_PER_S")
+    )
+    key_rate_limit_burst: int = Field(0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_BURST"))
     rate_limit_max_keys: int = Field(  # buckets kept per replica (LRU)
         100_000, validation_alias=_env("MEMSERVE_RATE_LIMIT_MAX_KEYS")
     )
+
+
+class ChatSettings(BaseSettings):
+    """Caps of the chat proxy: what a caller may spend of the operator's upstream key."""
+
+    model_config = _group("MEMSERVE_CHAT_")
+
+    # Comma-separated allow-list of `model` values; empty: only MEMSERVE_LLM_MODEL.
+    models: str = ""
+    max_n: int = 4
+    max_tokens: int = 4096  # max_tokens / max_completion_tokens
+    max_tools: int = 32
 
 
 class Settings(BaseSettings):
@@ -269,6 +286,7 @@ class Settings(BaseSettings):
     extract: ExtractSettings = Field(default_factory=ExtractSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    chat: ChatSettings = Field(default_factory=ChatSettings)
 
     @property
     def models_dir(self) -> Path:
@@ -282,25 +300,7 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
-    # Optional aggregate over all end users of one key (units/s); 0: off.
-    key_rate_limit_per_s: float = Field(
-        0.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_PER_S")
-    )
-    key_rate_limit_burst: int = Field(0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_BURST"))
-class ChatSettings(BaseSettings):
-    """Caps of the chat proxy: what a caller may spend of the operator's upstream key."""
-
-    model_config = _group("MEMSERVE_CHAT_")
-
-    # Comma-separated allow-list of `model` values; empty: only MEMSERVE_LLM_MODEL.
-    models: str = ""
-    max_n: int = 4
-    max_tokens: int = 4096  # max_tokens / max_completion_tokens
-    max_tools: int = 32
-
-
-    chat: ChatSettings = Field(default_factory=ChatSettings)
     from serve_app.secret_env import load_secrets_file
 
     load_secrets_file()  # this node's secrets (never shipped in Ray's runtime env)
+    return Settings()
