@@ -1,0 +1,93 @@
+"""Access tracking: what search and context return is counted in memory and written
+in batches, off the request path.
+
+A search only adds ids to a dict (no I/O, no await); a background task writes one
+``UPDATE ... FROM unnest`` per flush interval. The write bumps no owner version, so
+it never invalidates a retriever cache (cached rows keep the access fields they were
+loaded with until the owner's next write; ``GET`` shows the current values).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from psycopg_pool import AsyncConnectionPool
+
+log = logging.getLogger(__name__)
+
+_FLUSH_SQL = (
+    "UPDATE memory_items m SET access_count = m.access_count + u.n,"
+    " last_accessed_at = greatest(m.last_accessed_at, u.at)"
+    " FROM unnest(%(tenants)s::text[], %(ids)s::uuid[], %(counts)s::int[],"
+    " %(ats)s::timestamptz[]) AS u(tenant_id, id, n, at)"
+    " WHERE m.id = u.id AND m.tenant_id = u.tenant_id"
+)
+
+
+class AccessTracker:
+    def __init__(self, pool: AsyncConnectionPool, *, flush_s: float, max_pending: int) -> None:
+        self.pool = pool
+        self.flush_s = flush_s
+        self.max_pending = max_pending
+        self._pending: dict[tuple[str, uuid.UUID], tuple[int, datetime]] = {}
+        self._task: asyncio.Task | None = None
+        self.dropped = 0
+        self.written = 0
+
+    def note(self, tenant_id: str, ids: Iterable[uuid.UUID]) -> None:
+        """Count one access of each id (cheap: called on the search path)."""
+        now = datetime.now(UTC)
+        pending = self._pending
+        for i in ids:
+            key = (tenant_id, i)
+            seen = pending.get(key)
+            if seen is not None:
+                pending[key] = (seen[0] + 1, now)
+            elif len(pending) < self.max_pending:
+                pending[key] = (1, now)
+            else:
+                self.dropped += 1
+
+    async def flush(self) -> int:
+        """Write what was counted since the last flush; returns the memories written."""
+        if not self._pending:
+            return 0
+        batch, self._pending = self._pending, {}
+        keys = sorted(batch, key=lambda k: (k[0], str(k[1])))  # one lock order for all writers
+        params = {
+            "tenants": [k[0] for k in keys],
+            "ids": [k[1] for k in keys],
+            "counts": [batch[k][0] for k in keys],
+            "ats": [batch[k][1] for k in keys],
+        }
+        async with self.pool.connection() as conn:
+            await conn.execute(_FLUSH_SQL, params)
+        self.written += len(keys)
+        return len(keys)
+
+    def start(self) -> AccessTracker:
+        if self._task is None and self.flush_s > 0:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_s)
+            try:
+                await self.flush()
+            except Exception:  # a lost batch of counters must not stop tracking
+                log.warning("writing access counts failed", exc_info=True)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(Exception):
+            await self.flush()

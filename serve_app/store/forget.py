@@ -1,0 +1,195 @@
+"""Forget (erasure) and expiry purge, in bounded chunks.
+
+Every chunk is one statement well under the statement timeout, so a user with
+hundreds of thousands of memories is forgotten in a loop of short statements
+instead of one that can never finish. A memory chunk deletes the items, their
+vectors (the active model's table explicitly, other models' by cascade), their
+history rows, and bumps the owners' versions with a NOTIFY (caches on every
+retriever replica stop using the owner's entry at once and drop it on the NOTIFY).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
+
+from serve_app.store import erasure
+from serve_app.store.vectors import table_name
+from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
+
+KINDS = ("memories", "vectors", "history", "facts", "turns", "sessions")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What to forget: a user (optionally one agent or session of theirs), or a tenant."""
+
+    tenant_id: str
+    user_id: str | None  # None: the whole tenant
+    agent_id: str | None = None
+    session_id: str | None = None
+
+    def where(self, columns: tuple[str, ...]) -> tuple[sql.Composable, dict[str, Any]]:
+        """Predicate over the named columns this scope constrains (those a table has)."""
+        parts: list[sql.Composable] = [sql.SQL("tenant_id = %(tenant_id)s")]
+        params: dict[str, Any] = {"tenant_id": self.tenant_id}
+        for col, value in (
+            ("user_id", self.user_id),
+            ("agent_id", self.agent_id),
+            ("session_id", self.session_id),
+        ):
+            if value is not None and col in columns:
+                parts.append(sql.SQL("{} = {}").format(sql.Identifier(col), sql.Placeholder(col)))
+                params[col] = value
+        return sql.SQL(" AND ").join(parts), params
+
+
+def _memory_chunk(vectors: sql.Identifier, where: sql.Composable) -> sql.Composed:
+    return sql.SQL(
+        "WITH batch AS (SELECT id FROM memory_items WHERE {where} LIMIT %(batch)s),"
+        " vecs AS (DELETE FROM {v} v USING batch b WHERE v.item_id = b.id RETURNING 1),"
+        " gone AS (DELETE FROM memory_items i USING batch b WHERE i.id = b.id"
+        " RETURNING i.id, i.owner),"
+        " hist AS (DELETE FROM memory_history h USING gone g"
+        " WHERE h.tenant_id = %(tenant_id)s AND h.memory_id = g.id RETURNING 1),"
+        " {bump}"
+        " SELECT (SELECT count(*) FROM gone) AS memories, (SELECT count(*) FROM vecs) AS vectors,"
+        " (SELECT count(*) FROM hist) AS history, {notified} AS notified"
+    ).format(
+        where=where,
+        v=vectors,
+        bump=bump_ctes(sql.SQL("SELECT owner FROM gone")),
+        notified=NOTIFIED,
+    )
+
+
+def _rows_chunk(table: str, key: str, where: sql.Composable) -> sql.Composed:
+    """Delete up to ``%(batch)s`` rows of ``table`` matching ``where`` (by its key column)."""
+    t, k = sql.Identifier(table), sql.Identifier(key)
+    return sql.SQL(
+        "WITH gone AS (DELETE FROM {t} WHERE {k} IN (SELECT {k} FROM {t} WHERE {w}"
+        " LIMIT %(batch)s) RETURNING 1) SELECT count(*) AS n FROM gone"
+    ).format(t=t, k=k, w=where)
+
+
+class ForgetStore:
+    """Chunked deletes of everything the service keeps about a user, session or tenant."""
+
+    def __init__(self, pool: AsyncConnectionPool, model_slug: str, *, batch: int = 2000) -> None:
+        self.pool = pool
+        self.vectors = sql.Identifier(table_name(model_slug))
+        self.batch = batch
+
+    async def forget(self, scope: Scope) -> dict[str, int]:
+        """Delete the scope's data; counts per kind (see ``KINDS``)."""
+        counts = dict.fromkeys(KINDS, 0)
+        async with self.pool.connection() as conn:
+            erasure_id = await erasure.start(
+                conn, scope.tenant_id, scope.user_id, scope.agent_id, scope.session_id
+            )
+            # The queue first: nothing of the scope is picked up for extraction meanwhile.
+            where, params = scope.where(("user_id", "agent_id", "session_id"))
+            counts["turns"] = await self._rows(conn, "session_turns", "id", where, params)
+            counts["sessions"] = await self._sessions(conn, scope)
+            await self._memories(conn, scope, counts)
+            counts["history"] += await self._history(conn, scope)
+            counts["facts"] = await self._facts(conn, scope)
+            await self._bump_scope(conn, scope)
+            await erasure.finish(conn, erasure_id)
+        return counts
+
+    async def _memories(self, conn: AsyncConnection, scope: Scope, counts: dict[str, int]) -> None:
+        where, params = scope.where(("user_id", "agent_id", "session_id"))
+        query = _memory_chunk(self.vectors, where)
+        params.update(batch=self.batch, channel=CHANGES_CHANNEL)
+        while True:
+            cur = await conn.execute(query, params)
+            row = await cur.fetchone()
+            for kind in ("memories", "vectors", "history"):
+                counts[kind] += row[kind]
+            if row["memories"] < self.batch:
+                return
+
+    async def _rows(
+        self,
+        conn: AsyncConnection,
+        table: str,
+        key: str,
+        where: sql.Composable,
+        params: dict[str, Any],
+    ) -> int:
+        query, total = _rows_chunk(table, key, where), 0
+        while True:
+            cur = await conn.execute(query, {**params, "batch": self.batch})
+            n = (await cur.fetchone())["n"]
+            total += n
+            if n < self.batch:
+                return total
+
+    async def _sessions(self, conn: AsyncConnection, scope: Scope) -> int:
+        where, params = scope.where(("user_id", "agent_id", "session_id"))
+        cur = await conn.execute(
+            sql.SQL("DELETE FROM session_state WHERE {}").format(where), params
+        )
+        return cur.rowcount
+
+    async def _history(self, conn: AsyncConnection, scope: Scope) -> int:
+        """Events left by memories deleted earlier (whole user or tenant only)."""
+        if scope.agent_id is not None or scope.session_id is not None:
+            return 0
+        where, params = scope.where(("user_id",))
+        return await self._rows(conn, "memory_history", "id", where, params)
+
+    async def _facts(self, conn: AsyncConnection, scope: Scope) -> int:
+        """A user's facts; a session forget drops the facts learnt in that session."""
+        if scope.agent_id is not None:
+            return 0  # facts belong to the user, not to an agent
+        where, params = scope.where(("user_id", "session_id"))
+        return await self._rows(conn, "facts", "id", where, params)
+
+    async def _bump_scope(self, conn: AsyncConnection, scope: Scope) -> None:
+        """Bump (and NOTIFY) the scope's owners even if no memory was left to delete."""
+        if scope.user_id is not None:
+            owners = sql.SQL("SELECT %(owner)s::text AS owner")
+        else:
+            owners = sql.SQL(
+                "SELECT owner FROM memory_owner_versions WHERE tenant_id = %(tenant_id)s"
+            )
+        await conn.execute(
+            sql.SQL("WITH {} SELECT {}").format(bump_ctes(owners), NOTIFIED),
+            {"tenant_id": scope.tenant_id, "owner": scope.user_id, "channel": CHANGES_CHANNEL},
+        )
+
+    # ---------- expiry ----------
+
+    async def purge_expired(self, *, batch: int, max_batches: int) -> int:
+        """Delete up to ``batch * max_batches`` expired memories (vectors, history, bumps)."""
+        where = sql.SQL("expires_at <= now()")
+        total = 0
+        async with self.pool.connection() as conn:
+            for _ in range(max_batches):
+                n = await self._purge_chunk(conn, where, batch)
+                total += n
+                if n < batch:
+                    break
+        return total
+
+    async def _purge_chunk(self, conn: AsyncConnection, where: sql.Composable, batch: int) -> int:
+        """One chunk of expired rows, grouped per tenant (history and bumps are per tenant)."""
+        cur = await conn.execute(
+            sql.SQL("SELECT DISTINCT tenant_id FROM (SELECT tenant_id FROM memory_items"
+                    " WHERE {} ORDER BY expires_at LIMIT %(batch)s) s").format(where),
+            {"batch": batch},
+        )  # fmt: skip
+        total = 0
+        for row in await cur.fetchall():
+            tenant_where = sql.SQL("{} AND tenant_id = %(tenant_id)s").format(where)
+            cur = await conn.execute(
+                _memory_chunk(self.vectors, tenant_where),
+                {"tenant_id": row["tenant_id"], "batch": batch, "channel": CHANGES_CHANNEL},
+            )
+            total += (await cur.fetchone())["memories"]
+        return total

@@ -1,0 +1,79 @@
+"""Memory quotas per user and per tenant, checked inside the insert statement itself.
+
+``memory_counts`` (kept by statement triggers, migration 0008) holds one row per
+(tenant, owner) and one per tenant (owner ``''``), so the check is two indexed
+reads in the same statement as the insert: over quota, the statement inserts
+nothing. Concurrent writers of one user may overshoot by their in-flight batches
+(the counters are read, not locked, so writers never queue behind each other).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+
+from serve_app.store.records import NewMemory, Owner
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Maximum memories; 0 or None: unlimited."""
+
+    per_user: int | None = None
+    per_tenant: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.per_user) or bool(self.per_tenant)
+
+
+class QuotaExceeded(Exception):
+    def __init__(self, kind: str, limit: int, used: int) -> None:
+        super().__init__(f"the {kind} memory quota ({limit}) is reached ({used} stored)")
+        self.kind, self.limit, self.used = kind, limit, used
+
+
+_COUNT = (
+    "coalesce((SELECT n FROM memory_counts WHERE tenant_id = %(tenant_id)s AND owner = {o}), 0)"
+)
+GATE = sql.SQL(
+    "(%(quota_user)s::bigint IS NULL OR %(quota_user_n)s = 0 OR "
+    + _COUNT.format(o="%(quota_owner)s")
+    + " + %(quota_user_n)s <= %(quota_user)s)"
+    " AND (%(quota_tenant)s::bigint IS NULL OR " + _COUNT.format(o="''")
+    + " + %(quota_all_n)s <= %(quota_tenant)s)"
+)  # fmt: skip
+
+
+def params(quota: Quota, owner: Owner, items: Sequence[NewMemory]) -> dict[str, Any]:
+    """Parameters of ``GATE`` for adding ``items`` for ``owner``."""
+    mine = sum(1 for i in items if i.scope in ("user", "session") and owner.user_id is not None)
+    return {
+        "quota_user": quota.per_user or None,
+        "quota_owner": owner.user_id or "",
+        "quota_user_n": mine,
+        "quota_tenant": quota.per_tenant or None,
+        "quota_all_n": len(items),
+    }
+
+
+async def exceeded(
+    conn: AsyncConnection, quota: Quota, owner: Owner, items: Sequence[NewMemory]
+) -> QuotaExceeded | None:
+    """Which quota an add of ``items`` would break (after the gate refused it)."""
+    p = params(quota, owner, items)
+    cur = await conn.execute(
+        "SELECT owner, n FROM memory_counts WHERE tenant_id = %(t)s AND owner = ANY(%(o)s)",
+        {"t": owner.tenant_id, "o": [p["quota_owner"], ""]},
+    )
+    used = {r["owner"]: r["n"] for r in await cur.fetchall()}
+    if quota.per_user and p["quota_user_n"]:
+        n = used.get(p["quota_owner"], 0)
+        if n + p["quota_user_n"] > quota.per_user:
+            return QuotaExceeded("user", quota.per_user, n)
+    if quota.per_tenant and used.get("", 0) + len(items) > quota.per_tenant:
+        return QuotaExceeded("tenant", quota.per_tenant, used.get("", 0))
+    return None

@@ -1,0 +1,170 @@
+"""Forget, expiry purge, erasure guard and quotas against a real PostgreSQL (no Ray)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from serve_app.settings import Settings
+from serve_app.store import MemoryStore, NewMemory, Owner, erasure  # noqa: F401
+from serve_app.store.facts import FactStore
+from serve_app.store.forget import ForgetStore, Scope
+from serve_app.store.memory_index import MemoryIndex
+from serve_app.store.quota import Quota, QuotaExceeded
+from serve_app.store.turns import SessionKey, TurnStore
+from serve_app.store.vectors import ensure_table
+
+DIM = 8
+VERSION = "SELECT version FROM memory_owner_versions WHERE owner = 'alice'"
+A = Owner("t1", "alice")
+B = Owner("t1", "bob")
+
+
+def vecs(n: int, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture
+async def db(fresh_db, pool):
+    ensure_table(fresh_db, "test", DIM)
+    return pool
+
+
+async def add(store: MemoryStore, owner: Owner, *contents: str, **kw) -> list[dict]:
+    items = [NewMemory(content=c, **kw) for c in contents]
+    return await store.add(owner, items, vecs(len(items), seed=len(contents)))
+
+
+async def scalar(pool, query: str, **params) -> int:
+    async with pool.connection() as conn:
+        cur = await conn.execute(query, params)
+        return next(iter((await cur.fetchone()).values()))
+
+
+async def test_forget_user_removes_every_kind_and_counts_it(db):
+    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test", batch=3)
+    rows = await add(store, A, *(f"alice fact {i}" for i in range(7)))
+    await store.update(A, rows[0]["id"], {"content": "changed"}, None)
+    await store.delete(A, rows[1]["id"])  # history left behind by an earlier delete
+    await add(store, B, "bob keeps this")
+    facts, turns = FactStore(db), TurnStore(db)
+    await facts.upsert(A, "diet", "kind", "vegan", 0.9)
+    await facts.upsert(A, "diet", "kind", "vegetarian", 0.95)  # two versions
+    await facts.upsert(B, "diet", "kind", "omnivore", 0.9)
+    key = SessionKey("t1", "alice", "s1")
+    await turns.append(key, [("user", "hi"), ("assistant", "hello")], agent_id=None, ttl_hours=1)
+    await turns.end(key)
+
+    before = await scalar(db, VERSION)
+    counts = await forget.forget(Scope("t1", "alice"))
+
+    assert counts["memories"] == 6 and counts["vectors"] == 6
+    assert counts["facts"] == 2 and counts["turns"] == 2 and counts["sessions"] == 1
+    assert counts["history"] == 7 + 1 + 1  # 7 ADD, 1 UPDATE, the earlier DELETE
+    for table in ("memory_items", "memory_history", "facts", "session_turns", "session_state"):
+        assert await scalar(db, f"SELECT count(*) FROM {table} WHERE user_id = 'alice'") == 0
+    assert await scalar(db, "SELECT count(*) FROM memory_vectors_test") == 1  # bob's
+    assert await scalar(db, "SELECT count(*) FROM facts WHERE user_id = 'bob'") == 1
+    assert await scalar(db, "SELECT finished_at IS NOT NULL FROM memory_erasures") is True
+    # the owner's version moved on: every cache entry loaded before is stale
+    assert await scalar(db, VERSION) > before
+
+
+async def test_forget_session_and_agent_narrow_the_scope(db):
+    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test")
+    await add(store, A, "in s1", session_id="s1", scope="session")
+    await add(store, A, "of agent a1", agent_id="a1")
+    await add(store, A, "plain")
+    await FactStore(db).upsert(A, "city", "home", "Oslo", 0.9, session_id="s1")
+    await FactStore(db).upsert(A, "pet", "name", "Rex", 0.9, session_id="s2")
+    s1 = await forget.forget(Scope("t1", "alice", session_id="s1"))
+    assert (s1["memories"], s1["facts"]) == (1, 1)
+    a1 = await forget.forget(Scope("t1", "alice", agent_id="a1"))
+    assert (a1["memories"], a1["facts"]) == (1, 0)
+    rows, _ = await store.list(A, limit=10)
+    assert [r["content"] for r in rows] == ["plain"]
+
+
+async def test_erase_tenant_leaves_other_tenants(db):
+    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test")
+    await add(store, A, "a")
+    await add(store, Owner("t1", None), "shared", scope="org")
+    await add(store, Owner("t2", "alice"), "other tenant")
+    counts = await forget.forget(Scope("t1", None))
+    assert counts["memories"] == 2
+    assert await scalar(db, "SELECT count(*) FROM memory_items") == 1
+    assert (
+        await scalar(db, "SELECT n FROM memory_counts WHERE tenant_id = 't1' AND owner = ''") == 0
+    )
+
+
+async def test_extraction_in_flight_writes_nothing_after_a_forget(db):
+    store, facts, turns = MemoryStore(db, "test"), FactStore(db), TurnStore(db)
+    key = SessionKey("t1", "alice", "s1")
+    await turns.append(key, [("user", "I am vegan")], agent_id=None, ttl_hours=1)
+    rows = await turns.claim_pending(key, 10, 60)  # extraction work begins
+    assert rows and erasure.current() is not None
+    await ForgetStore(db, "test").forget(Scope("t1", "alice"))  # forget while the LLM thinks
+    assert await add(store, A, "extracted: vegan") == []
+    assert await facts.upsert(A, "diet", "kind", "vegan", 0.9) == "erased"
+    assert await scalar(db, "SELECT count(*) FROM memory_items") == 0
+    assert await scalar(db, "SELECT count(*) FROM facts") == 0
+    # work that begins after the forget writes again; API writes are never guarded
+    await turns.append(key, [("user", "I like tea")], agent_id=None, ttl_hours=1)
+    await turns.claim_pending(key, 10, 60)
+    assert len(await add(store, A, "likes tea")) == 1
+    erasure.end_work()
+    assert len(await add(store, A, "api write")) == 1
+
+
+async def test_expired_memories_are_invisible_and_purged_in_batches(db):
+    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test")
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    gone = await add(store, A, *(f"old {i}" for i in range(5)), expires_at=past)
+    kept = await add(store, A, "kept", expires_at=datetime.now(UTC) + timedelta(hours=1))
+    assert await store.get(A, gone[0]["id"]) is None
+    assert await store.update(A, gone[0]["id"], {"importance": 0.9}, None) is None
+    index = MemoryIndex(db, "test")
+    assert await index.by_hash(A, "old 0") is None  # dedup never picks an expired row
+    near = await index.nearest(A, vecs(5, seed=5)[0], k=10)
+    assert {m.id for m in near} == {kept[0]["id"]}
+    assert await forget.purge_expired(batch=2, max_batches=2) == 4  # bounded
+    assert await forget.purge_expired(batch=2, max_batches=2) == 1
+    assert await scalar(db, "SELECT count(*) FROM memory_items") == 1
+    assert await scalar(db, "SELECT count(*) FROM memory_history WHERE memory_id = %(i)s",
+                        i=gone[0]["id"]) == 0  # fmt: skip
+
+
+async def test_quota_per_user_and_tenant_writes_nothing_over_it(db):
+    store = MemoryStore(db, "test", Quota(per_user=3, per_tenant=5))
+    await add(store, A, "1", "2")
+    with pytest.raises(QuotaExceeded) as exc:
+        await add(store, A, "3", "4")
+    assert exc.value.kind == "user" and exc.value.used == 2
+    await add(store, A, "3")
+    await add(store, B, "b1", "b2")
+    with pytest.raises(QuotaExceeded) as exc:
+        await add(store, B, "b3")
+    assert exc.value.kind == "tenant"
+    assert await scalar(db, "SELECT count(*) FROM memory_items") == 5
+    await ForgetStore(db, "test").forget(Scope("t1", "bob"))
+    assert len(await add(store, B, "b3")) == 1  # counts follow deletes
+
+
+async def test_explicit_fact_wins_over_extraction(db):
+    facts = FactStore(db)
+    await facts.upsert(A, "home", "city", "Oslo", 0.99)
+    assert await facts.upsert(A, "home", "city", "Bergen", 0.2, source="user") == "replaced"
+    assert await facts.upsert(A, "home", "city", "Paris", 1.0) == "ignored"
+    assert (await facts.get(A, "home", "city"))["value"] == "Bergen"
+    assert len(await facts.list(A, include_inactive=True)) == 2  # the history stays
+    assert await facts.delete(A, "home", "city") == 2
+    assert await facts.list(A, include_inactive=True) == []
+
+
+def test_settings_groups():
+    s = Settings()
+    assert s.lifecycle.forget_batch > 0 and s.quota.max_memories_per_user == 0
