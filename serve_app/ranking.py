@@ -53,7 +53,36 @@ def rank(
         if threshold is not None and (sim is None or sim < threshold):
             continue
         rel = c.get("relevance", sim)
-        c["score"] = score(rel or 0.0, c["importance"], c["updated_at"], w, now)
+        when = c["updated_at"]
+        if w.recency_from == "accessed" and c.get("last_accessed_at") is not None:
+            when = max(when, c["last_accessed_at"])
+        c["score"] = score(rel or 0.0, c["importance"], when, w, now)
         kept.append(c)
     kept.sort(key=lambda c: (-c["score"], str(c["id"])))
     return kept[:top_k]
+
+
+def cap_per_group(
+    ranked: list[dict], groups: list[object | None], cap: int, top_k: int
+) -> list[dict]:
+    """The first ``top_k`` of ``ranked`` with at most ``cap`` per group before the rest.
+
+    Multi-hop answers sit in several sessions; without a cap one session's many
+    near-duplicates fill the list. Memories past their group's cap are not dropped,
+    only moved after the others (in their order), so the list still fills ``top_k``.
+    A None group is never capped.
+    """
+    if cap <= 0:
+        return ranked[:top_k]
+    taken: dict[object, int] = {}
+    head, tail = [], []
+    for c, g in zip(ranked, groups, strict=True):
+        if g is not None and taken.get(g, 0) >= cap:
+            tail.append(c)
+            continue
+        if g is not None:
+            taken[g] = taken.get(g, 0) + 1
+        head.append(c)
+        if len(head) == top_k:
+            break
+    return (head + tail)[:top_k]

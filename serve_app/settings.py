@@ -153,6 +153,15 @@ class RetrievalSettings(BaseSettings):
     rrf_w_lexical: float = 1.0
     bm25_k1: float = 1.2
     bm25_b: float = 0.3  # short memories: weak length normalisation (measured on LoCoMo)
+    # Signals added to the z-score fusion on cached owners (serve_app/retrieval/signals.py;
+    # LoCoMo dev per conversation in loadtests/results/eval_signals*.json):
+    entity_weight: float = 0.0  # x idf of the query's proper nouns a memory names (dev: no gain)
+    time_weight: float = 1.0  # x time fit ("when", a named period, "recently")
+    expand_seeds: int = 3  # the best hits whose rare entities and session lend a bonus
+    expand_entity_weight: float = 0.0  # x idf of a seed's rare entities (dev: no gain)
+    expand_session_weight: float = 0.3  # flat bonus for a seed's session
+    session_cap: int = 0  # at most this many results per session before others (0: off)
+    mmr_penalty: float = 0.0  # x max cosine to better hits (maximal marginal relevance)
 
 
 class RankSettings(BaseSettings):

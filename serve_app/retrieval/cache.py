@@ -20,6 +20,7 @@ import numpy as np
 from serve_app.retrieval.lexical import BM25
 from serve_app.retrieval.neighbours import sequential_coherence
 from serve_app.retrieval.rowsize import row_nbytes
+from serve_app.retrieval.signals import MemorySignals
 from serve_app.settings import Settings
 
 Key = tuple[str, str]  # (tenant_id, owner)
@@ -51,6 +52,8 @@ class OwnerIndex:
     # Current memory_items rows by id (as of ``version``): an unfiltered search on a
     # fresh entry answers without reading them again. Empty: not kept.
     rows: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    # entities, referenced time and session of each row (built from ``rows`` on load)
+    signals: MemorySignals | None = None
     # sequential_coherence of the vectors in row order, computed on first use
     coherence_: float | None = field(default=None, repr=False, compare=False)
 
@@ -94,6 +97,7 @@ class OwnerIndex:
             row_of={i: r for r, i in enumerate(ids)},
             kind=kind,
             rows={r["id"]: r for r in rows or ()},
+            signals=MemorySignals.build(rows) if rows and len(rows) == len(ids) else None,
         )
 
     def __len__(self) -> int:
@@ -103,7 +107,8 @@ class OwnerIndex:
         n, d = len(self.ids), self.index.d
         graph = n * self.index.hnsw.nb_neighbors(0) * 4 * 1.2 if self.kind == "hnsw" else 0
         rows = sum(map(row_nbytes, self.rows.values()))  # content, tags, metadata, ...
-        return int(n * d * 4 + graph + n * 90 + self.bm25.nbytes() + rows)
+        signals = self.signals.nbytes() if self.signals is not None else 0
+        return int(n * d * 4 + graph + n * 90 + self.bm25.nbytes() + rows + signals)
 
     def dense(
         self, query: np.ndarray, k: int, allowed: np.ndarray | None = None

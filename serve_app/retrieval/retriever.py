@@ -33,12 +33,14 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.metrics import RetrieverMetrics
-from serve_app.ranking import rank
+from serve_app.ranking import cap_per_group, rank
 from serve_app.retrieval.cache import HotCache, Key, OwnerIndex, index_params
 from serve_app.retrieval.fusion import rrf
 from serve_app.retrieval.neighbours import neighbour_boost, neighbour_weight
 from serve_app.retrieval.pgvector_search import PgVectorSearch, Probe
 from serve_app.retrieval.query import SearchQuery
+from serve_app.retrieval.signals import Segment, direct_scores, expand, mmr, session_key
+from serve_app.retrieval.temporal import time_intent
 from serve_app.settings import Settings
 
 _BUILD_IN_THREAD = 5_000  # vectors; bigger owners are indexed off the event loop
@@ -82,7 +84,9 @@ class Retriever:
             want_terms=want_lex,
             allowed_cap=self.c.filter_max_ids if self.cache.enabled else 0,
         )
-        entries = await self._entries(q, probe) if self.cache.enabled else None
+        # The cache holds active memories only: archived ones are searched in PostgreSQL.
+        hot = self.cache.enabled and not q.include_archived
+        entries = await self._entries(q, probe) if hot else None
         if entries is not None:
             self.metrics.lookup("hot")
             return await self._hot(q, qv, probe, entries, want_dense, want_lex)
@@ -172,8 +176,11 @@ class Retriever:
         owner's creation order (the cache's row order, as loaded), in proportion to
         how coherent that order is, see :mod:`serve_app.retrieval.neighbours`.
         """
+        rs = self.r
         ids: list[Any] = []
-        dense, lex, positions, weights = [], [], [], []
+        dense, lex, positions, weights, direct = [], [], [], [], []
+        segments: list[Segment] = []
+        intent = time_intent(q.text)
         offset = 0  # owners' positions apart by a gap: no neighbours across owners
         for e in entries:
             x = e.all_vectors()
@@ -188,6 +195,9 @@ class Retriever:
             else:
                 ids.extend(e.ids)
                 rows = np.arange(len(e))
+            names = e.signals.entities.query_names(q.text) if e.signals is not None else []
+            segments.append(Segment(e.signals, rows, len(ids) - len(rows), tuple(names)))
+            direct.append(direct_scores(segments[-1], intent, rs.entity_weight, rs.time_weight))
             dense.append(d)
             lex.append(lx)
             positions.append(rows + offset)
@@ -205,16 +215,32 @@ class Retriever:
             return (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
 
         a = self.r.fusion_alpha
-        s = a * z(d) + (1 - a) * z(lx)
+        s = a * z(d) + (1 - a) * z(lx) + np.concatenate(direct)
         s = neighbour_boost(s, np.concatenate(weights), np.concatenate(positions))
+        s = expand(s, segments, rs.expand_seeds, rs.expand_entity_weight, rs.expand_session_weight)
         n = min(self.candidate_count(q), len(ids))
         top = np.argpartition(-s, n - 1)[:n]
         top = top[np.argsort(-s[top], kind="stable")]
         lo, hi = float(s[top[-1]]), float(s[top[0]])
         span = hi - lo if hi > lo else 1.0
+        if rs.mmr_penalty > 0:
+            top = mmr(
+                top, (s[top] - lo) / span, self._vectors(top, segments, entries), rs.mmr_penalty
+            )
+            s = s.copy()
+            s[top] = hi - span * np.arange(len(top)) / max(len(top) - 1, 1)  # the MMR order
         sims = {ids[i]: float(d[i]) for i in top}
         relevance = {ids[i]: (float(s[i]) - lo) / span for i in top}
         return sims, {}, relevance
+
+    @staticmethod
+    def _vectors(top: np.ndarray, segments: list[Segment], entries: list[OwnerIndex]) -> np.ndarray:
+        """Unit vectors of fused positions ``top`` (segments and entries are aligned)."""
+        out = []
+        for g in top:
+            j = next(k for k, x in enumerate(segments) if x.start <= g < x.start + len(x.rows))
+            out.append(entries[j].all_vectors()[int(segments[j].rows[g - segments[j].start])])
+        return np.asarray(out, dtype=np.float32)
 
     async def _cold(
         self,
@@ -275,7 +301,10 @@ class Retriever:
             row["similarity"] = sims.get(i)
             row["relevance"] = relevance[i]
             out.append(row)
-        ranked = rank(out, self.weights, top_k=q.top_k, threshold=q.threshold)
+        cap = self.r.session_cap
+        ranked = rank(out, self.weights, top_k=len(out) if cap else q.top_k, threshold=q.threshold)
+        if cap:
+            ranked = cap_per_group(ranked, [session_key(r) for r in ranked], cap, q.top_k)
         for r in ranked:
             r.pop("relevance", None)
         return ranked

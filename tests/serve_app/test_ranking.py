@@ -42,3 +42,13 @@ def test_similarity_dominates_with_default_weights():
 def test_top_k_limits():
     out = rank([cand(i, 0.5) for i in range(10)], RankSettings(), top_k=3, threshold=None, now=NOW)
     assert len(out) == 3
+
+
+def test_cap_per_group_moves_a_groups_excess_behind_the_others():
+    from serve_app.ranking import cap_per_group
+
+    ranked = [{"id": i} for i in range(5)]
+    groups = ["a", "a", "a", "b", None]
+    got = [c["id"] for c in cap_per_group(ranked, groups, 2, 4)]
+    assert got == [0, 1, 3, 4]
+    assert [c["id"] for c in cap_per_group(ranked, groups, 0, 3)] == [0, 1, 2]

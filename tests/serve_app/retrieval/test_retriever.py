@@ -217,3 +217,23 @@ async def test_cache_rows_follow_write_sequence(env):
     entry = r.cache._entries[("t1", "alice")]
     assert entry.ids == [m["id"] for m in rows[1:]] + [rows[0]["id"]]
     assert entry.rows[rows[5]["id"]]["content"] == "edited sixth note"
+
+
+async def test_a_when_question_prefers_the_memory_that_states_a_time(env):
+    pool, store = env
+    v = rand(1, 5)[0]
+    meta = {"session_date": "2023-05-08T13:56:00"}
+    rows = await add(
+        store,
+        A,
+        ["we baked apple pie yesterday", "we baked apple pie together"],
+        [v, v],
+        metadata=meta,
+    )
+    plain = core(pool, retrieval={"time_weight": 0.0})
+    timed = core(pool, retrieval={"time_weight": 1.0})
+    question = q("When did we bake apple pie?", top_k=2)
+    got = [m["id"] for m in await timed.search(question, v)]
+    assert got == [rows[0]["id"], rows[1]["id"]]
+    other = [m["id"] for m in await timed.search(q("Did we bake apple pie?", top_k=2), v)]
+    assert other == [m["id"] for m in await plain.search(q("Did we bake apple pie?", top_k=2), v)]
