@@ -104,7 +104,7 @@ async def test_add_search_context_list_delete_round_trip(transport):
         }
         listed = await call(s, "list_memories", user_id="bo")
         assert [m["content"] for m in listed["memories"]] == ["My sister is called Ines"]
-        assert await call(s, "forget", user_id="bo") == {"deleted": 1}
+        assert (await call(s, "forget", user_id="bo"))["deleted"] == 1
         assert (await call(s, "list_memories", user_id="bo"))["memories"] == []
 
 
