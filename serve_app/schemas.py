@@ -134,6 +134,7 @@ class MemoryPatch(StrictModel):
     metadata: dict[str, Any] | None = None
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     type: MemoryType | None = None
+    version: int | None = Field(default=None, ge=1)  # apply only to this row version (409)
 
     _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)
@@ -183,6 +184,7 @@ class Memory(BaseModel):
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None = None
+    version: int = 1  # row version; send it back as If-Match (or "version") on PATCH
 
 
 class ScoredMemory(Memory):

@@ -202,8 +202,14 @@ class ExtractSettings(BaseSettings):
     merge_similarity: float = 0.9  # >= this to an existing memory: merge, not add
     restatement_similarity: float = 0.75  # assistant sentence vs memory: junk
     max_turns: int = 40  # turns per LLM call
-    max_attempts: int = 3  # unparseable answers before a batch is dead-lettered
+    max_attempts: int = 3  # failed attempts (4xx, timeout, bad JSON, DB) before dead-letter
+    retry_backoff_s: float = 30.0  # a failed batch waits this (doubling per attempt)
+    max_prompt_tokens: int = 6000  # a longer batch is split over several LLM calls
+    max_turn_tokens: int = 1500  # a longer turn is truncated in the prompt
     concurrency: int = 8  # LLM calls in flight per extractor replica
+    tenant_concurrency: int = 4  # of those, at most this many for one tenant
+    max_queued: int = 10_000  # sessions queued in a replica (more: left to the durable scan)
+    scan_per_user: int = 2  # sessions of one user per scan (fair share)
     scan_interval_s: float = 10.0  # re-scan of the durable queue (pending turns)
     idle_s: float = 300.0  # pending turns this old are extracted below N
     lease_s: float = 180.0  # claim on turns being extracted (crash recovery)
@@ -214,6 +220,29 @@ class ExtractSettings(BaseSettings):
     compress_keep_window: int = Field(10, validation_alias=_env("MEMSERVE_COMPRESS_KEEP_WINDOW"))
     # Turns older than this are dropped once extracted.
     turn_ttl_hours: float = Field(72.0, validation_alias=_env("MEMSERVE_SESSION_TURN_TTL_HOURS"))
+
+
+class ConsolidateSettings(BaseSettings):
+    """Periodic per-user consolidation: merge, insights, episode digests, decay."""
+
+    model_config = _group("MEMSERVE_CONSOLIDATE_")
+
+    interval_s: float = 600.0  # how often an extractor replica looks for users; 0: off
+    min_interval_s: float = 3600.0  # a user is consolidated at most this often
+    users_per_tick: int = 20
+    max_memories: int = 20_000  # memories of a user looked at per run
+    merge_similarity: float = 0.9  # near-duplicates at or above this merge
+    cluster_similarity: float = 0.75  # related memories an insight is drawn from
+    min_cluster: int = 3
+    max_cluster: int = 12
+    max_insights: int = 3  # LLM insight calls per run
+    episodic_age_days: float = 30.0  # older episodic memories are summarised
+    max_digests: int = 2  # LLM digest calls per run
+    digest_batch: int = 20  # episodic memories per digest
+    decay_age_days: float = 30.0  # never retrieved and this old: importance decays
+    decay_factor: float = 0.9
+    decay_floor: float = 0.05
+    max_decay: int = 5000  # memories decayed per run
 
 
 class ContextSettings(BaseSettings):
@@ -293,6 +322,7 @@ class Settings(BaseSettings):
     rank: RankSettings = Field(default_factory=RankSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     extract: ExtractSettings = Field(default_factory=ExtractSettings)
+    consolidate: ConsolidateSettings = Field(default_factory=ConsolidateSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)

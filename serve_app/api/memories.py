@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 
 from serve_app.api.deps import Caller, Svc
@@ -124,17 +124,38 @@ async def get_memory(memory_id: UUID, caller: Caller, services: Svc, user_id: Us
 
 @router.patch("/{memory_id}", response_model=Memory)
 async def update_memory(
-    memory_id: UUID, body: MemoryPatch, caller: Caller, services: Svc, user_id: UserQuery = None
+    memory_id: UUID,
+    body: MemoryPatch,
+    caller: Caller,
+    services: Svc,
+    user_id: UserQuery = None,
+    if_match: Annotated[str | None, Header()] = None,
 ):
     owner = read_owner(caller, user_id)
     changes = body.model_dump(exclude_unset=True)
+    expected = parse_if_match(if_match, changes.pop("version", None))
     if any(v is None for v in changes.values()):
         raise ApiError(422, "invalid_request", "fields may be omitted but not null")
     if not changes:
         raise ApiError(422, "invalid_request", "nothing to update")
     if "type" in changes:
         changes["type"] = changes["type"].value
-    return await services.memories.update(owner, memory_id, changes, caller.actor)
+    return await services.memories.update(
+        owner, memory_id, changes, caller.actor, expected_version=expected
+    )
+
+
+def parse_if_match(header: str | None, body_version: int | None) -> int | None:
+    """The row version a PATCH is conditional on: ``If-Match: "3"`` (or W/"3", 3) or
+    the body's ``version``; both given must agree."""
+    if header is None or header.strip() == "*":
+        return body_version
+    raw = header.strip().removeprefix("W/").strip('"')
+    if not raw.isdigit():
+        raise ApiError(422, "invalid_request", "If-Match must be a memory version")
+    if body_version is not None and body_version != int(raw):
+        raise ApiError(422, "invalid_request", "If-Match and version disagree")
+    return int(raw)
 
 
 @router.delete("/{memory_id}", status_code=204)

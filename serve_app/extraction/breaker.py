@@ -53,3 +53,8 @@ class CircuitBreaker:
         self._trial_in_flight = False
         if self._opened_at is not None or self._consecutive >= self.failures:
             self._opened_at = self._clock()
+
+    def neutral(self) -> None:
+        """The endpoint answered but refused this request (4xx): not an outage, so it
+        neither counts toward opening nor closes; a half-open trial slot is freed."""
+        self._trial_in_flight = False

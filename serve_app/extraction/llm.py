@@ -87,8 +87,11 @@ class LLMClient:
                 continue
             self.breaker.success()
             return content
-        self.breaker.failure()
         assert last is not None
+        if last.kind == "http_4xx":
+            self.breaker.neutral()  # our request was refused: the LLM itself is fine
+        else:
+            self.breaker.failure()
         raise last
 
     async def _post(self, body: dict) -> str:

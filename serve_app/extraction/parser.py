@@ -18,6 +18,14 @@ MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "ins
 FACT_CATEGORIES = ("identity", "preference", "constraint", "instruction")
 MAX_CONTENT_CHARS = 2000
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+# NUL (PostgreSQL text cannot hold it) and the other C0 controls except tab/newline.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+MAX_TAG_CHARS = 64
+
+
+def clean_text(value: str, limit: int) -> str:
+    """An LLM-produced string made safe to store: no control characters, at most ``limit``."""
+    return _CONTROL.sub("", value).strip()[:limit].strip()
 
 
 class BadOutput(ValueError):
@@ -36,20 +44,18 @@ class ExtractedMemory(BaseModel):
     def _type(cls, v: Any) -> Any:
         return v.strip().lower() if isinstance(v, str) else v
 
-    @field_validator("content")
+    @field_validator("content", mode="before")
     @classmethod
-    def _content(cls, v: str) -> str:
-        v = v.replace("\x00", "").strip()
-        if not v:
-            raise ValueError("empty content")
-        return v
+    def _content(cls, v: Any) -> Any:
+        return clean_text(v, MAX_CONTENT_CHARS) if isinstance(v, str) else v
 
     @field_validator("tags", mode="before")
     @classmethod
     def _tags(cls, v: Any) -> Any:
         if not isinstance(v, list):
             return []
-        return [t.strip()[:64] for t in v if isinstance(t, str) and t.strip()][:16]
+        tags = (clean_text(t, MAX_TAG_CHARS) for t in v if isinstance(t, str))
+        return list(dict.fromkeys(t for t in tags if t))[:16]
 
 
 class ExtractedFact(BaseModel):
@@ -57,6 +63,7 @@ class ExtractedFact(BaseModel):
     key: str = Field(min_length=1, max_length=64)
     value: str = Field(min_length=1, max_length=500)
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)  # context keeps >= 0.5 first
 
     @field_validator("category", mode="before")
     @classmethod
@@ -68,14 +75,14 @@ class ExtractedFact(BaseModel):
     def _key(cls, v: Any) -> Any:
         if not isinstance(v, str):
             return v
-        return re.sub(r"[^a-z0-9]+", "_", v.strip().lower()).strip("_")
+        return re.sub(r"[^a-z0-9]+", "_", clean_text(v, 256).lower()).strip("_")[:64]
 
     @field_validator("value", mode="before")
     @classmethod
     def _value(cls, v: Any) -> Any:
         if isinstance(v, int | float) and not isinstance(v, bool):
             v = str(v)
-        return v.replace("\x00", "").strip() if isinstance(v, str) else v
+        return clean_text(v, 500) if isinstance(v, str) else v
 
 
 class Extraction(BaseModel):
@@ -213,6 +220,7 @@ def parse_extraction(text: str) -> Extraction:
 def parse_summary(text: str) -> str:
     obj = load_json_object(text)
     summary = obj.get("summary")
-    if not isinstance(summary, str) or not summary.strip():
+    summary = clean_text(summary, MAX_CONTENT_CHARS) if isinstance(summary, str) else ""
+    if not summary:
         raise BadOutput("JSON object has no 'summary' string")
-    return summary.strip()[:MAX_CONTENT_CHARS]
+    return summary

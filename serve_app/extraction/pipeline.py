@@ -3,10 +3,15 @@
 ``deployments/extractor.py`` wraps one :class:`ExtractionPipeline` per replica;
 tests build it with a real database, the local encoder and the fake LLM.
 
-Failure policy: an unavailable LLM (down, slow, 5xx, breaker open) releases the
-claimed turns untouched (``extracted_at`` stays NULL) so a later trigger or the
-periodic scan extracts them; an unusable answer counts an attempt and after
-``extract_max_attempts`` the batch is dead-lettered (``extract_error`` set).
+Failure policy: an unreachable LLM (connection refused, 5xx, 429, breaker open)
+releases the claimed turns untouched so a later trigger or the periodic scan
+extracts them. Anything that may be the batch's own fault counts an attempt: a 4xx
+refusal, a timeout, an unusable answer, a database error while saving. A counted
+failure backs off (``retry_backoff_s``, doubling) and after ``max_attempts`` the
+batch is dead-lettered: kept, counted as failed in the session status, listed and
+retried by the admin API. Prompts are capped by tokens (long batches split, long
+turns truncated), so "context too long" does not happen by construction. Claims
+carry a token: a run whose claim expired and was taken over changes nothing.
 Nothing here raises into the chat path.
 """
 
@@ -15,21 +20,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.extraction.junk import CONTEXT_OPEN, Turn, clean_turns, contained, sentences
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
-from serve_app.extraction.parser import BadOutput, ExtractedMemory, parse_extraction, parse_summary
+from serve_app.extraction.outcome import Outcome
+from serve_app.extraction.parser import (
+    BadOutput,
+    ExtractedFact,
+    ExtractedMemory,
+    parse_extraction,
+    parse_summary,
+)
 from serve_app.extraction.prompts import (
     EXTRACT_SYSTEM,
     SUMMARY_SYSTEM,
+    chunk_turns,
     extraction_user_prompt,
     summary_user_prompt,
 )
+from serve_app.extraction.writer import ACTOR, MemoryWriter
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
@@ -40,45 +54,13 @@ from serve_app.text import dedupe_hash
 
 log = logging.getLogger(__name__)
 INFER_PREFIX = "infer-"  # sessions created for POST /v1/memories with infer: true
-ACTOR = "extractor"
-MAX_ALIASES = 20  # earlier wordings of a merged memory kept for exact-hash dedup
+__all__ = ["ACTOR", "INFER_PREFIX", "ExtractionPipeline", "Outcome"]
+# Failures that may be the batch's own fault (count an attempt, then dead-letter).
+COUNTED = frozenset({"http_4xx", "timeout", "bad_output", "db_error"})
 
 
 class Embed(Protocol):
     async def __call__(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray: ...
-
-
-@dataclass
-class Outcome:
-    """What one ``process_session`` call did (for tests, logs and the deployment's answer)."""
-
-    turns_extracted: int = 0
-    saved: int = 0
-    merged: int = 0
-    skipped: int = 0
-    facts: dict[str, int] = field(default_factory=dict)
-    summaries: int = 0
-    junk_dropped: int = 0
-    error: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def merge(self, other: Outcome) -> Outcome:
-        """Both runs' work (a scheduler re-run adds to what the first run did)."""
-        facts = dict(self.facts)
-        for k, v in other.facts.items():
-            facts[k] = facts.get(k, 0) + v
-        return Outcome(
-            turns_extracted=self.turns_extracted + other.turns_extracted,
-            saved=self.saved + other.saved,
-            merged=self.merged + other.merged,
-            skipped=self.skipped + other.skipped,
-            facts=facts,
-            summaries=self.summaries + other.summaries,
-            junk_dropped=self.junk_dropped + other.junk_dropped,
-            error=other.error,
-        )
 
 
 class ExtractionPipeline:
@@ -99,6 +81,10 @@ class ExtractionPipeline:
         self.store = MemoryStore(pool, model_slug)
         self.index = MemoryIndex(pool, model_slug)
         self.metrics = metrics or ExtractionMetrics()
+        self.pool = pool
+        self.writer = MemoryWriter(
+            pool, self.store, self.index, settings.extract.merge_similarity, self.metrics
+        )
 
     @property
     def enabled(self) -> bool:
@@ -130,64 +116,104 @@ class ExtractionPipeline:
             await self.turns.purge_expired()
         except Exception:  # housekeeping must not stop the scan
             log.exception("purging expired turns failed")
-        return await self.turns.due_sessions(
-            self.settings.extract.every_n_turns, self.settings.extract.idle_s
-        )
+        s = self.settings.extract
+        return await self.turns.due_sessions(s.every_n_turns, s.idle_s, per_user=s.scan_per_user)
 
     # ---------- extraction ----------
 
     async def _extract_batch(self, key: SessionKey, rows: list[dict], out: Outcome) -> bool:
         ids = [r["id"] for r in rows]
-        owner = key.owner
-        raw = [Turn(r["role"], r["content"], r["turn_index"]) for r in rows]
-        cleaned = clean_turns(raw)
-        cleaned, dropped = await self._drop_restatements(owner, cleaned)
-        out.junk_dropped += dropped + sum(
-            1 for t in raw if t.role == "system" or CONTEXT_OPEN in t.content
-        )
-        if not any(t.role == "user" for t in cleaned):
-            await self.turns.mark_extracted(ids)
-            out.turns_extracted += len(ids)
-            return True
-        assert self.llm is not None
-        self.metrics.attempt()
+        claim = rows[0].get("claim_token")
         started = time.perf_counter()
         try:
-            answer = await self.llm.complete_json(EXTRACT_SYSTEM, extraction_user_prompt(cleaned))
-            parsed = parse_extraction(answer)
+            cleaned = await self._cleaned(key, rows, out)
+            if not any(t.role == "user" for t in cleaned):
+                out.turns_extracted += await self.turns.mark_extracted(ids, claim=claim)
+                return True
+            memories, facts = await self._ask(cleaned)
+            meta = rows[0].get("meta") or {}
+            await self._save_memories(key, rows, memories, meta, out)
+            await self._save_facts(key, meta, facts, out)
         except LLMUnavailable as exc:
             self.metrics.error(exc.kind)
-            await self.turns.release(ids)
             out.error = exc.kind
+            if exc.kind in COUNTED:
+                return await self._failed(key, rows, claim, exc.kind, str(exc))
+            await self.turns.release(ids, claim=claim)
             log.warning("extraction of %s postponed: %s", key, exc)
             return False
         except BadOutput as exc:
             self.metrics.error("bad_output")
-            attempts = await self.turns.release(ids, failed_attempt=True)
             out.error = "bad_output"
-            if attempts >= self.settings.extract.max_attempts:
-                await self.turns.mark_extracted(ids, error=f"bad_output: {exc}")
-                log.error("extraction of %s dead-lettered after %d bad answers", key, attempts)
-            else:
-                log.warning("extraction of %s: unusable answer (%s), will retry", key, exc)
-            return False
-        meta = rows[0].get("meta") or {}
-        await self._save_memories(key, rows, parsed.memories, meta, out)
+            return await self._failed(key, rows, claim, "bad_output", str(exc))
+        except psycopg.Error as exc:
+            self.metrics.error("db_error")
+            out.error = "db_error"
+            log.exception("extraction of %s: database error", key)
+            return await self._failed(key, rows, claim, "db_error", type(exc).__name__)
+        done = await self.turns.mark_extracted(ids, claim=claim)
+        if done < len(ids):  # our claim ran out and another run took over: its turns
+            log.warning("claim on %s expired mid-run; %d turns left to its new holder", key,
+                        len(ids) - done)  # fmt: skip
+        out.turns_extracted += done
+        self.metrics.success((time.perf_counter() - started) * 1000)
+        return True
+
+    async def _cleaned(self, key: SessionKey, rows: list[dict], out: Outcome) -> list[Turn]:
+        raw = [Turn(r["role"], r["content"], r["turn_index"]) for r in rows]
+        cleaned, dropped = await self._drop_restatements(key.owner, clean_turns(raw))
+        out.junk_dropped += dropped + sum(
+            1 for t in raw if t.role == "system" or CONTEXT_OPEN in t.content
+        )
+        return cleaned
+
+    async def _ask(self, turns: list[Turn]) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
+        """One LLM call per token-capped chunk; any failure fails the whole batch."""
+        assert self.llm is not None
+        s = self.settings.extract
+        memories: list[ExtractedMemory] = []
+        facts: list[ExtractedFact] = []
+        for chunk in chunk_turns(turns, s.max_prompt_tokens, s.max_turn_tokens):
+            self.metrics.attempt()
+            answer = await self.llm.complete_json(EXTRACT_SYSTEM, extraction_user_prompt(chunk))
+            parsed = parse_extraction(answer)
+            memories += parsed.memories
+            facts += parsed.facts
+        return memories, facts
+
+    async def _failed(
+        self, key: SessionKey, rows: list[dict], claim: Any, kind: str, message: str
+    ) -> bool:
+        s = self.settings.extract
+        before = max(r.get("extract_attempts") or 0 for r in rows)
+        attempts, dead = await self.turns.fail(
+            [r["id"] for r in rows],
+            claim=claim,
+            error=f"{kind}: {message}",
+            max_attempts=s.max_attempts,
+            retry_after_s=s.retry_backoff_s * (2**before),
+        )
+        if dead:
+            self.metrics.error("dead_lettered")
+            log.error("extraction of %s dead-lettered after %d attempts (%s)", key, attempts, kind)
+        else:
+            log.warning("extraction of %s failed (%s), attempt %d", key, kind, attempts)
+        return False
+
+    async def _save_facts(
+        self, key: SessionKey, meta: dict[str, Any], facts: list[ExtractedFact], out: Outcome
+    ) -> None:
         session_id = self._memory_session(key, meta)
-        for fact in parsed.facts:
+        for fact in facts:
             if fact.confidence < self.settings.extract.min_confidence:
                 outcome = "below_threshold"
             else:
                 outcome = await self.facts.upsert(
-                    owner, fact.category, fact.key, fact.value, fact.confidence,
-                    session_id=session_id,
+                    key.owner, fact.category, fact.key, fact.value, fact.confidence,
+                    session_id=session_id, importance=fact.importance,
                 )  # fmt: skip
             out.facts[outcome] = out.facts.get(outcome, 0) + 1
             self.metrics.fact(outcome)
-        await self.turns.mark_extracted(ids)
-        out.turns_extracted += len(ids)
-        self.metrics.success((time.perf_counter() - started) * 1000)
-        return True
 
     @staticmethod
     def _memory_session(key: SessionKey, meta: dict[str, Any]) -> str | None:
@@ -217,50 +243,21 @@ class ExtractionPipeline:
                 keep.append(m)
         if not keep:
             return
-        owner = key.owner
         vectors = await self.embed([m.content for m in keep], is_query=False)
-        agent_id = next((r["agent_id"] for r in rows if r["agent_id"]), None)
-        session_id = self._memory_session(key, meta)
         turn_range = [rows[0]["turn_index"], rows[-1]["turn_index"]]
-        for m, vector in zip(keep, vectors, strict=True):
-            if await self.index.by_hash(owner, m.content) is not None:
-                out.skipped += 1
-                self.metrics.memory("skipped")
-                continue
-            [best] = await self.index.nearest(owner, vector, 1) or [None]
-            if best is not None and best.similarity >= s.extract.merge_similarity:
-                # Recency wins the wording; earlier wordings stay recognisable as aliases.
-                aliases = [*best.data.get("aliases", []), dedupe_hash(best.content)]
-                changes = {
-                    "content": m.content,
-                    "data": {**best.data, "aliases": list(dict.fromkeys(aliases))[-MAX_ALIASES:]},
-                    "importance": max(best.importance, m.importance),
-                    "confidence": max(best.confidence, m.confidence),
-                    "tags": list(dict.fromkeys([*best.tags, *m.tags])),
-                }
-                await self.store.update(owner, best.id, changes, vector, actor=ACTOR, event="MERGE")
-                out.merged += 1
-                self.metrics.memory("merged")
-                continue
-            tags = list(dict.fromkeys([*m.tags, *(meta.get("tags") or [])]))
-            item = NewMemory(
-                content=m.content,
-                type=m.type,
-                scope="user",
-                agent_id=agent_id,
-                session_id=session_id,
-                tags=tags,
-                metadata={
-                    **(meta.get("metadata") or {}),
-                    "extracted_from": {"session_id": key.session_id, "turns": turn_range},
-                },
-                importance=m.importance,
-                confidence=m.confidence,
-                source="extraction",
-            )
-            await self.store.add(owner, [item], vector[None, :], actor=ACTOR)
-            out.saved += 1
-            self.metrics.memory("saved")
+        template = NewMemory(
+            content="",
+            scope="user",
+            agent_id=next((r["agent_id"] for r in rows if r["agent_id"]), None),
+            session_id=self._memory_session(key, meta),
+            tags=list(meta.get("tags") or []),
+            metadata={
+                **(meta.get("metadata") or {}),
+                "extracted_from": {"session_id": key.session_id, "turns": turn_range},
+            },
+            source="extraction",
+        )
+        await self.writer.save(key.owner, keep, vectors, template, out)
 
     async def _drop_restatements(self, owner: Owner, turns: list[Turn]) -> tuple[list[Turn], int]:
         """Remove assistant sentences that restate memories the user already has."""
@@ -292,42 +289,33 @@ class ExtractionPipeline:
     # ---------- no LLM: raw turns become searchable episodic memories ----------
 
     async def _store_raw(self, key: SessionKey, rows: list[dict], out: Outcome) -> None:
-        owner = key.owner
-        user_turns = [
-            (r, t)
-            for r in rows
-            for t in clean_turns([Turn(r["role"], r["content"], r["turn_index"])])
-            if t.role == "user"
+        fresh: dict[str, tuple[dict, Turn]] = {}
+        for r in rows:
+            for t in clean_turns([Turn(r["role"], r["content"], r["turn_index"])]):
+                if t.role == "user":
+                    fresh.setdefault(dedupe_hash(t.content), (r, t))
+        items = [
+            NewMemory(
+                content=t.content,
+                type="episodic",
+                scope="session",
+                agent_id=r["agent_id"],
+                session_id=key.session_id,
+                metadata={"session_id": key.session_id, "turn_index": t.turn_index},
+                importance=0.3,
+                source="turn",
+            )
+            for r, t in fresh.values()
         ]
-        fresh: list[tuple[dict, Turn]] = []
-        hashes: set[str] = set()
-        for r, t in user_turns:
-            h = dedupe_hash(t.content)
-            if h in hashes or await self.index.by_hash(owner, t.content) is not None:
-                out.skipped += 1
-                continue
-            hashes.add(h)
-            fresh.append((r, t))
-        if fresh:
-            vectors = await self.embed([t.content for _, t in fresh], is_query=False)
-            items = [
-                NewMemory(
-                    content=t.content,
-                    type="episodic",
-                    scope="session",
-                    agent_id=r["agent_id"],
-                    session_id=key.session_id,
-                    metadata={"session_id": key.session_id, "turn_index": t.turn_index},
-                    importance=0.3,
-                    source="turn",
-                )
-                for r, t in fresh
-            ]
-            await self.store.add(owner, items, vectors, actor=ACTOR)
-            out.saved += len(items)
-            self.metrics.memory("raw_turn", len(items))
-        await self.turns.mark_extracted([r["id"] for r in rows])
-        out.turns_extracted += len(rows)
+        added: list[NewMemory] = []
+        if items:
+            vectors = await self.embed([i.content for i in items], is_query=False)
+            added = await self.writer.add_unique(key.owner, items, vectors)
+            self.metrics.memory("raw_turn", len(added))
+        out.saved += len(added)
+        out.skipped += len(items) - len(added)
+        claim = rows[0].get("claim_token")
+        out.turns_extracted += await self.turns.mark_extracted([r["id"] for r in rows], claim=claim)
 
     # ---------- episodic compression ----------
 
@@ -365,8 +353,7 @@ class ExtractionPipeline:
             out.error = "bad_summary"
             return
         first, last = batch[0]["turn_index"], batch[-1]["turn_index"]
-        owner = key.owner
-        if await self.index.by_hash(owner, summary) is None:
+        if await self.index.by_hash(key.owner, summary) is None:
             vectors = await self.embed([summary], is_query=False)
             item = NewMemory(
                 content=summary,
@@ -378,7 +365,7 @@ class ExtractionPipeline:
                 importance=0.5,
                 source="summary",
             )
-            await self.store.add(owner, [item], vectors, actor=ACTOR)
-            out.summaries += 1
-            self.metrics.memory("summary")
+            if await self.writer.add_unique(key.owner, [item], vectors):
+                out.summaries += 1
+                self.metrics.memory("summary")
         await self.turns.mark_compressed(ids)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from serve_app.context.tokens import count_tokens
 from serve_app.extraction.junk import Turn
 
 EXTRACT_MARKER = "[memserve:extract:v1]"
@@ -46,8 +47,9 @@ same attribute; a new value for a key replaces the old one.
 Answer with one JSON object and nothing else:
 {{"memories": [{{"type": "...", "content": "...", "importance": 0.0, "confidence": 0.0,
 "tags": ["..."]}}], "facts": [{{"category": "...", "key": "...", "value": "...",
-"confidence": 0.0}}]}}
-Either list may be empty."""
+"confidence": 0.0, "importance": 0.0}}]}}
+Either list may be empty. A fact's importance (0..1) says how much it should shape
+every answer (a name, a diet or a standing instruction: high; trivia: low)."""
 
 SUMMARY_SYSTEM = f"""{SUMMARY_MARKER}
 Summarise this part of a conversation between a user and an assistant for the
@@ -69,3 +71,33 @@ def extraction_user_prompt(turns: Sequence[Turn]) -> str:
 def summary_user_prompt(turns: Sequence[Turn]) -> str:
     first, last = turns[0].turn_index, turns[-1].turn_index
     return f"Turns {first}-{last}:\n" + format_turns(turns)
+
+
+def truncate_tokens(text: str, max_tokens: int) -> str:
+    """``text`` cut (at a word boundary when possible) to about ``max_tokens`` tokens."""
+    if count_tokens(text) <= max_tokens:
+        return text
+    cut = text[: max(1, max_tokens * 3)]
+    while cut and count_tokens(cut + " [...]") > max_tokens:
+        cut = cut[: int(len(cut) * 0.9)]
+    head = cut.rsplit(" ", 1)[0] if " " in cut[len(cut) // 2 :] else cut
+    return head + " [...]"
+
+
+def chunk_turns(
+    turns: Sequence[Turn], max_prompt_tokens: int, max_turn_tokens: int
+) -> list[list[Turn]]:
+    """Turns split into prompts that fit ``max_prompt_tokens`` (over-long turns truncated),
+    so "context too long" cannot happen by construction."""
+    per_turn = max(16, min(max_turn_tokens, max_prompt_tokens - 16))
+    chunks: list[list[Turn]] = [[]]
+    used = count_tokens("Conversation:")
+    for t in turns:
+        t = Turn(t.role, truncate_tokens(t.content, per_turn), t.turn_index)
+        cost = count_tokens(format_turns([t])) + 1
+        if chunks[-1] and used + cost > max_prompt_tokens:
+            chunks.append([])
+            used = count_tokens("Conversation:")
+        chunks[-1].append(t)
+        used += cost
+    return [c for c in chunks if c]

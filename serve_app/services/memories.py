@@ -18,7 +18,7 @@ from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields
 from serve_app.store import MemoryStore, NewMemory, Owner
-from serve_app.store.memories import InvalidCursor
+from serve_app.store.memories import InvalidCursor, VersionConflict
 
 SHARED_SCOPES = ("agent", "org")
 SHARED_WRITERS = ("service", "admin")
@@ -118,14 +118,26 @@ class MemoryService:
             raise ApiError(400, "invalid_request", "invalid cursor") from exc
 
     async def update(
-        self, owner: Owner, item_id: uuid.UUID, changes: dict[str, Any], actor: str
+        self,
+        owner: Owner,
+        item_id: uuid.UUID,
+        changes: dict[str, Any],
+        actor: str,
+        *,
+        expected_version: int | None = None,
     ) -> dict[str, Any]:
+        """Partial update; with ``expected_version`` a concurrent change is a 409."""
         vector = None
         if "content" in changes:
             current = await self.get(owner, item_id)
             if current["content"] != changes["content"]:
                 vector = (await self.embed([changes["content"]], is_query=False))[0]
-        row = await self.store.update(owner, item_id, changes, vector, actor=actor)
+        try:
+            row = await self.store.update(
+                owner, item_id, changes, vector, actor=actor, expected_version=expected_version
+            )
+        except VersionConflict as exc:
+            raise ApiError(409, "conflict", str(exc)) from None
         if row is None:
             raise ApiError(404, "not_found", "memory not found")
         return row

@@ -51,8 +51,11 @@ class FactStore:
         *,
         session_id: str | None = None,
         source: str = "extraction",
+        importance: float = 0.5,
     ) -> str:
-        """Apply one extracted fact; returns added | replaced | confirmed | ignored."""
+        """Apply one extracted fact; returns added | replaced | confirmed | ignored.
+
+        ``importance`` comes from the LLM; context blocks put facts >= 0.5 first."""
         params: dict[str, Any] = {
             "tenant_id": owner.tenant_id,
             "user_id": owner.user_id,
@@ -62,6 +65,7 @@ class FactStore:
             "confidence": confidence,
             "source": source,
             "session_id": session_id,
+            "importance": importance,
         }
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(
@@ -77,8 +81,8 @@ class FactStore:
             if active is not None and normalize(active["value"]) == normalize(value):
                 await conn.execute(
                     "UPDATE facts SET confidence = greatest(confidence, %(confidence)s),"
-                    " updated_at = now() WHERE id = %(id)s",
-                    {"confidence": confidence, "id": active["id"]},
+                    " importance = %(importance)s, updated_at = now() WHERE id = %(id)s",
+                    {"confidence": confidence, "importance": importance, "id": active["id"]},
                 )
                 return "confirmed"
             if active is not None and confidence < active["confidence"]:
@@ -92,8 +96,9 @@ class FactStore:
                 )
             await conn.execute(
                 "INSERT INTO facts (id, tenant_id, user_id, category, key, value, confidence,"
-                " source, session_id) VALUES (%(id)s, %(tenant_id)s, %(user_id)s, %(category)s,"
-                " %(key)s, %(value)s, %(confidence)s, %(source)s, %(session_id)s)",
+                " source, session_id, importance) VALUES (%(id)s, %(tenant_id)s, %(user_id)s,"
+                " %(category)s, %(key)s, %(value)s, %(confidence)s, %(source)s, %(session_id)s,"
+                " %(importance)s)",
                 params,
             )
             return "added" if active is None else "replaced"

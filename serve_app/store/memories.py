@@ -18,17 +18,18 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store import history
+from serve_app.store.memory_index import VersionConflict, using
 from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, column_list, owner_key
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 from serve_app.text import dedupe_hash
 
-__all__ = ["CHANGES_CHANNEL", "InvalidCursor", "MemoryStore"]
+__all__ = ["CHANGES_CHANNEL", "InvalidCursor", "MemoryStore", "VersionConflict"]
 
 # What an add binds per item: (column, element type of the array it travels in).
 # ``tags`` travels as jsonb because a text[][] cannot hold rows of different lengths.
@@ -178,10 +179,11 @@ class MemoryStore:
         embeddings: np.ndarray,
         *,
         actor: str | None = None,
+        conn: AsyncConnection | None = None,
     ) -> list[dict[str, Any]]:
         """Insert items verbatim with their vectors and ADD history: one atomic statement.
 
-        Rows come back in input order (and are written in it: ``seq`` follows it).
+        Rows come back in input order (``seq`` follows it); ``conn``: the caller's transaction.
         """
         if len(items) != len(embeddings):
             raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
@@ -189,7 +191,7 @@ class MemoryStore:
             return []
         params = _add_params(owner, items, embeddings)
         params["actor"] = actor
-        async with self.pool.connection() as conn:
+        async with using(self.pool, conn) as conn:
             cur = await conn.execute(self._add_sql, params)
             rows = {r["id"]: r for r in await cur.fetchall()}
         out = [rows[i] for i in params["id"]]
@@ -206,8 +208,11 @@ class MemoryStore:
         *,
         actor: str | None = None,
         event: str = "UPDATE",
+        expected_version: int | None = None,
+        conn: AsyncConnection | None = None,
     ) -> dict[str, Any] | None:
-        """Apply a partial update; re-embedding is the caller's job when content changes."""
+        """Partial update (the caller re-embeds); bumps ``version``, and raises
+        :class:`VersionConflict` when the row is not at ``expected_version``."""
         unknown = set(changes) - UPDATABLE
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
@@ -218,8 +223,9 @@ class MemoryStore:
             "event": event,
             "actor": actor,
             "channel": CHANGES_CHANNEL,
+            "expected": expected_version,
         }
-        sets = [sql.SQL("updated_at = now()")]
+        sets = [sql.SQL("updated_at = now()"), sql.SQL("version = i.version + 1")]
         for key, value in changes.items():
             sets.append(
                 sql.SQL("{} = {}").format(sql.Identifier(key), sql.Placeholder(f"new_{key}"))
@@ -236,12 +242,14 @@ class MemoryStore:
                 " WHERE v.item_id = upd.id AND v.tenant_id = %(tenant_id)s),"
             ).format(v=self.vectors)
         query = sql.SQL(
-            "WITH old AS (SELECT id, user_id, owner, content FROM memory_items"
+            "WITH old AS (SELECT id, user_id, owner, content, version FROM memory_items"
             " WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
             " AND user_id IS NOT DISTINCT FROM %(user_id)s FOR UPDATE),"
             " upd AS (UPDATE memory_items i SET {sets} FROM old WHERE i.id = old.id"
+            " AND (%(expected)s::int IS NULL OR i.version = %(expected)s)"
             " RETURNING {returning}),{revector} {history}, {bump}"
-            " SELECT upd.*, {notified} AS notified FROM upd"
+            " SELECT upd.*, {notified} AS notified, (SELECT version FROM old) AS current_version"
+            " FROM (SELECT 1) one LEFT JOIN upd ON true"
         ).format(
             sets=sql.SQL(", ").join(sets),
             returning=column_list(MEMORY_COLUMNS, "i"),
@@ -254,15 +262,17 @@ class MemoryStore:
                     " FROM old JOIN upd ON upd.id = old.id"
                 ),
             ),
-            bump=bump_ctes(sql.SQL("SELECT owner FROM old")),
+            bump=bump_ctes(sql.SQL("SELECT old.owner FROM old JOIN upd ON upd.id = old.id")),
             notified=NOTIFIED,
         )
-        async with self.pool.connection() as conn:
+        async with using(self.pool, conn) as conn:
             cur = await conn.execute(query, params)
             row = await cur.fetchone()
-        if row is not None:
-            del row["notified"]
-        return row
+        current = row.pop("current_version")
+        del row["notified"]
+        if row["id"] is None and current is not None:
+            raise VersionConflict(current)
+        return row if row["id"] is not None else None
 
     async def delete(self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None) -> bool:
         """Delete one memory; its earlier history loses its content (right to be forgotten)."""

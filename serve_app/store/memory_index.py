@@ -8,18 +8,20 @@ every memory of the user, including ones written a moment ago.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.records import Owner, column_list
 from serve_app.store.vectors import table_name
 from serve_app.text import dedupe_hash
 
-_MATCH_COLUMNS = ("id", "content", "importance", "confidence", "tags", "data")
+_MATCH_COLUMNS = ("id", "content", "importance", "confidence", "tags", "data", "version")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,38 @@ class Match:
     confidence: float
     tags: list[str]
     data: dict[str, Any]
+    version: int = 1
+
+
+class VersionConflict(RuntimeError):
+    """The memory changed since the caller read it (its row version moved on)."""
+
+    def __init__(self, current: int | None) -> None:
+        super().__init__(f"memory was modified (current version {current})")
+        self.current = current
+
+
+@asynccontextmanager
+async def using(
+    pool: AsyncConnectionPool, conn: AsyncConnection | None
+) -> AsyncIterator[AsyncConnection]:
+    """``conn`` when the caller holds one (its transaction and locks), else a pooled one."""
+    if conn is not None:
+        yield conn
+        return
+    async with pool.connection() as pooled:
+        yield pooled
+
+
+# Owner's rows first (MATERIALIZED: the planner may not fold the filter into a global
+# HNSW scan), exact distances over them, then the top k.
+NEAREST_SQL = (
+    "WITH mine AS MATERIALIZED (SELECT {cols}, v.embedding <=> %(vec)s AS distance"
+    " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
+    " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
+    " AND i.status = 'active' AND (i.expires_at IS NULL OR i.expires_at > now()){tf})"
+    " SELECT *, 1 - distance AS similarity FROM mine ORDER BY distance LIMIT %(k)s"
+)
 
 
 class MemoryIndex:
@@ -40,14 +74,16 @@ class MemoryIndex:
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
 
-    async def by_hash(self, owner: Owner, content: str) -> uuid.UUID | None:
+    async def by_hash(
+        self, owner: Owner, content: str, conn: AsyncConnection | None = None
+    ) -> uuid.UUID | None:
         """An active memory with this normalised text, now or before a merge (``aliases``)."""
-        async with self.pool.connection() as conn:
+        async with using(self.pool, conn) as conn:
             cur = await conn.execute(
                 "SELECT id FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s"
                 " AND (dedupe_hash = %(hash)s OR data->'aliases' ? %(hash)s)"
-                " AND status = 'active' LIMIT 1",
+                " AND status = 'active' AND (expires_at IS NULL OR expires_at > now()) LIMIT 1",
                 {
                     "tenant_id": owner.tenant_id,
                     "user_id": owner.user_id,
@@ -58,16 +94,27 @@ class MemoryIndex:
         return row["id"] if row else None
 
     async def nearest(
-        self, owner: Owner, vector: np.ndarray, k: int = 1, types: tuple[str, ...] = ()
+        self,
+        owner: Owner,
+        vector: np.ndarray,
+        k: int = 1,
+        types: tuple[str, ...] = (),
+        conn: AsyncConnection | None = None,
     ) -> list[Match]:
-        """The user's ``k`` most similar active memories (cosine), exact scan over the user."""
-        type_filter = sql.SQL(" AND i.type = ANY(%(types)s)") if types else sql.SQL("")
-        query = sql.SQL(
-            "SELECT {cols}, 1 - (v.embedding <=> %(vec)s) AS similarity"
-            " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
-            " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
-            " AND i.status = 'active'{tf} ORDER BY v.embedding <=> %(vec)s LIMIT %(k)s"
-        ).format(cols=column_list(_MATCH_COLUMNS, "i"), v=self.vectors, tf=type_filter)
+        """The user's ``k`` most similar active memories (cosine): an exact scan of the
+        owner's own rows.
+
+        The owner's rows are materialised first (owner index, then vector lookups by
+        primary key) and only then ordered by distance: ordering the whole vector table
+        through the global HNSW index and filtering afterwards would keep only the
+        global top candidates, so dedup would miss the user's duplicates on a big table
+        (``loadtests/bench_dedup_plan.py`` checks the plan on 1M rows).
+        """
+        query = sql.SQL(NEAREST_SQL).format(
+            cols=column_list(_MATCH_COLUMNS, "i"),
+            v=self.vectors,
+            tf=sql.SQL(" AND i.type = ANY(%(types)s)") if types else sql.SQL(""),
+        )
         params = {
             "vec": np.asarray(vector, dtype=np.float32),
             "tenant_id": owner.tenant_id,
@@ -75,7 +122,7 @@ class MemoryIndex:
             "types": list(types),
             "k": k,
         }
-        async with self.pool.connection() as conn:
+        async with using(self.pool, conn) as conn:
             cur = await conn.execute(query, params)
             rows = await cur.fetchall()
         return [
@@ -87,6 +134,7 @@ class MemoryIndex:
                 r["confidence"],
                 list(r["tags"]),
                 dict(r["data"] or {}),
+                r["version"],
             )
             for r in rows
         ]
@@ -97,6 +145,7 @@ class MemoryIndex:
             cur = await conn.execute(
                 "SELECT content FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s AND status = 'active' AND source <> 'turn'"
+                " AND (expires_at IS NULL OR expires_at > now())"
                 " ORDER BY importance DESC, updated_at DESC LIMIT %(limit)s",
                 {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "limit": limit},
             )

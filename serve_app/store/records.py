@@ -56,6 +56,7 @@ MEMORY_COLUMNS: tuple[str, ...] = (
     "created_at",
     "updated_at",
     "expires_at",
+    "version",  # row version: optimistic concurrency (PATCH If-Match, merges)
 )
 
 

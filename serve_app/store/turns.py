@@ -3,11 +3,15 @@
 A turn with ``extracted_at IS NULL`` is pending. Extraction claims a session's
 pending turns with a lease (``claimed_until``) so replicas never share work and
 a crashed replica's claim simply runs out; success stamps ``extracted_at``,
-a transient failure releases the claim, so no turn is lost.
+a transient failure releases the claim, so no turn is lost. Claims carry a
+token (only its holder finishes or releases the turns); a failed attempt is
+counted and backs off (``retry_at``); after too many the batch is dead-lettered
+(``dead_at``), kept until an admin retries it.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +58,14 @@ class Appended:
 
 
 _SESSION = "tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"
+# Not held by a live claim and not waiting out a retry backoff.
+_CLAIMABLE = (
+    "(claimed_until IS NULL OR claimed_until < now()) AND (retry_at IS NULL OR retry_at <= now())"
+)
+_CLAIMABLE_T = (
+    "(t.claimed_until IS NULL OR t.claimed_until < now())"
+    " AND (t.retry_at IS NULL OR t.retry_at <= now())"
+)
 
 _APPEND_SQL = """
 WITH base AS (
@@ -143,49 +155,115 @@ class TurnStore:
         return bool(row and row["ended_at"])
 
     async def claim_pending(self, key: SessionKey, limit: int, lease_s: float) -> list[dict]:
-        """Claim up to ``limit`` oldest pending turns of the session (skips others' claims)."""
+        """Claim up to ``limit`` oldest pending turns of the session (skips others' claims).
+
+        Every row carries the claim's ``claim_token``: :meth:`mark_extracted` and
+        :meth:`release` only touch turns still held under that token.
+        """
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "UPDATE session_turns SET claimed_until = now() + %(lease)s * interval '1 second'"
+                "WITH token AS (SELECT gen_random_uuid() AS t)"
+                " UPDATE session_turns SET claim_token = (SELECT t FROM token),"
+                " claimed_until = now() + %(lease)s * interval '1 second'"
                 " WHERE id IN (SELECT id FROM session_turns WHERE "
                 + _SESSION
-                + " AND extracted_at IS NULL AND (claimed_until IS NULL OR claimed_until < now())"
-                " ORDER BY turn_index LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-                " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta",
+                + " AND extracted_at IS NULL AND " + _CLAIMABLE
+                + " ORDER BY turn_index LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+                " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta,"
+                " claim_token",
                 key.params(lease=lease_s, limit=limit),
-            )
+            )  # fmt: skip
             rows = await cur.fetchall()
         return sorted(rows, key=lambda r: r["turn_index"])
 
-    async def mark_extracted(self, ids: Sequence[int], error: str | None = None) -> None:
-        async with self.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE session_turns SET extracted_at = now(), claimed_until = NULL,"
-                " extract_error = %(error)s WHERE id = ANY(%(ids)s)",
-                {"error": error, "ids": list(ids)},
-            )
+    async def mark_extracted(
+        self, ids: Sequence[int], error: str | None = None, *, claim: uuid.UUID | None = None
+    ) -> int:
+        """Stamp turns extracted (``error``: dead-lettered, kept for an admin retry).
 
-    async def release(self, ids: Sequence[int], *, failed_attempt: bool = False) -> int:
-        """Release the claim; ``failed_attempt`` counts an unusable answer (returns the count)."""
+        With ``claim``, only turns still held under that token change (an expired
+        claim taken over by another replica is not finished twice); returns how many.
+        """
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "UPDATE session_turns SET claimed_until = NULL,"
-                " extract_attempts = extract_attempts + %(add)s WHERE id = ANY(%(ids)s)"
-                " RETURNING extract_attempts",
-                {"add": 1 if failed_attempt else 0, "ids": list(ids)},
+                "UPDATE session_turns SET extracted_at = now(), claimed_until = NULL,"
+                " claim_token = NULL, extract_error = %(error)s,"
+                " dead_at = CASE WHEN %(error)s::text IS NULL THEN NULL ELSE now() END"
+                " WHERE id = ANY(%(ids)s) AND extracted_at IS NULL"
+                " AND (%(claim)s::uuid IS NULL OR claim_token = %(claim)s)",
+                {"error": error, "ids": list(ids), "claim": claim},
             )
+            return cur.rowcount
+
+    async def release(
+        self,
+        ids: Sequence[int],
+        *,
+        failed_attempt: bool = False,
+        claim: uuid.UUID | None = None,
+        retry_after_s: float = 0.0,
+    ) -> int:
+        """Release the claim; ``failed_attempt`` counts it (returns the highest count).
+
+        ``retry_after_s`` keeps the turns out of claims and scans for a while (backoff),
+        so a batch that keeps failing cannot crowd out other sessions.
+        """
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE session_turns SET claimed_until = NULL, claim_token = NULL,"
+                " extract_attempts = extract_attempts + %(add)s,"
+                " retry_at = CASE WHEN %(after)s > 0"
+                " THEN now() + %(after)s * interval '1 second' END"
+                " WHERE id = ANY(%(ids)s) AND extracted_at IS NULL"
+                " AND (%(claim)s::uuid IS NULL OR claim_token = %(claim)s)"
+                " RETURNING extract_attempts",
+                {"add": 1 if failed_attempt else 0, "ids": list(ids), "claim": claim,
+                 "after": float(retry_after_s)},
+            )  # fmt: skip
             rows = await cur.fetchall()
         return max((r["extract_attempts"] for r in rows), default=0)
+
+    async def fail(
+        self,
+        ids: Sequence[int],
+        *,
+        claim: uuid.UUID | None,
+        error: str,
+        max_attempts: int,
+        retry_after_s: float,
+    ) -> tuple[int, bool]:
+        """Count a failed attempt on claimed turns: back off, or dead-letter them at
+        ``max_attempts`` (kept with ``error`` until an admin retries); (attempts, dead)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE session_turns SET extract_attempts = extract_attempts + 1,"
+                " claimed_until = NULL, claim_token = NULL,"
+                " retry_at = CASE WHEN extract_attempts + 1 < %(max)s"
+                " THEN now() + %(after)s * interval '1 second' END,"
+                " extracted_at = CASE WHEN extract_attempts + 1 >= %(max)s THEN now() END,"
+                " dead_at = CASE WHEN extract_attempts + 1 >= %(max)s THEN now() END,"
+                " extract_error = CASE WHEN extract_attempts + 1 >= %(max)s THEN %(error)s END"
+                " WHERE id = ANY(%(ids)s) AND extracted_at IS NULL"
+                " AND (%(claim)s::uuid IS NULL OR claim_token = %(claim)s)"
+                " RETURNING extract_attempts, dead_at",
+                {"ids": list(ids), "claim": claim, "error": error[:500],
+                 "max": max_attempts, "after": float(retry_after_s)},
+            )  # fmt: skip
+            rows = await cur.fetchall()
+        attempts = max((r["extract_attempts"] for r in rows), default=0)
+        return attempts, any(r["dead_at"] is not None for r in rows)
 
     async def uncompressed(self, key: SessionKey) -> list[dict]:
         """Turns not yet summarised, oldest first (extracted ones only: extraction goes first)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id, turn_index, role, content, extracted_at FROM session_turns"
-                " WHERE " + _SESSION + " AND compressed_at IS NULL ORDER BY turn_index",
+                "SELECT id, turn_index, role, content, extracted_at"
+                " FROM session_turns WHERE " + _SESSION + " AND compressed_at IS NULL"
+                " ORDER BY turn_index",
                 key.params(),
             )
-            return await cur.fetchall()
+            rows = await cur.fetchall()
+        return rows
 
     async def mark_compressed(self, ids: Sequence[int]) -> None:
         async with self.pool.connection() as conn:
@@ -194,33 +272,81 @@ class TurnStore:
                 {"ids": list(ids)},
             )
 
-    async def due_sessions(self, every_n: int, idle_s: float, limit: int = 200) -> list[SessionKey]:
-        """Sessions whose pending turns should be extracted now.
+    async def due_sessions(
+        self, every_n: int, idle_s: float, limit: int = 200, per_user: int = 2
+    ) -> list[SessionKey]:
+        """Sessions whose pending turns should be extracted now, in a fair order.
 
         Due: N or more pending user turns, or the session ended, or the oldest
-        pending turn waited ``idle_s`` (nothing stays in the queue forever).
+        pending turn waited ``idle_s`` (nothing stays in the queue forever); turns
+        in a retry backoff wait. Order: round-robin over tenants, and within a
+        tenant over users (each user's oldest session first, at most ``per_user``
+        of a user per scan), so one user's or tenant's backlog never starves others.
         """
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT t.tenant_id, t.user_id, t.session_id FROM session_turns t"
+                "WITH due AS (SELECT t.tenant_id, t.user_id, t.session_id,"
+                " min(t.created_at) AS oldest FROM session_turns t"
                 " LEFT JOIN session_state s USING (tenant_id, user_id, session_id)"
-                " WHERE t.extracted_at IS NULL"
-                " AND (t.claimed_until IS NULL OR t.claimed_until < now())"
+                " WHERE t.extracted_at IS NULL AND " + _CLAIMABLE_T +
                 " GROUP BY t.tenant_id, t.user_id, t.session_id, s.ended_at"
                 " HAVING count(*) FILTER (WHERE t.role = 'user') >= %(every_n)s"
                 " OR s.ended_at IS NOT NULL"
-                " OR min(t.created_at) < now() - %(idle_s)s * interval '1 second'"
-                " ORDER BY min(t.created_at) LIMIT %(limit)s",
-                {"every_n": every_n, "idle_s": idle_s, "limit": limit},
-            )
+                " OR min(t.created_at) < now() - %(idle_s)s * interval '1 second'),"
+                " per_user AS (SELECT *, row_number() OVER (PARTITION BY tenant_id, user_id"
+                " ORDER BY oldest) AS nth FROM due),"
+                " capped AS (SELECT *, min(oldest) OVER (PARTITION BY tenant_id, user_id)"
+                " AS user_oldest FROM per_user WHERE nth <= %(per_user)s),"
+                " per_tenant AS (SELECT *, row_number() OVER (PARTITION BY tenant_id"
+                " ORDER BY nth, user_oldest, user_id) AS turn FROM capped)"
+                " SELECT tenant_id, user_id, session_id FROM per_tenant"
+                " ORDER BY turn, oldest LIMIT %(limit)s",
+                {"every_n": every_n, "idle_s": idle_s, "limit": limit, "per_user": per_user},
+            )  # fmt: skip
             rows = await cur.fetchall()
         return [SessionKey(r["tenant_id"], r["user_id"], r["session_id"]) for r in rows]
+
+    async def dead_letters(
+        self, tenant_id: str, user_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Dead-lettered batches of the tenant (optionally one user), newest first."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT user_id, session_id, count(*) AS turns, min(turn_index) AS first_turn,"
+                " max(turn_index) AS last_turn, max(extract_attempts) AS attempts,"
+                " max(dead_at) AS dead_at, (array_agg(extract_error ORDER BY turn_index))[1]"
+                " AS error FROM session_turns WHERE tenant_id = %(t)s AND dead_at IS NOT NULL"
+                " AND (%(u)s::text IS NULL OR user_id = %(u)s)"
+                " GROUP BY user_id, session_id ORDER BY max(dead_at) DESC LIMIT %(limit)s",
+                {"t": tenant_id, "u": user_id, "limit": limit},
+            )
+            return await cur.fetchall()
+
+    async def retry_dead(
+        self, tenant_id: str, user_id: str | None = None, session_id: str | None = None
+    ) -> list[SessionKey]:
+        """Put dead-lettered turns back in the queue with fresh attempts; their sessions."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE session_turns SET extracted_at = NULL, dead_at = NULL,"
+                " extract_error = NULL, extract_attempts = 0, retry_at = NULL,"
+                " claimed_until = NULL, claim_token = NULL"
+                " WHERE tenant_id = %(t)s AND dead_at IS NOT NULL"
+                " AND (%(u)s::text IS NULL OR user_id = %(u)s)"
+                " AND (%(s)s::text IS NULL OR session_id = %(s)s)"
+                " RETURNING user_id, session_id",
+                {"t": tenant_id, "u": user_id, "s": session_id},
+            )
+            rows = await cur.fetchall()
+        keys = {SessionKey(tenant_id, r["user_id"], r["session_id"]) for r in rows}
+        return sorted(keys, key=lambda k: k.as_tuple())
 
     async def purge_expired(self) -> int:
         """Drop expired turns, but never one still waiting for extraction."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "DELETE FROM session_turns WHERE expires_at < now() AND extracted_at IS NOT NULL"
+                " AND dead_at IS NULL"
             )
             return cur.rowcount
 

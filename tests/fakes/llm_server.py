@@ -6,6 +6,8 @@ process such as the e2e service) decides what it answers:
 - rules: the first rule whose ``contains`` text occurs in the request's messages
   answers (optionally only for one kind of call and a limited number of times);
 - a queue of scripted answers, used before the rules;
+- a rule may answer an HTTP error instead (``status``, e.g. 400: a content filter);
+- ``max_prompt_chars``: longer requests get HTTP 400 "context too long";
 - failure modes: ``malformed`` (content that is not JSON), ``http500``,
   ``delay`` (answer after ``delay_s``; with a short client timeout: a timeout),
   and ``down()`` (the socket is closed: connection refused) / ``up()``.
@@ -37,6 +39,7 @@ class Rule:
     answer: str
     kind: str | None = None  # extract | summary | chat; None: any
     times: int | None = None  # None: unlimited
+    status: int = 200  # != 200: answer this HTTP error instead
 
 
 def kind_of(messages: list[dict[str, Any]]) -> str:
@@ -123,12 +126,23 @@ class FakeLLM:
             self.mode = "ok"  # ok | malformed | http500 | delay
             self.delay_s = 0.0
             self.requests: list[dict[str, Any]] = []
+            self.max_prompt_chars: int | None = None
 
     def add_rule(
-        self, contains: str, answer: str, kind: str | None = "extract", times: int | None = None
+        self,
+        contains: str,
+        answer: str,
+        kind: str | None = "extract",
+        times: int | None = None,
+        status: int = 200,
     ) -> None:
         with self._lock:
-            self.rules.append(Rule(contains, answer, kind, times))
+            self.rules.append(Rule(contains, answer, kind, times, status))
+
+    def limit_prompt(self, max_chars: int | None) -> None:
+        """Requests with more message characters than this get HTTP 400 (context too long)."""
+        with self._lock:
+            self.max_prompt_chars = max_chars
 
     def enqueue(self, *answers: str) -> None:
         with self._lock:
@@ -153,7 +167,9 @@ class FakeLLM:
             self.reset()
         elif action == "rule":
             self.add_rule(body["contains"], body["answer"], body.get("kind", "extract"),
-                          body.get("times"))  # fmt: skip
+                          body.get("times"), int(body.get("status", 200)))  # fmt: skip
+        elif action == "limit_prompt":
+            self.limit_prompt(body.get("max_chars"))
         elif action == "enqueue":
             self.enqueue(*body["answers"])
         elif action == "mode":
@@ -173,12 +189,15 @@ class FakeLLM:
             self.requests.append({"kind": kind, "messages": messages, "at": time.time()})
             mode, delay = self.mode, self.delay_s
             content = None
+            status = 200
+            if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
+                return 400, None  # context too long
             if kind == "extract" and self.queue:
                 content = self.queue.pop(0)
             else:
                 for rule in self.rules:
                     if (rule.kind in (None, kind)) and rule.contains in text:
-                        content = rule.answer
+                        content, status = rule.answer, rule.status
                         if rule.times is not None:
                             rule.times -= 1
                             if rule.times <= 0:
@@ -186,6 +205,8 @@ class FakeLLM:
                         break
         if mode == "delay" and delay:
             time.sleep(delay)
+        if status != 200:
+            return status, None
         if mode == "http500":
             return 500, None
         if mode == "malformed":

@@ -59,6 +59,7 @@ def test_settings(
             "every_n_turns": 2,
             "compress_every_m_turns": 100,
             "scan_interval_s": 0.2,
+            "retry_backoff_s": 0.0,
             **extract,
         },
     )

@@ -112,7 +112,7 @@ async def test_malformed_json_is_retried_then_dead_lettered(make_harness, fake_l
     assert (await h.pipeline.process_session(k)).saved == 1
 
 
-async def test_timeout_and_500_leave_turns_queued(make_harness, fake_llm):
+async def test_timeout_counts_an_attempt_and_500_leaves_turns_queued(make_harness, fake_llm):
     h = await make_harness(
         settings_for(fake_llm.url, llm={"timeout_s": 0.3, "breaker_failures": 10})
     )
@@ -124,7 +124,8 @@ async def test_timeout_and_500_leave_turns_queued(make_harness, fake_llm):
     assert (await h.pipeline.process_session(k)).error == "http_5xx"
     assert await h.turns.pending_count(k) == 1
     [row] = await h.rows("SELECT claimed_until, extract_attempts FROM session_turns")
-    assert row["claimed_until"] is None and row["extract_attempts"] == 0
+    # The timeout may be the batch's fault (too big): counted; a 500 is an outage: not.
+    assert row["claimed_until"] is None and row["extract_attempts"] == 1
     fake_llm.set_mode("ok")
     fake_llm.add_rule("vegetarian", extraction(facts=[fact("constraint", "diet", "vegetarian")]))
     out = await h.pipeline.process_session(k)
