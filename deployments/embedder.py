@@ -9,6 +9,11 @@ run together (up to ``max_batch_size`` texts, waiting at most
 batch by length and splits it into sub-batches capped by padded tokens
 (``embed_max_batch_tokens``), so short messages are not padded to long ones.
 
+Several models: callers may name the model (``model``: a spec name or model directory);
+``None`` is the configured one. During a model change the replica serves the old model
+(queries, dedup) and the new one (re-embedding) side by side, each text with its own
+(``models.encoder_set.EncoderSet``); ``preload`` loads them at start.
+
 A caller that finds the encoder idle and nobody queued runs at once, without the
 batch queue's fill wait (one client, or the first caller after a lull).
 
@@ -40,6 +45,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -48,6 +54,7 @@ from ray import serve
 
 from models import Encoder, load_encoder
 from models.encoder import default_threads
+from models.encoder_set import EncoderSet
 from serve_app.metrics import EmbedMetrics, Flusher
 from serve_app.settings import EmbedSettings, get_settings
 
@@ -81,16 +88,16 @@ def replica_threads(configured: int | None = None) -> int:
 class Embedder:
     """Texts to vectors for the configured model (``MEMSERVE_EMBED_MODEL``)."""
 
-    def __init__(self, model: str | None = None, device: str | None = None) -> None:
+    def __init__(
+        self, model: str | None = None, device: str | None = None, preload: Sequence[str] = ()
+    ) -> None:
         settings = get_settings()
         self._threads = replica_threads(settings.embed.threads)
-        self.encoder: Encoder = load_encoder(
-            model or settings.embed.model,
-            device=device or settings.embed.device,
-            threads=self._threads,
-            max_batch_tokens=settings.embed.max_batch_tokens,
-            spinning=settings.embed.spinning,
-        )
+        self._device = device or settings.embed.device
+        self.encoder: Encoder = self._load(model or settings.embed.model)
+        self.encoders = EncoderSet(self.encoder, self._load, model or settings.embed.model)
+        for ref in preload:  # a model change: the active and the filling model
+            self.encoders.get(ref)
         # One worker thread: batches run one at a time off the event loop, so
         # the next batch keeps filling while this one computes.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
@@ -107,7 +114,8 @@ class Embedder:
         self._batches = 0
         self._texts = 0
         started = time.perf_counter()
-        self.encoder.warmup()
+        for encoder in self.encoders.loaded():
+            encoder.warmup()
         log.info(
             "embedder %s ready on %s, %d threads, warm-up %.0f ms",
             self.encoder.spec.name,
@@ -116,20 +124,46 @@ class Embedder:
             (time.perf_counter() - started) * 1000,
         )
 
+    def _load(self, ref: str) -> Encoder:
+        settings = get_settings()
+        return load_encoder(
+            ref,
+            device=self._device,
+            threads=self._threads,
+            max_batch_tokens=settings.embed.max_batch_tokens,
+            spinning=settings.embed.spinning,
+        )
+
+    async def _ensure(self, model: str | None) -> None:
+        """Load a model no caller named before, off the event loop (first use only)."""
+        if model not in self.encoders:
+            encoder = await asyncio.to_thread(self.encoders.get, model)
+            await asyncio.to_thread(encoder.warmup)
+
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def _embed_batch(
-        self, texts: list[str], is_query: list[bool], enqueued: list[float]
+        self,
+        texts: list[str],
+        is_query: list[bool],
+        enqueued: list[float],
+        models: list[str | None],
     ) -> list[np.ndarray]:
-        return list(await self._run(list(texts), list(is_query), enqueued))
+        return list(await self._run(list(texts), list(is_query), enqueued, list(models)))
 
-    async def _run(self, texts: list[str], is_query: list[bool], enqueued: list[float]) -> Any:
+    async def _run(
+        self,
+        texts: list[str],
+        is_query: list[bool],
+        enqueued: list[float],
+        models: list[str | None],
+    ) -> Any:
         """One encoder run off the event loop, the gate closed while it computes."""
         started = time.perf_counter()
         self._running += 1
         self._gate.clear()
         try:
             vectors = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self.encoder.encode_mixed, texts, is_query
+                self._pool, self.encoders.encode_mixed, texts, is_query, models
             )
         finally:
             self._running -= 1
@@ -141,37 +175,45 @@ class Embedder:
         self._flusher.start()
         return vectors
 
-    async def embed(self, text: str, is_query: bool = False) -> np.ndarray:
+    async def embed(
+        self, text: str, is_query: bool = False, model: str | None = None
+    ) -> np.ndarray:
         """One text to a 1-D float32 vector, batched with concurrent callers."""
+        await self._ensure(model)
         now = time.perf_counter()
         if not self._running and not self._queued:
             # Idle encoder, nobody queued: run now. The batch queue would only add its
             # fill wait (no one else is coming); callers that arrive meanwhile find the
             # gate closed and batch together after this run.
-            return (await self._run([text], [bool(is_query)], [now]))[0]
-        return await self._enqueue(text, bool(is_query), now)
+            return (await self._run([text], [bool(is_query)], [now], [model]))[0]
+        return await self._enqueue(text, bool(is_query), now, model)
 
-    async def _enqueue(self, text: str, is_query: bool, now: float) -> np.ndarray:
+    async def _enqueue(
+        self, text: str, is_query: bool, now: float, model: str | None
+    ) -> np.ndarray:
         """Join the shared batch: after the run computing now, if any; counted as queued
         so an idle-looking encoder is not taken ahead of texts already waiting."""
         self._queued += 1
         try:
             if not self._gate.is_set():  # a run computes: join the batch after it
                 await self._gate.wait()
-            return await self._embed_batch(text, is_query, now)
+            return await self._embed_batch(text, is_query, now, model)
         finally:
             self._queued -= 1
 
-    async def embed_many(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+    async def embed_many(
+        self, texts: list[str], is_query: bool = False, model: str | None = None
+    ) -> np.ndarray:
         """Several texts to one (n, dim) float32 array (see the module docstring)."""
+        await self._ensure(model)
         now, n = time.perf_counter(), len(texts)
         if n >= OWN_RUN_MIN_TEXTS:
             while self._running:  # one run at a time: wait out the one computing
                 await self._gate.wait()
-            return await self._run(list(texts), [bool(is_query)] * n, [now] * n)
+            return await self._run(list(texts), [bool(is_query)] * n, [now] * n, [model] * n)
         if not n:
-            return np.zeros((0, self.encoder.spec.dim), dtype=np.float32)
-        rows = await asyncio.gather(*(self._enqueue(t, bool(is_query), now) for t in texts))
+            return np.zeros((0, self.encoders.get(model).spec.dim), dtype=np.float32)
+        rows = await asyncio.gather(*(self._enqueue(t, bool(is_query), now, model) for t in texts))
         return np.stack(rows).astype(np.float32, copy=False)
 
     def model_info(self) -> dict[str, Any]:
@@ -191,6 +233,7 @@ class Embedder:
             "pid": os.getpid(),
             "batches_run": self._batches,
             "texts_embedded": self._texts,
+            "models": sorted({e.spec.name for e in self.encoders.loaded()}),
         }
 
     def reconfigure(self, config: dict[str, Any]) -> None:
@@ -201,7 +244,8 @@ class Embedder:
         if "batch_wait_timeout_s" in config:
             self._embed_batch.set_batch_wait_timeout_s(float(config["batch_wait_timeout_s"]))
         if "max_batch_tokens" in config:
-            self.encoder.max_batch_tokens = int(config["max_batch_tokens"])
+            for encoder in self.encoders.loaded():
+                encoder.max_batch_tokens = int(config["max_batch_tokens"])
 
     async def __del__(self) -> None:
         await self._flusher.stop()  # the last aggregates, best effort

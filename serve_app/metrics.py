@@ -90,6 +90,9 @@ EXTRACT_FACTS = _c("extract_facts", _OUTCOME, "Extracted facts by outcome.")
 EXTRACT_LATENCY_MS = _h(
     "extract_latency_ms", (), EXTRACT_MS_BUCKETS, "Time of one extraction (LLM, dedup, writes)."
 )
+REEMBED_ITEMS = _c("reembed_items", _MODEL, "Memories re-embedded into a new model's table.")
+REEMBED_PROGRESS = _g("reembed_progress", _MODEL, "Share of memories in a filling model's table.")
+REEMBED_REMAINING = _g("reembed_remaining", _MODEL, "Memories left to re-embed (estimate).")
 CHAT_USAGE = _c("chat_usage", ("key_id", "kind"), "Chat proxy use per key: requests, tokens.")
 
 
@@ -396,3 +399,22 @@ class ExtractionMetrics(MetricSet):
     def fact(self, outcome: str) -> None:
         self.counts[f"facts_{outcome}"] += 1
         self.facts.inc((outcome,))
+
+class ReembedMetrics(MetricSet):
+    """The re-embed worker: items written per model; progress and what is left, per flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items = self.add(LocalCounter(REEMBED_ITEMS))
+        self.state: dict[str, tuple[float, float]] = {}  # model -> (progress, remaining)
+
+    def embedded(self, model: str, n: int, progress: float, remaining: float) -> None:
+        self.items.inc((model,), n)
+        self.state[model] = (progress, remaining)
+
+    def gauges(self) -> Iterable[tuple[MetricSpec, Tags, float]]:
+        out = []
+        for model, (progress, remaining) in self.state.items():
+            out.append((REEMBED_PROGRESS, (model,), progress))
+            out.append((REEMBED_REMAINING, (model,), remaining))
+        return out

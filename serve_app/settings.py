@@ -272,6 +272,18 @@ class AuthSettings(BaseSettings):
     listener_ping_s: float = 1.0
     listener_stale_s: float = 3.0
     # Work units (1 per item, a request without items is one, plus 1 per KiB of body:
+class ReembedSettings(BaseSettings):
+    """A model change: the background re-embed into the new model's table (serve_app/reembed)."""
+
+    model_config = _group("MEMSERVE_REEMBED_")
+
+    rate_per_s: float = 200.0  # texts per second re-embedded (0: as fast as it goes)
+    batch: int = 64  # texts per embedder call and per write
+    poll_s: float = 5.0  # replicas re-read the model registry this often (NOTIFY is at once)
+    settle_s: float = 30.0  # after a switch: repair passes for replicas that had not switched
+    margin_s: float = 30.0  # longest write transaction the repair watermark allows for
+
+
     # ~256 embedded tokens) per (key, end user), token bucket per ingress replica; 0: off.
     # A key's own rate_limit_per_s overrides the rate. High by default: one end user of
     # bench_vs_mem0 (8 clients) never reaches it, a flood of 100-item batches does.
@@ -343,3 +355,4 @@ def get_settings() -> Settings:
 
     load_secrets_file()  # this node's secrets (never shipped in Ray's runtime env)
     return Settings()
+    reembed: ReembedSettings = Field(default_factory=ReembedSettings)

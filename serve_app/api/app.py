@@ -13,6 +13,7 @@ from serve_app.api import (
     health,
     mem0,
     memories,
+    models_admin,
     portability,
     search,
     sessions,
@@ -40,7 +41,19 @@ ERROR_RESPONSES: dict[int | str, dict] = {
         (503, "A dependency is unavailable; retry later"),
     )
 }
-ROUTERS = (health, memories, search, context, chat, admin, sessions, facts, portability, mem0)
+ROUTERS = (
+    health,
+    memories,
+    search,
+    context,
+    chat,
+    admin,
+    models_admin,
+    sessions,
+    facts,
+    portability,
+    mem0,
+)
 
 
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
