@@ -64,7 +64,7 @@ async def stack(fresh_db, encoder):
 
 async def test_bootstrap_model_facts_match_the_encoder(stack, encoder):
     _, _, model = stack
-    assert model == ModelFacts(encoder.spec.name, encoder.spec.dim, encoder.spec.table_slug)
+    assert model == ModelFacts.of(encoder.spec)  # ref: the spec name; nothing filling
 
 
 async def test_routes_run_on_the_services_without_ray(stack):
