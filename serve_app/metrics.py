@@ -87,6 +87,12 @@ EXTRACT_SUCCESSES = _c("extract_successes", (), "Extractions that were stored.")
 EXTRACT_ERRORS = _c("extract_errors", ("kind",), "Failed extractions by kind (turns stay queued).")
 EXTRACT_MEMORIES = _c("extract_memories", _OUTCOME, "Extracted memories by outcome.")
 EXTRACT_FACTS = _c("extract_facts", _OUTCOME, "Extracted facts by outcome.")
+CONSOLIDATE_OUTCOMES = _c(
+    "consolidate_outcomes", _OUTCOME, "Consolidation work by outcome (merged, insights, ...)."
+)
+CONSOLIDATE_RUN_MS = _h(
+    "consolidate_run_ms", (), EXTRACT_MS_BUCKETS, "Time of one user's consolidation run."
+)
 EXTRACT_LATENCY_MS = _h(
     "extract_latency_ms", (), EXTRACT_MS_BUCKETS, "Time of one extraction (LLM, dedup, writes)."
 )
@@ -399,6 +405,26 @@ class ExtractionMetrics(MetricSet):
     def fact(self, outcome: str) -> None:
         self.counts[f"facts_{outcome}"] += 1
         self.facts.inc((outcome,))
+
+
+class ConsolidationMetrics(MetricSet):
+    """Consolidation outcomes per run; ``counts`` (cumulative) for status and tests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Tally[str] = Tally()
+        self.outcomes = self.add(LocalCounter(CONSOLIDATE_OUTCOMES))
+        self.latency = self.add(LocalHistogram(CONSOLIDATE_RUN_MS))
+
+    def outcome(self, outcome: str, n: int = 1) -> None:
+        if n > 0:
+            self.counts[outcome] += n
+            self.outcomes.inc((outcome,), n)
+
+    def run(self, ms: float) -> None:
+        self.counts["runs"] += 1
+        self.latency.observe(ms)
+
 
 class ReembedMetrics(MetricSet):
     """The re-embed worker: items written per model; progress and what is left, per flush."""

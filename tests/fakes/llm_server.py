@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from serve_app.consolidation.prompts import DIGEST_MARKER, INSIGHT_MARKER
 from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
 
 DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."
@@ -48,6 +49,10 @@ def kind_of(messages: list[dict[str, Any]]) -> str:
         return "extract"
     if SUMMARY_MARKER in text:
         return "summary"
+    if INSIGHT_MARKER in text:
+        return "insight"
+    if DIGEST_MARKER in text:
+        return "digest"
     return "chat"
 
 
@@ -219,6 +224,13 @@ class FakeLLM:
     def _default(kind: str, messages: list[dict[str, Any]]) -> str:
         if kind == "extract":
             return extraction()
+        if kind == "insight":  # one sentence over the first memory listed
+            user = str(messages[-1].get("content", "")) if messages else ""
+            first = next((ln[2:] for ln in user.splitlines() if ln.startswith("- ")), "")
+            return json.dumps({"insight": f"The user has a pattern around: {first[:200]}",
+                               "importance": 0.7})  # fmt: skip
+        if kind == "digest":
+            return json.dumps({"summary": "The user had several older conversations."})
         if kind == "summary":
             user = str(messages[-1].get("content", "")) if messages else ""
             lines = [ln for ln in user.splitlines() if "] user:" in ln]

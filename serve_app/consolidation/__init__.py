@@ -1,0 +1,1 @@
+"""Consolidation and reflection: a periodic per-user job over long-term memories."""

@@ -1,0 +1,277 @@
+"""One consolidation run for one user: merge, reflect, digest, decay.
+
+- merge: near-duplicates written over time (cosine >= ``merge_similarity``, same
+  type) become one memory: the newest wording survives with the highest
+  importance, all tags, the others' texts as aliases and ``merged_from``; the
+  others are archived with a MERGE history event (``merged_into``).
+- reflect (LLM): clusters of related memories yield an ``insight`` memory that keeps
+  its sources' ids; a cluster is reflected on once (``cluster_key``).
+- digest (LLM): old episodic memories are summarised into one episodic memory
+  (``sources``); the originals are archived (``summarised_into``).
+- decay: old memories never retrieved lose importance, once per period.
+
+Bounded per run (memories loaded, LLM calls, decays), idempotent (a second run over
+unchanged memories changes nothing), one run per user at a time across replicas
+(advisory lock); without an LLM only merge and decay run. Every write checks the row
+version it read, so a concurrent PATCH wins over consolidation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from serve_app.consolidation.prompts import DIGEST_SYSTEM, INSIGHT_SYSTEM, memories_prompt
+from serve_app.consolidation.store import ConsolidationStore
+from serve_app.extraction.llm import LLMClient, LLMUnavailable
+from serve_app.extraction.parser import BadOutput, clean_text, load_json_object
+from serve_app.metrics import ConsolidationMetrics
+from serve_app.settings import ConsolidateSettings
+from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store.memory_index import VersionConflict
+from serve_app.text import dedupe_hash
+
+log = logging.getLogger(__name__)
+ACTOR = "consolidation"
+Embed = Callable[..., Awaitable[np.ndarray]]
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+def near_pairs(vectors: np.ndarray, threshold: float, block: int = 1024) -> list[tuple[int, int]]:
+    """Index pairs (i < j) with cosine >= ``threshold``, in blocks (bounded memory)."""
+    unit = _unit(np.asarray(vectors, dtype=np.float32))
+    pairs: list[tuple[int, int]] = []
+    for start in range(0, len(unit), block):
+        sims = unit[start : start + block] @ unit.T
+        rows, cols = np.nonzero(sims >= threshold)
+        found = zip(rows.tolist(), cols.tolist(), strict=True)
+        pairs += [(start + r, c) for r, c in found if c > start + r]
+    return pairs
+
+
+def groups(n: int, pairs: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Connected components of size >= 2 (union-find)."""
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    out: dict[int, list[int]] = {}
+    for i in range(n):
+        out.setdefault(find(i), []).append(i)
+    return [g for g in out.values() if len(g) > 1]
+
+
+class Consolidator:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        model_slug: str,
+        embed: Embed,
+        llm: LLMClient | None,
+        settings: ConsolidateSettings,
+        metrics: ConsolidationMetrics | None = None,
+    ) -> None:
+        self.pool = pool
+        self.db = ConsolidationStore(pool, model_slug)
+        self.memories = MemoryStore(pool, model_slug)
+        self.embed = embed
+        self.llm = llm
+        self.s = settings
+        self.metrics = metrics or ConsolidationMetrics()
+
+    async def run(self, owner: Owner) -> dict[str, Any]:
+        """Consolidate one user; returns what happened (also kept in consolidation_state)."""
+        started = time.perf_counter()
+        report: dict[str, Any] = {"merged": 0, "archived": 0, "insights": 0, "digests": 0,
+                                  "decayed": 0, "conflicts": 0, "llm_errors": 0}  # fmt: skip
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0)) AS ok",
+                (f"memserve:consolidate:{owner.tenant_id}/{owner.user_id}",),
+            )
+            if not (await cur.fetchone())["ok"]:
+                self.metrics.outcome("busy")
+                return {**report, "skipped": "another run in progress"}
+            rows = await self.db.load(owner, self.s.max_memories)
+            report["memories"] = len(rows)
+            alive = await self._merge(owner, rows, report)
+            if self.llm is not None:
+                await self._reflect(owner, alive, report)
+                await self._digest(owner, alive, report)
+            report["decayed"] = await self.db.decay(
+                owner, age_days=self.s.decay_age_days, factor=self.s.decay_factor,
+                floor=self.s.decay_floor, limit=self.s.max_decay,
+            )  # fmt: skip
+        report["ms"] = round((time.perf_counter() - started) * 1000, 1)
+        await self.db.record_run(owner, report)
+        for outcome in ("merged", "archived", "insights", "digests", "decayed", "conflicts"):
+            self.metrics.outcome(outcome, report[outcome])
+        self.metrics.run(report["ms"])
+        return report
+
+    # ---------- merge ----------
+
+    async def _merge(
+        self, owner: Owner, rows: list[dict[str, Any]], report: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Merge near-duplicate groups; returns the rows still active afterwards."""
+        if len(rows) < 2:
+            return rows
+        vectors = np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in rows])
+        pairs = [
+            (a, b)
+            for a, b in near_pairs(vectors, self.s.merge_similarity)
+            if rows[a]["type"] == rows[b]["type"]
+        ]
+        gone: set[int] = set()
+        for group in groups(len(rows), pairs):
+            members = sorted(group, key=lambda i: rows[i]["created_at"], reverse=True)
+            keep, others = rows[members[0]], [rows[i] for i in members[1:]]
+            if await self._merge_group(owner, keep, others, report):
+                gone.update(members[1:])
+        return [r for i, r in enumerate(rows) if i not in gone]
+
+    async def _merge_group(
+        self, owner: Owner, keep: dict[str, Any], others: list[dict[str, Any]], report: dict
+    ) -> bool:
+        data = dict(keep["data"] or {})
+        aliases = [*data.get("aliases", []), *(dedupe_hash(o["content"]) for o in others)]
+        for o in others:
+            aliases += (o["data"] or {}).get("aliases", [])
+        data["aliases"] = list(dict.fromkeys(aliases))[-50:]
+        data["merged_from"] = [*data.get("merged_from", []), *(str(o["id"]) for o in others)]
+        changes = {
+            "importance": max(r["importance"] for r in [keep, *others]),
+            "confidence": max(r["confidence"] for r in [keep, *others]),
+            "tags": list(dict.fromkeys(t for r in [keep, *others] for t in r["tags"])),
+            "data": data,
+        }
+        try:
+            await self.memories.update(owner, keep["id"], changes, None, actor=ACTOR,
+                                       event="MERGE", expected_version=keep["version"])  # fmt: skip
+        except VersionConflict:
+            report["conflicts"] += 1
+            return False
+        n = await self.db.archive(
+            owner, {o["id"]: o["version"] for o in others}, keep["id"], "merged_into"
+        )
+        report["merged"] += 1
+        report["archived"] += n
+        return True
+
+    # ---------- reflect (LLM) ----------
+
+    async def _reflect(self, owner: Owner, rows: list[dict[str, Any]], report: dict) -> None:
+        pool = [r for r in rows if r["type"] not in ("insight", "episodic")]
+        if len(pool) < self.s.min_cluster:
+            return
+        known = await self.db.insight_keys(owner)
+        vectors = _unit(np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in pool]))
+        order = sorted(range(len(pool)), key=lambda i: -pool[i]["importance"])
+        used: set[int] = set()
+        calls = 0
+        for seed in order:
+            if calls >= self.s.max_insights or seed in used:
+                continue
+            sims = vectors @ vectors[seed]
+            near = [i for i in np.argsort(-sims).tolist()
+                    if sims[i] >= self.s.cluster_similarity and i not in used]  # fmt: skip
+            cluster = near[: self.s.max_cluster]
+            if len(cluster) < self.s.min_cluster:
+                continue
+            used.update(cluster)
+            members = [pool[i] for i in cluster]
+            ids = sorted(str(m["id"]) for m in members)
+            key = hashlib.sha256(",".join(ids).encode()).hexdigest()[:32]
+            if key in known:
+                continue
+            calls += 1
+            answer = await self._ask(INSIGHT_SYSTEM, [m["content"] for m in members], report)
+            if answer is None:
+                continue
+            text = answer.get("insight")
+            text = clean_text(text, 2000) if isinstance(text, str) else ""
+            if not text:
+                continue
+            importance = answer.get("importance")
+            importance = float(importance) if isinstance(importance, int | float) else 0.6
+            item = NewMemory(
+                content=text, type="insight", importance=min(1.0, max(0.0, importance)),
+                data={"sources": ids, "cluster_key": key}, source=ACTOR,
+            )  # fmt: skip
+            await self.memories.add(owner, [item], await self.embed([text], is_query=False),
+                                    actor=ACTOR)  # fmt: skip
+            report["insights"] += 1
+
+    # ---------- digest (LLM) ----------
+
+    async def _digest(self, owner: Owner, rows: list[dict[str, Any]], report: dict) -> None:
+        cutoff = time.time() - self.s.episodic_age_days * 86400
+        old = sorted(
+            (r for r in rows if r["type"] == "episodic" and r["source"] != ACTOR
+             and r["created_at"].timestamp() < cutoff),
+            key=lambda r: r["created_at"],
+        )  # fmt: skip
+        for n in range(self.s.max_digests):
+            batch = old[n * self.s.digest_batch : (n + 1) * self.s.digest_batch]
+            if len(batch) < 2:
+                return
+            answer = await self._ask(DIGEST_SYSTEM, [r["content"] for r in batch], report) or {}
+            summary = answer.get("summary")
+            summary = clean_text(summary, 2000) if isinstance(summary, str) else ""
+            if not summary:
+                continue
+            ids = [str(r["id"]) for r in batch]
+            item = NewMemory(content=summary, type="episodic", importance=0.5, source=ACTOR,
+                             data={"sources": ids})  # fmt: skip
+            [row] = await self.memories.add(
+                owner, [item], await self.embed([summary], is_query=False), actor=ACTOR
+            )
+            await self.db.archive(
+                owner, {r["id"]: r["version"] for r in batch}, row["id"], "summarised_into"
+            )
+            report["digests"] += 1
+
+    async def _ask(
+        self, system: str, contents: Sequence[str], report: dict
+    ) -> dict[str, Any] | None:
+        assert self.llm is not None
+        try:
+            return load_json_object(await self.llm.complete_json(system, memories_prompt(contents)))
+        except (LLMUnavailable, BadOutput) as exc:
+            report["llm_errors"] += 1
+            self.metrics.outcome("llm_error")
+            log.warning("consolidation LLM call failed: %s", exc)
+            return None
+
+
+async def run_due(consolidator: Consolidator, min_interval_s: float, limit: int) -> int:
+    """One tick of the periodic job: consolidate the users that are due; how many ran."""
+    n = 0
+    for owner in await consolidator.db.due_users(min_interval_s, limit):
+        try:
+            await consolidator.run(owner)
+            n += 1
+        except (psycopg.Error, LLMUnavailable):
+            log.exception("consolidation of %s failed", owner)
+    return n
+
+
+__all__ = ["Consolidator", "groups", "near_pairs", "run_due"]
