@@ -27,6 +27,7 @@ from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
+from serve_app.services.lifecycle import Lifecycle, build_lifecycle
 from serve_app.services.memories import Embed, MemoryService, Search
 from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
@@ -67,6 +68,7 @@ class Services:
     health: HealthService
     directory: MemoryDirectory  # reads across a tenant's owners (mem0 routes, export)
     portability: PortabilityService  # export/import
+    lifecycle: Lifecycle | None = None  # forget, access tracking, expiry purge, quotas
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -97,11 +99,14 @@ async def build_services(
         keys, key_listener = key_store(pool, dsn, settings.auth)
         closers.append(key_listener.stop)
 
+        lifecycle = build_lifecycle(pool, settings, model.table_slug)
+        closers.extend(lifecycle.closers)
         memories = MemoryService(
-            MemoryStore(pool, model.table_slug),
+            MemoryStore(pool, model.table_slug, lifecycle.quota),
             backends.embed,
             backends.search,
             session_ttl_s=settings.context.session_ttl_s,
+            access=lifecycle.access,
         )
         trigger = ExtractionTrigger(
             backends.submit_extraction,
@@ -138,6 +143,7 @@ async def build_services(
             context=context,
             chat=chat,
             health=HealthService(pool, backends.probes),
+            lifecycle=lifecycle,
             directory=directory,
             portability=portability,
             _closers=closers,

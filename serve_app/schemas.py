@@ -108,6 +108,9 @@ class MemoryFields(StrictModel):
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     infer: bool = False
     scope: Scope | None = None
+    # Expiry (either, not both): seconds from now, or an absolute time; then invisible.
+    ttl_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+    expires_at: datetime | None = None
 
     _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)
@@ -134,6 +137,9 @@ class MemoryPatch(StrictModel):
     metadata: dict[str, Any] | None = None
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     type: MemoryType | None = None
+    ttl_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)  # expire from now
+    expires_at: datetime | None = None  # absolute expiry (send ttl_s or expires_at)
+    status: Literal["active", "archived"] | None = None  # archived: out of search/context
     version: int | None = Field(default=None, ge=1)  # apply only to this row version (409)
 
     _content = field_validator("content")(check_content)
@@ -161,6 +167,7 @@ class SearchRequest(StrictModel):
     agent_id: Identifier | None = None
     session_id: Identifier | None = None
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
+    include_archived: bool = False  # archived memories too (answered from PostgreSQL)
 
     _query = field_validator("query")(check_content)
     _tags = field_validator("tags")(_check_tags)
@@ -184,6 +191,9 @@ class Memory(BaseModel):
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None = None
+    status: str = "active"
+    access_count: int = 0  # times returned by search/context (written in batches)
+    last_accessed_at: datetime | None = None
     version: int = 1  # row version; send it back as If-Match (or "version") on PATCH
 
 
@@ -207,6 +217,8 @@ class SearchResponse(BaseModel):
 
 class DeletedCount(BaseModel):
     deleted: int
+    # A forget: what was removed, per kind (memories, vectors, history, facts, turns, sessions)
+    removed: dict[str, int] | None = None
 
 
 class HistoryEvent(BaseModel):

@@ -173,6 +173,33 @@ class RankSettings(BaseSettings):
     w_importance: float = 0.1
     w_recency: float = 0.1
     recency_half_life_days: float = 30.0
+    # What recency measures: "updated" (last write) or "accessed" (last time search or
+    # context returned the memory, else its last write; see serve_app.services.access).
+    recency_from: Literal["updated", "accessed"] = "updated"
+
+
+class LifecycleSettings(BaseSettings):
+    """Forget, expiry purge and access tracking (issue 12)."""
+
+    model_config = _group("MEMSERVE_LIFECYCLE_")
+
+    forget_batch: int = 2000  # rows per delete statement of a forget (each << statement timeout)
+    purge_interval_s: float = 60.0  # expired memories are purged this often; 0: never
+    purge_batch: int = 1000  # rows per purge statement
+    purge_max_batches: int = 50  # statements per purge round (the rest waits for the next)
+    erasure_keep_s: float = 86400.0  # finished erasure records kept (extraction leases << this)
+    access_tracking: bool = True  # count what search/context return (batched, off the path)
+    access_flush_s: float = 2.0  # how often the batched access counts are written
+    access_max_pending: int = 100_000  # memories counted between flushes (more: dropped)
+
+
+class QuotaSettings(BaseSettings):
+    """Memory quotas (0: unlimited); over quota an add is a 403 and writes nothing."""
+
+    model_config = _group("MEMSERVE_QUOTA_")
+
+    max_memories_per_user: int = 0
+    max_memories_per_tenant: int = 0
 
 
 class LLMSettings(BaseSettings):
@@ -245,6 +272,18 @@ class ConsolidateSettings(BaseSettings):
     max_decay: int = 5000  # memories decayed per run
 
 
+class ReembedSettings(BaseSettings):
+    """A model change: the background re-embed into the new model's table (serve_app/reembed)."""
+
+    model_config = _group("MEMSERVE_REEMBED_")
+
+    rate_per_s: float = 200.0  # texts per second re-embedded (0: as fast as it goes)
+    batch: int = 64  # texts per embedder call and per write
+    poll_s: float = 5.0  # replicas re-read the model registry this often (NOTIFY is at once)
+    settle_s: float = 30.0  # after a switch: repair passes for replicas that had not switched
+    margin_s: float = 30.0  # longest write transaction the repair watermark allows for
+
+
 class ContextSettings(BaseSettings):
     model_config = _group("MEMSERVE_CONTEXT_")
 
@@ -272,18 +311,6 @@ class AuthSettings(BaseSettings):
     listener_ping_s: float = 1.0
     listener_stale_s: float = 3.0
     # Work units (1 per item, a request without items is one, plus 1 per KiB of body:
-class ReembedSettings(BaseSettings):
-    """A model change: the background re-embed into the new model's table (serve_app/reembed)."""
-
-    model_config = _group("MEMSERVE_REEMBED_")
-
-    rate_per_s: float = 200.0  # texts per second re-embedded (0: as fast as it goes)
-    batch: int = 64  # texts per embedder call and per write
-    poll_s: float = 5.0  # replicas re-read the model registry this often (NOTIFY is at once)
-    settle_s: float = 30.0  # after a switch: repair passes for replicas that had not switched
-    margin_s: float = 30.0  # longest write transaction the repair watermark allows for
-
-
     # ~256 embedded tokens) per (key, end user), token bucket per ingress replica; 0: off.
     # A key's own rate_limit_per_s overrides the rate. High by default: one end user of
     # bench_vs_mem0 (8 clients) never reaches it, a flood of 100-item batches does.
@@ -332,10 +359,13 @@ class Settings(BaseSettings):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     rank: RankSettings = Field(default_factory=RankSettings)
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+    quota: QuotaSettings = Field(default_factory=QuotaSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     extract: ExtractSettings = Field(default_factory=ExtractSettings)
     consolidate: ConsolidateSettings = Field(default_factory=ConsolidateSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
+    reembed: ReembedSettings = Field(default_factory=ReembedSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)
 
@@ -355,4 +385,3 @@ def get_settings() -> Settings:
 
     load_secrets_file()  # this node's secrets (never shipped in Ray's runtime env)
     return Settings()
-    reembed: ReembedSettings = Field(default_factory=ReembedSettings)

@@ -12,12 +12,12 @@ import logging
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import Principal
 from serve_app.errors import ApiError
-from serve_app.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyList
+from serve_app.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyList, DeletedCount
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -77,3 +77,18 @@ async def revoke_key(key_id: UUID, caller: Admin, services: Svc):
         raise ApiError(404, "not_found", "key not found or already revoked")
     log.info("key %s revoked in tenant %s by %s", key_id, caller.tenant_id, caller.key_id)
     return Response(status_code=204)
+
+
+@router.delete("/data", response_model=DeletedCount)
+async def erase_tenant(
+    caller: Admin,
+    services: Svc,
+    confirm: Annotated[str, Query(description="the tenant id, to confirm the erasure")],
+):
+    """Erase the admin key's tenant: every memory (vectors, history), fact, turn and
+    session; its API keys stay. ``confirm`` must repeat the tenant id."""
+    if confirm != caller.tenant_id:
+        raise ApiError(422, "invalid_request", "confirm must be the tenant id")
+    removed = await services.lifecycle.forget.erase_tenant(caller.tenant_id)
+    log.warning("tenant %s erased by key %s: %s", caller.tenant_id, caller.key_id, removed)
+    return {"deleted": removed["memories"], "removed": removed}

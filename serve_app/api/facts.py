@@ -1,4 +1,5 @@
-"""GET /v1/facts: the user's structured facts (deterministic lookup), optionally with history."""
+"""/v1/facts: the user's structured facts (deterministic lookup), optionally with history;
+an explicit correction (PUT) and deletion (DELETE)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
-from serve_app.schemas import Identifier
+from serve_app.schemas import DeletedCount, Identifier, StrictModel
 
 router = APIRouter(prefix="/v1/facts", tags=["facts"])
 
@@ -35,6 +36,16 @@ class FactList(BaseModel):
     facts: list[Fact]
 
 
+class FactSet(StrictModel):
+    user_id: Identifier | None = None
+    category: str = Field(min_length=1, max_length=32)
+    key: str = Field(min_length=1, max_length=128)
+    value: str = Field(min_length=1, max_length=2000)
+
+
+UserQuery = Annotated[Identifier | None, Query(description="required with a service key")]
+
+
 @router.get("", response_model=FactList)
 async def list_facts(
     caller: Caller,
@@ -47,3 +58,24 @@ async def list_facts(
     owner = resolve_owner(caller, user_id)
     rows = await services.facts.list(owner, include_inactive=include_inactive, category=category)
     return {"facts": rows}
+
+
+@router.put("", response_model=Fact)
+async def set_fact(body: FactSet, caller: Caller, services: Svc):
+    """Set (correct) a fact explicitly: it wins over any extracted value, whatever its
+    confidence; the previous value stays in the history (``include_inactive``)."""
+    owner = resolve_owner(caller, body.user_id)
+    return await services.facts.set(owner, body.category, body.key, body.value)
+
+
+@router.delete("", response_model=DeletedCount)
+async def delete_facts(
+    caller: Caller,
+    services: Svc,
+    user_id: UserQuery = None,
+    category: Annotated[str | None, Query(max_length=32)] = None,
+    key: Annotated[str | None, Query(max_length=128)] = None,
+):
+    """Delete the user's facts (every version): all, one category, or one category/key."""
+    owner = resolve_owner(caller, user_id)
+    return {"deleted": await services.facts.delete(owner, category, key)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Query, Response
@@ -86,6 +86,7 @@ async def list_memories(
     session_id: Identifier | None = None,
     limit: Annotated[int, Query(ge=1)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
+    status: Literal["active", "archived"] | None = None,
 ):
     owner = read_owner(caller, user_id)
     max_limit = services.settings.limits.list_limit
@@ -98,6 +99,7 @@ async def list_memories(
         type=type.value if type else None,
         agent_id=agent_id,
         session_id=session_id,
+        status=status,
     )
     return {"memories": rows, "next_cursor": next_cursor}
 
@@ -110,11 +112,13 @@ async def delete_memories(
     agent_id: Identifier | None = None,
     session_id: Identifier | None = None,
 ):
+    """Forget the user (or one agent/session of theirs): memories, vectors, history, facts,
+    turns and session state; ``removed`` counts each kind (``deleted``: memories)."""
     owner = resolve_owner(caller, user_id)
-    n = await services.memories.delete_scope(
-        owner, agent_id=agent_id, session_id=session_id, actor=caller.actor
+    removed = await services.lifecycle.forget.forget(
+        owner, agent_id=agent_id, session_id=session_id
     )
-    return {"deleted": n}
+    return {"deleted": removed["memories"], "removed": removed}
 
 
 @router.get("/{memory_id}", response_model=Memory)

@@ -28,6 +28,7 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
         created_before=f.created_before if f else None,
         text=body.query,
         mode=body.mode,
+        include_archived=body.include_archived,
     )
 
 

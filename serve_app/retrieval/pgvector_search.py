@@ -129,6 +129,7 @@ class PgVectorSearch:
                             " JOIN memory_items i ON i.id = v.item_id"
                             " WHERE v.tenant_id = %(tenant_id)s AND v.owner = %(owner)s"
                             " AND i.status = 'active'"
+                            " AND (i.expires_at IS NULL OR i.expires_at > now())"
                             " ORDER BY i.seq"  # write order: neighbours are context
                         ).format(cols=_ITEM_COLS, v=self.vectors),
                         key,

@@ -28,6 +28,7 @@ class SearchQuery:
     # Owner keys to search (store.records.owner_key): empty = the user's own memories;
     # e.g. (user_id, "@agent:a1", "@org") searches their union.
     owners: tuple[str, ...] = ()
+    include_archived: bool = False  # archived memories too (never cached: answered cold)
 
     @property
     def owner_keys(self) -> tuple[str, ...]:
@@ -57,7 +58,7 @@ def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, dict
     parts: list[sql.Composable] = [
         sql.SQL("{}.tenant_id = %(tenant_id)s").format(a),
         sql.SQL("{}.owner = ANY(%(owners)s)").format(a),
-        sql.SQL("{}.status = 'active'").format(a),
+        sql.SQL("TRUE" if q.include_archived else "{}.status = 'active'").format(a),
         sql.SQL("({}.expires_at IS NULL OR {}.expires_at > now())").format(a, a),
     ]
     params: dict[str, Any] = {"tenant_id": q.tenant_id, "owners": list(q.owner_keys)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -19,6 +19,10 @@ from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.memories import InvalidCursor, VersionConflict
+from serve_app.store.quota import QuotaExceeded
+
+if TYPE_CHECKING:
+    from serve_app.services.access import AccessTracker
 
 SHARED_SCOPES = ("agent", "org")
 SHARED_WRITERS = ("service", "admin")
@@ -46,14 +50,32 @@ def read_owner(caller: Principal, user_id: str | None) -> Owner:
     return resolve_owner(caller, user_id)
 
 
+def expiry(ttl_s: float | None, expires_at: datetime | None) -> datetime | None:
+    """When a memory expires: ``ttl_s`` from now or ``expires_at`` (not both)."""
+    if ttl_s is not None and expires_at is not None:
+        raise ApiError(422, "invalid_request", "send ttl_s or expires_at, not both")
+    if ttl_s is not None:
+        return datetime.now(UTC) + timedelta(seconds=ttl_s)
+    if expires_at is not None and expires_at.tzinfo is None:
+        raise ApiError(422, "invalid_request", "expires_at needs a time zone")
+    return expires_at
+
+
 class MemoryService:
     def __init__(
-        self, store: MemoryStore, embed: Embed, search: Search, *, session_ttl_s: float
+        self,
+        store: MemoryStore,
+        embed: Embed,
+        search: Search,
+        *,
+        session_ttl_s: float,
+        access: AccessTracker | None = None,
     ) -> None:
         self.store = store
         self.embed = embed
         self._search = search
         self.session_ttl_s = session_ttl_s
+        self.access = access  # counts what search/context return (None: not tracked)
 
     def new_memory(self, f: MemoryFields, caller: Principal | None = None) -> NewMemory:
         """Validate the scope: agent/org memories are shared knowledge, written by service keys."""
@@ -66,8 +88,8 @@ class MemoryService:
             raise ApiError(422, "invalid_request", "an agent memory needs agent_id")
         if scope == "session" and not f.session_id:
             raise ApiError(422, "invalid_request", "a session memory needs session_id")
-        expires_at = None
-        if scope == "session" and self.session_ttl_s > 0:
+        expires_at = expiry(f.ttl_s, f.expires_at)
+        if expires_at is None and scope == "session" and self.session_ttl_s > 0:
             expires_at = datetime.now(UTC) + timedelta(seconds=self.session_ttl_s)
         return NewMemory(
             content=f.content,
@@ -87,7 +109,10 @@ class MemoryService:
         if not items:
             return []
         vectors = await self.embed([i.content for i in items], is_query=False)
-        return await self.store.add(owner, items, vectors, actor=actor)
+        try:
+            return await self.store.add(owner, items, vectors, actor=actor)
+        except QuotaExceeded as exc:
+            raise ApiError(403, "quota_exceeded", str(exc)) from None
 
     async def get(self, owner: Owner, item_id: uuid.UUID) -> dict[str, Any]:
         row = await self.store.get(owner, item_id)
@@ -104,6 +129,7 @@ class MemoryService:
         type: str | None,
         agent_id: str | None,
         session_id: str | None,
+        status: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         try:
             return await self.store.list(
@@ -113,6 +139,7 @@ class MemoryService:
                 type=type,
                 agent_id=agent_id,
                 session_id=session_id,
+                status=status,
             )
         except InvalidCursor as exc:
             raise ApiError(400, "invalid_request", "invalid cursor") from exc
@@ -127,6 +154,9 @@ class MemoryService:
         expected_version: int | None = None,
     ) -> dict[str, Any]:
         """Partial update; with ``expected_version`` a concurrent change is a 409."""
+        if "ttl_s" in changes or "expires_at" in changes:
+            changes = dict(changes)
+            changes["expires_at"] = expiry(changes.pop("ttl_s", None), changes.get("expires_at"))
         vector = None
         if "content" in changes:
             current = await self.get(owner, item_id)
@@ -161,8 +191,13 @@ class MemoryService:
 
     async def search(self, q: SearchQuery) -> list[dict[str, Any]]:
         vector = (await self.embed([q.text], is_query=True))[0]
-        return await self._search(q, vector)
+        return self._accessed(q, await self._search(q, vector))
 
     async def search_vector(self, q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]:
         """Search with an embedding the caller already has (context: one embed, two searches)."""
-        return await self._search(q, vector)
+        return self._accessed(q, await self._search(q, vector))
+
+    def _accessed(self, q: SearchQuery, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.access is not None and rows:
+            self.access.note(q.tenant_id, (r["id"] for r in rows))
+        return rows

@@ -1,7 +1,8 @@
 """``facts``: one active value per (tenant, user, category, key), with history.
 
-A new value replaces the active one only at greater-or-equal confidence; the
-replaced row stays, inactive, with ``superseded_at``/``superseded_by``, so
+A new value replaces the active one only at greater-or-equal confidence, and an
+extracted value never replaces one the user set explicitly (``source`` ``user``,
+see ``EXPLICIT``); the replaced row stays, inactive, with ``superseded_at``/``superseded_by``, so
 ``GET /v1/facts?include_inactive=true`` shows how a fact changed. Context
 building reads the active ones (one indexed query, no embedding).
 """
@@ -14,6 +15,7 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.store import erasure
 from serve_app.store.records import Owner, column_list
 from serve_app.text import normalize
 
@@ -34,6 +36,7 @@ FACT_COLUMNS: tuple[str, ...] = (
 )
 # What a context block needs of a fact.
 CONTEXT_FACT_COLUMNS: tuple[str, ...] = (*FACT_COLUMNS[:6], "updated_at")
+EXPLICIT = "user"  # source of a value set through the API: extraction never overrides it
 _FACT = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND category = %(category)s"
 
 
@@ -53,7 +56,11 @@ class FactStore:
         source: str = "extraction",
         importance: float = 0.5,
     ) -> str:
-        """Apply one extracted fact; returns added | replaced | confirmed | ignored.
+        """Apply one fact; returns added | replaced | confirmed | ignored | erased.
+
+        Source ``user`` (explicit) replaces whatever is active; other sources need
+        greater-or-equal confidence and never replace an explicit value. Inside
+        extraction work a forget of the owner voids the write (``erased``).
 
         ``importance`` comes from the LLM; context blocks put facts >= 0.5 first."""
         params: dict[str, Any] = {
@@ -72,20 +79,35 @@ class FactStore:
                 "SELECT pg_advisory_xact_lock(hashtext(%(lock)s))",
                 {"lock": f"fact:{owner.tenant_id}/{owner.user_id}/{category}/{key}"},
             )
+            guard = erasure.params()
+            if guard:
+                cur = await conn.execute(
+                    sql.SQL("SELECT {} AS ok").format(erasure.clause()),
+                    {"tenant_id": owner.tenant_id, **guard},
+                )
+                if not (await cur.fetchone())["ok"]:
+                    return "erased"
             cur = await conn.execute(
-                "SELECT id, value, confidence FROM facts WHERE " + _FACT
+                "SELECT id, value, confidence, source FROM facts WHERE " + _FACT
                 + " AND key = %(key)s AND active",
                 params,
             )  # fmt: skip
             active = await cur.fetchone()
+            explicit = source == EXPLICIT
             if active is not None and normalize(active["value"]) == normalize(value):
                 await conn.execute(
                     "UPDATE facts SET confidence = greatest(confidence, %(confidence)s),"
-                    " importance = %(importance)s, updated_at = now() WHERE id = %(id)s",
-                    {"confidence": confidence, "importance": importance, "id": active["id"]},
+                    " importance = %(importance)s, updated_at = now(),"
+                    " source = CASE WHEN %(explicit)s THEN %(source)s ELSE source END"
+                    " WHERE id = %(id)s",
+                    {**params, "id": active["id"], "explicit": explicit},
                 )
                 return "confirmed"
-            if active is not None and confidence < active["confidence"]:
+            if (
+                active is not None
+                and not explicit
+                and (confidence < active["confidence"] or active["source"] == EXPLICIT)
+            ):
                 return "ignored"
             params["id"] = uuid.uuid4()
             if active is not None:
@@ -102,6 +124,35 @@ class FactStore:
                 params,
             )
             return "added" if active is None else "replaced"
+
+    async def delete(
+        self, owner: Owner, category: str | None = None, key: str | None = None
+    ) -> int:
+        """Delete the user's facts (every version), optionally one category or one key."""
+        where = [sql.SQL("tenant_id = %(tenant_id)s AND user_id = %(user_id)s")]
+        params = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+        for column, value in (("category", category), ("key", key)):
+            if value is not None:
+                where.append(
+                    sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
+                )
+                params[column] = value
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                sql.SQL("DELETE FROM facts WHERE {}").format(sql.SQL(" AND ").join(where)), params
+            )
+            return cur.rowcount
+
+    async def get(self, owner: Owner, category: str, key: str) -> dict[str, Any] | None:
+        """The active value of one fact."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                sql.SQL("SELECT {} FROM facts WHERE " + _FACT + " AND key = %(key)s AND active")
+                .format(column_list(FACT_COLUMNS)),
+                {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "category": category,
+                 "key": key},
+            )  # fmt: skip
+            return await cur.fetchone()
 
     async def list(self, owner: Owner, *, include_inactive: bool = False) -> list[dict[str, Any]]:
         """Active facts by category/key; with history, every version oldest first."""

@@ -10,11 +10,8 @@ transaction). A batch of any size is still one statement.
 
 from __future__ import annotations
 
-import base64
-import json
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -22,7 +19,9 @@ from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store import history
+from serve_app.store import erasure, history, quota
+from serve_app.store.cursor import InvalidCursor, decode_cursor, encode_cursor
+from serve_app.store.forget import Scope
 from serve_app.store.memory_index import VersionConflict, using
 from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, column_list, owner_key
 from serve_app.store.vectors import table_name
@@ -53,7 +52,10 @@ _ADD_INPUT: tuple[tuple[str, str], ...] = (
     ("embedding", "vector"),  # vector table only
 )
 _ITEM_INPUT = tuple(c for c, _ in _ADD_INPUT if c not in ("owner", "embedding"))
-UPDATABLE = frozenset({"content", "tags", "metadata", "importance", "type", "confidence", "data"})
+UPDATABLE = frozenset(
+    {"content", "tags", "metadata", "importance", "type", "confidence", "data"}
+    | {"expires_at", "status"}
+)
 
 
 # A row that has not expired; and one memory by id, if it is the owner's and live.
@@ -64,27 +66,10 @@ _OWNED_LIVE_ID = (
 )
 
 
-class InvalidCursor(ValueError):
-    pass
-
-
-def encode_cursor(created_at: datetime, item_id: uuid.UUID) -> str:
-    raw = json.dumps([created_at.isoformat(), str(item_id)]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created, item = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return datetime.fromisoformat(created), uuid.UUID(item)
-    except Exception as exc:  # any malformed cursor is the caller's error
-        raise InvalidCursor("invalid cursor") from exc
-
-
-def _add_statement(vectors: sql.Identifier) -> sql.Composed:
+def _add_statement(vectors: sql.Identifier, gate: sql.Composable) -> sql.Composed:
     """One statement for a whole batch: items (in input order: ``seq`` is write order),
-    vectors, ADD history and the owner bump, fed by column arrays unnested together."""
+    vectors, ADD history and the owner bump, fed by column arrays unnested together.
+    ``gate`` (quota, erasure guard) false: the statement writes nothing."""
     arrays = sql.SQL(", ").join(
         sql.SQL("{}::{}[]").format(sql.Placeholder(c), sql.SQL(t)) for c, t in _ADD_INPUT
     )
@@ -96,7 +81,8 @@ def _add_statement(vectors: sql.Identifier) -> sql.Composed:
         for c in _ITEM_INPUT
     )
     return sql.SQL(
-        "WITH src AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS s({names}, ord)),"
+        "WITH src AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS s({names}, ord)"
+        " WHERE {gate}),"
         " items AS (INSERT INTO memory_items (tenant_id, {item_cols})"
         " SELECT %(tenant_id)s, {values} FROM src s ORDER BY s.ord RETURNING {returning}),"
         " vecs AS (INSERT INTO {v} (item_id, tenant_id, owner, embedding)"
@@ -106,6 +92,7 @@ def _add_statement(vectors: sql.Identifier) -> sql.Composed:
     ).format(
         arrays=arrays,
         names=names,
+        gate=gate,
         item_cols=column_list(_ITEM_INPUT),
         values=values,
         returning=column_list(MEMORY_COLUMNS),
@@ -165,10 +152,16 @@ def _add_params(owner: Owner, items: Sequence[NewMemory], embeddings: Any) -> di
 class MemoryStore:
     """Async data access for memories of one embedding model's vector table."""
 
-    def __init__(self, pool: AsyncConnectionPool, model_slug: str) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, model_slug: str, limits: quota.Quota | None = None
+    ) -> None:
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
-        self._add_sql = _add_statement(self.vectors)
+        self.quota = limits if limits is not None and limits.active else None
+        gate = quota.GATE if self.quota else sql.SQL("TRUE")
+        guarded = sql.SQL("{} AND {}").format(gate, erasure.clause(sql.SQL("s.agent_id")))
+        # [outside extraction work, inside it (erasure guard: see serve_app.store.erasure)]
+        self._add_sql = [_add_statement(self.vectors, gate), _add_statement(self.vectors, guarded)]
 
     # ---------- writes ----------
 
@@ -191,10 +184,18 @@ class MemoryStore:
             return []
         params = _add_params(owner, items, embeddings)
         params["actor"] = actor
+        if self.quota:
+            params.update(quota.params(self.quota, owner, items))
+        guard_params = erasure.params()
+        params.update(guard_params)
         async with using(self.pool, conn) as conn:
-            cur = await conn.execute(self._add_sql, params)
+            cur = await conn.execute(self._add_sql[bool(guard_params)], params)
             rows = {r["id"]: r for r in await cur.fetchall()}
-        out = [rows[i] for i in params["id"]]
+            if not rows and self.quota:  # refused: say which quota
+                refused = await quota.exceeded(conn, self.quota, owner, items)
+                if refused is not None:
+                    raise refused
+        out = [rows[i] for i in params["id"] if i in rows]
         for r in out:
             del r["notified"]
         return out
@@ -234,6 +235,8 @@ class MemoryStore:
         if "content" in changes:
             sets.append(sql.SQL("dedupe_hash = %(new_dedupe_hash)s"))
             params["new_dedupe_hash"] = dedupe_hash(changes["content"])
+        guard_params = erasure.params()  # extraction work: nothing if its owner was forgotten
+        params.update(guard_params)
         revector = sql.SQL("")
         if embedding is not None:
             params["embedding"] = np.asarray(embedding, dtype=np.float32)
@@ -244,7 +247,8 @@ class MemoryStore:
         query = sql.SQL(
             "WITH old AS (SELECT id, user_id, owner, content, version FROM memory_items"
             " WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
-            " AND user_id IS NOT DISTINCT FROM %(user_id)s FOR UPDATE),"
+            " AND user_id IS NOT DISTINCT FROM %(user_id)s AND " + _LIVE + " AND {guard}"
+            " FOR UPDATE),"
             " upd AS (UPDATE memory_items i SET {sets} FROM old WHERE i.id = old.id"
             " AND (%(expected)s::int IS NULL OR i.version = %(expected)s)"
             " RETURNING {returning}),{revector} {history}, {bump}"
@@ -252,6 +256,7 @@ class MemoryStore:
             " FROM (SELECT 1) one LEFT JOIN upd ON true"
         ).format(
             sets=sql.SQL(", ").join(sets),
+            guard=erasure.clause(sql.SQL("agent_id")) if guard_params else sql.SQL("TRUE"),
             returning=column_list(MEMORY_COLUMNS, "i"),
             revector=revector,
             history=history.record_cte(
@@ -291,15 +296,11 @@ class MemoryStore:
         actor: str | None = None,
     ) -> int:
         """Delete the owner's memories, optionally narrowed to an agent and/or session."""
-        where = [sql.SQL("tenant_id = %(tenant_id)s"), sql.SQL("user_id = %(user_id)s")]
-        params: dict[str, Any] = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
-        for column, value in (("agent_id", agent_id), ("session_id", session_id)):
-            if value is not None:
-                where.append(
-                    sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
-                )
-                params[column] = value
-        return await self._delete_where(sql.SQL(" AND ").join(where), params, actor)
+        if owner.user_id is None:
+            return 0
+        scope = Scope(owner.tenant_id, owner.user_id, agent_id, session_id)
+        where, params = scope.where(("user_id", "agent_id", "session_id"))
+        return await self._delete_where(where, params, actor)
 
     async def _delete_where(
         self, where: sql.Composable, params: dict[str, Any], actor: str | None
@@ -340,6 +341,7 @@ class MemoryStore:
         type: str | None = None,
         agent_id: str | None = None,
         session_id: str | None = None,
+        status: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Newest first, keyset-paginated on (created_at, id); expired items are hidden."""
         where = [
@@ -353,7 +355,8 @@ class MemoryStore:
             "user_id": owner.user_id,
             "limit": limit + 1,
         }
-        for column, value in (("type", type), ("agent_id", agent_id), ("session_id", session_id)):
+        filters = {"type": type, "agent_id": agent_id, "session_id": session_id, "status": status}
+        for column, value in filters.items():
             if value is not None:
                 where.append(
                     sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))

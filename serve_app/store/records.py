@@ -57,6 +57,9 @@ MEMORY_COLUMNS: tuple[str, ...] = (
     "updated_at",
     "expires_at",
     "version",  # row version: optimistic concurrency (PATCH If-Match, merges)
+    "status",  # active | archived (archived: out of search and context)
+    "access_count",  # times returned by search/context (batched, see services.access)
+    "last_accessed_at",
 )
 
 

@@ -20,6 +20,7 @@ from psycopg.errors import UniqueViolation
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.store import erasure
 from serve_app.store.records import Owner
 
 
@@ -92,6 +93,13 @@ SELECT base.n AS last,
        (SELECT count(*) FROM reopen) AS reopened
 FROM base
 """
+
+
+def _begin_work(key: SessionKey, rows: list[dict]) -> None:
+    """Reading turns to extract or summarise starts extraction work: the task's later
+    memory/fact writes are void if the owner is forgotten meanwhile (store.erasure)."""
+    if rows:
+        erasure.begin_work(key.tenant_id, key.user_id, key.session_id, rows[0]["read_at"])
 
 
 class TurnStore:
@@ -170,10 +178,11 @@ class TurnStore:
                 + " AND extracted_at IS NULL AND " + _CLAIMABLE
                 + " ORDER BY turn_index LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
                 " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta,"
-                " claim_token",
+                " claim_token, now() AS read_at",
                 key.params(lease=lease_s, limit=limit),
             )  # fmt: skip
             rows = await cur.fetchall()
+        _begin_work(key, rows)
         return sorted(rows, key=lambda r: r["turn_index"])
 
     async def mark_extracted(
@@ -257,12 +266,13 @@ class TurnStore:
         """Turns not yet summarised, oldest first (extracted ones only: extraction goes first)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id, turn_index, role, content, extracted_at"
+                "SELECT id, turn_index, role, content, extracted_at, now() AS read_at"
                 " FROM session_turns WHERE " + _SESSION + " AND compressed_at IS NULL"
                 " ORDER BY turn_index",
                 key.params(),
             )
             rows = await cur.fetchall()
+        _begin_work(key, rows)
         return rows
 
     async def mark_compressed(self, ids: Sequence[int]) -> None:
