@@ -27,16 +27,24 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from serve_app.consolidation.job import Consolidator, run_due
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
-from serve_app.metrics import ExtractionMetrics, Flusher, ReembedMetrics, start_pool_metrics
+from serve_app.metrics import (
+    ConsolidationMetrics,
+    ExtractionMetrics,
+    Flusher,
+    ReembedMetrics,
+    start_pool_metrics,
+)
 from serve_app.model_facts import ModelFacts
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.settings import get_settings
+from serve_app.store import Owner
 from serve_app.store.turns import SessionKey
 
 log = logging.getLogger("ray.serve")
@@ -57,12 +65,23 @@ class Extractor:
         self.llm = LLMClient(config) if config.base_url else None
         self.metrics = ExtractionMetrics()
         reembed_metrics = ReembedMetrics()
-        self.flusher = Flusher([self.metrics, reembed_metrics]).start()
+        self.consolidation_metrics = ConsolidationMetrics()
+        self.flusher = Flusher([self.metrics, reembed_metrics, self.consolidation_metrics]).start()
         self.models = ModelView(
             self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
         )
         self.pipeline = self._pipeline(model)
-        self.scheduler = SessionScheduler(self.pipeline, settings.extract.concurrency)
+        ex = settings.extract
+        self.scheduler = SessionScheduler(
+            self.pipeline,
+            ex.concurrency,
+            tenant_concurrency=ex.tenant_concurrency,
+            max_queued=ex.max_queued,
+        )
+        self.consolidator = self._consolidator(model)
+        self._consolidating: asyncio.Task[None] | None = None
+        if settings.consolidate.interval_s > 0:
+            self._consolidating = asyncio.create_task(self._consolidate_loop())
         self.models.start()
         self.reembed = Reembedder(dsn, self._embed_docs, settings.reembed, reembed_metrics)
         self._reembed_task = asyncio.ensure_future(self.reembed.run())
@@ -78,10 +97,16 @@ class Extractor:
             self.pool, model.table_slug, embed, self.llm, self.settings, self.metrics
         )
 
+    def _consolidator(self, model: ModelFacts) -> Consolidator:
+        embed = functools.partial(self._embed, model=model)
+        return Consolidator(self.pool, model.table_slug, embed, self.llm,
+                            self.settings.consolidate, self.consolidation_metrics)  # fmt: skip
+
     def _switch(self, model: ModelFacts) -> None:
         """The active model changed: new work reads and writes its table (work in flight
         finishes on the old one; the worker's settle passes pick up what it writes)."""
         self.pipeline = self.scheduler.pipeline = self._pipeline(model)
+        self.consolidator = self._consolidator(model)
 
     async def _embed(
         self, texts: Sequence[str], *, is_query: bool, model: ModelFacts
@@ -115,16 +140,43 @@ class Extractor:
         await self.scheduler.drain()
         return n
 
+    async def _consolidate_loop(self) -> None:
+        c = self.settings.consolidate
+        while True:
+            await asyncio.sleep(c.interval_s)
+            try:
+                await run_due(self.consolidator, c.min_interval_s, c.users_per_tick)
+            except Exception:
+                log.exception("periodic consolidation failed")
+
+    async def retry_dead(
+        self, tenant_id: str, user_id: str | None = None, session_id: str | None = None
+    ) -> int:
+        """Put dead-lettered turns back in the queue and schedule them; how many sessions."""
+        keys = await self.pipeline.turns.retry_dead(tenant_id, user_id, session_id)
+        for key in keys:
+            self.scheduler.submit(key)
+        return len(keys)
+
+    async def consolidate(self, tenant_id: str, user_id: str) -> dict[str, Any]:
+        """Consolidate one user now (admin route, tools); returns the run's report."""
+        return await self.consolidator.run(Owner(tenant_id, user_id))
+
     async def status(self) -> dict[str, Any]:
         return {
             "enabled": self.pipeline.enabled,
             "llm_circuit": self.llm.breaker.state if self.llm else None,
             "in_flight": self.scheduler.in_flight,
+            "running": self.scheduler.running,
+            "dropped_triggers": self.scheduler.dropped,
+            "consolidation": dict(self.consolidator.metrics.counts),
             "counts": dict(self.pipeline.metrics.counts),
             "model": self.models.active.name,
         }
 
     async def __del__(self) -> None:
+        if getattr(self, "_consolidating", None) is not None:
+            self._consolidating.cancel()
         task = getattr(self, "_reembed_task", None)
         if task is not None:
             task.cancel()
