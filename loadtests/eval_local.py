@@ -88,7 +88,15 @@ async def _search(core: Retriever, user: str, texts: list[str], k: int, mode: st
     for text, v in zip(texts, qv, strict=True):
         q = SearchQuery(tenant_id=TENANT, user_id=user, top_k=k, text=text, mode=mode)
         out.append(await core.search(q, v))
+    for text, v in zip(texts, qv, strict=True):  # again, timed: every owner is cached now
+        q = SearchQuery(tenant_id=TENANT, user_id=user, top_k=k, text=text, mode=mode)
+        t0 = time.perf_counter()
+        await core.search(q, v)
+        LATENCY_MS.append((time.perf_counter() - t0) * 1000)
     return out
+
+
+LATENCY_MS: list[float] = []  # hot searches of this run (second pass over the queries)
 
 
 async def evaluate(dsn: str, settings: Settings, sets, modes, vecs: Vectors, maxq) -> dict:
@@ -195,6 +203,9 @@ def main() -> None:
         finally:
             pg.stop()
     report["overrides"], report["elapsed_s"] = args.set, round(time.perf_counter() - t0, 1)
+    lat = np.asarray(LATENCY_MS)
+    report["search_ms"] = {f"p{p}": round(float(np.percentile(lat, p)), 3) for p in (50, 95, 99)}
+    print("hot search ms (in process):", report["search_ms"])
     print_tables(report)
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
