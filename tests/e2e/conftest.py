@@ -37,6 +37,9 @@ E2E_LLM_ENV = {
     "MEMSERVE_LLM_BACKOFF_S": "0.1",
     "MEMSERVE_LLM_BREAKER_RESET_S": "1",
     "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "1",
+    # Lifecycle (test_lifecycle.py): purge expired memories and write access counts quickly.
+    "MEMSERVE_LIFECYCLE_PURGE_INTERVAL_S": "1",
+    "MEMSERVE_LIFECYCLE_ACCESS_FLUSH_S": "0.5",
 }
 
 
