@@ -1,4 +1,8 @@
-"""The prompt block: facts first, then memories, cut to a token budget.
+"""The prompt block: important facts first, then memories, cut to a token budget.
+
+Facts the LLM rated ``importance >= 0.5`` (a name, a diet, a standing instruction)
+take the budget first; memories come next; less important facts only fill what
+is left (they are shown with the other facts).
 
 Items are added in priority order while they fit; an item that does not fit is
 skipped (a shorter one after it may still fit). Only what made it into the
@@ -17,6 +21,7 @@ from serve_app.extraction.junk import wrap_context
 FACTS_HEADER = "Known facts about the user:"
 MEMORIES_HEADER = "Relevant memories:"
 FOOTER = "Use this context only where it is relevant to the conversation."
+IMPORTANT_FACT = 0.5
 _SCOPE_LABEL = {"agent": "agent knowledge", "org": "organisation knowledge", "session": "session"}
 
 
@@ -66,8 +71,16 @@ def format_context(
     budget = token_budget - overhead
     if budget <= 0 or (not facts and not memories):
         return Block("")
-    kept_facts, fact_lines, used = _fit(facts, fact_line, FACTS_HEADER, budget)
+    ranked = sorted(facts, key=lambda f: -float(f.get("importance") or 0.0))  # stable
+    major = [f for f in ranked if float(f.get("importance") or 0.0) >= IMPORTANT_FACT]
+    minor = ranked[len(major) :]
+    kept_facts, _, used = _fit(major, fact_line, FACTS_HEADER, budget)
     kept_mems, mem_lines, used_m = _fit(memories, memory_line, MEMORIES_HEADER, budget - used)
+    if minor:
+        left = budget - used - used_m + (count_tokens(FACTS_HEADER) if kept_facts else 0)
+        kept_minor, _, _ = _fit(minor, fact_line, FACTS_HEADER, left)
+        kept_facts += kept_minor
+    fact_lines = [FACTS_HEADER, *map(fact_line, kept_facts)] if kept_facts else []
     if not kept_facts and not kept_mems:
         return Block("")
     body = "\n".join([*fact_lines, *mem_lines, FOOTER])
