@@ -60,15 +60,15 @@ class Ingress:
         self.services: Services = await build_services(
             self.settings, model, self.dsn, self._backends(model)
         )
-        self.app: FastAPI | None = None
+        self._asgi: FastAPI | None = None
         self._retiring: set[asyncio.Task] = set()
         self.models = ModelView(
             None, self.dsn, model, poll_s=self.settings.reembed.poll_s, on_switch=self._switch
         ).start()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        self.app = create_app(self.settings, self.services)
-        return self.app
+        self._asgi = create_app(self.settings, self.services)
+        return self._asgi
 
     def _backends(self, model: ModelFacts) -> Backends:
         """Callables bound to ``model``: its embeddings go with its table."""
@@ -92,8 +92,8 @@ class Ingress:
         """New requests get services of ``model``; the old ones close when drained."""
         fresh = await build_services(self.settings, model, self.dsn, self._backends(model))
         old, self.services, self.serving = self.services, fresh, model
-        if self.app is not None:
-            self.app.state.services = fresh
+        if self._asgi is not None:
+            self._asgi.state.services = fresh
         log.info("ingress serves embedding model %s", model.name)
         await asyncio.sleep(RETIRE_SERVICES_S)
         await asyncio.shield(old.aclose())
