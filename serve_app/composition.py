@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.bootstrap import ModelFacts
+from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
 from serve_app.extraction.trigger import ExtractionTrigger, Submit
@@ -28,6 +29,7 @@ from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
 from serve_app.services.lifecycle import Lifecycle, build_lifecycle
+from serve_app.services.maintenance import MaintenanceService
 from serve_app.services.memories import Embed, MemoryService, Search
 from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
@@ -68,6 +70,7 @@ class Services:
     health: HealthService
     directory: MemoryDirectory  # reads across a tenant's owners (mem0 routes, export)
     portability: PortabilityService  # export/import
+    maintenance: MaintenanceService | None = None  # dead letters, consolidation (admin)
     lifecycle: Lifecycle | None = None  # forget, access tracking, expiry purge, quotas
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
@@ -133,6 +136,19 @@ async def build_services(
         portability = PortabilityService(
             memories, FactStore(pool), directory, batch_items=settings.limits.batch_items
         )
+        maintenance = MaintenanceService(
+            TurnStore(pool),
+            trigger,
+            Consolidator(
+                pool,
+                model.table_slug,
+                memories.embed,
+                consolidation_llm(settings),
+                settings.consolidate,
+            ),  # fmt: skip
+        )
+        if maintenance.consolidator.llm is not None:
+            closers.append(maintenance.consolidator.llm.close)
         return Services(
             settings=settings,
             auth=authenticator(keys, settings.auth),
@@ -146,6 +162,7 @@ async def build_services(
             lifecycle=lifecycle,
             directory=directory,
             portability=portability,
+            maintenance=maintenance,
             _closers=closers,
         )
     except BaseException:

@@ -33,7 +33,7 @@ from serve_app.consolidation.store import ConsolidationStore
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.parser import BadOutput, clean_text, load_json_object
 from serve_app.metrics import ConsolidationMetrics
-from serve_app.settings import ConsolidateSettings
+from serve_app.settings import ConsolidateSettings, Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.memory_index import VersionConflict
 from serve_app.text import dedupe_hash
@@ -262,6 +262,11 @@ class Consolidator:
             return None
 
 
+def consolidation_llm(settings: Settings) -> LLMClient | None:
+    """The LLM of the insight/digest steps, or None (then only merge and decay run)."""
+    return LLMClient(settings.llm) if settings.llm.base_url else None
+
+
 async def run_due(consolidator: Consolidator, min_interval_s: float, limit: int) -> int:
     """One tick of the periodic job: consolidate the users that are due; how many ran."""
     n = 0
@@ -274,4 +279,4 @@ async def run_due(consolidator: Consolidator, min_interval_s: float, limit: int)
     return n
 
 
-__all__ = ["Consolidator", "groups", "near_pairs", "run_due"]
+__all__ = ["Consolidator", "consolidation_llm", "groups", "near_pairs", "run_due"]

@@ -1,0 +1,58 @@
+"""/v1/admin/extraction and /v1/admin/consolidate: dead letters and consolidation.
+
+Admin keys only, always within the key's own tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from serve_app.api.admin import Admin
+from serve_app.api.deps import Svc
+from serve_app.errors import ApiError
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+class RetryRequest(BaseModel):
+    user_id: str | None = Field(default=None, max_length=256)
+    session_id: str | None = Field(default=None, max_length=256)
+
+
+class ConsolidateRequest(BaseModel):
+    user_id: str = Field(min_length=1, max_length=256)
+
+
+def _maintenance(services: Any):
+    service = getattr(services, "maintenance", None)
+    if service is None:
+        raise ApiError(503, "unavailable", "maintenance is not available")
+    return service
+
+
+@router.get("/extraction/dead-letters")
+async def list_dead_letters(
+    caller: Admin,
+    services: Svc,
+    user_id: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Extraction batches that failed too often (kept until retried)."""
+    rows = await _maintenance(services).dead_letters(caller.tenant_id, user_id, limit)
+    return {"dead_letters": rows}
+
+
+@router.post("/extraction/dead-letters/retry")
+async def retry_dead_letters(body: RetryRequest, caller: Admin, services: Svc) -> dict[str, Any]:
+    """Queue dead-lettered batches again with fresh attempts (all, one user, one session)."""
+    sessions = await _maintenance(services).retry(caller.tenant_id, body.user_id, body.session_id)
+    return {"retried": sessions}
+
+
+@router.post("/consolidate")
+async def consolidate_user(body: ConsolidateRequest, caller: Admin, services: Svc) -> dict:
+    """Run consolidation (merge, insights, digests, decay) for one user now."""
+    return await _maintenance(services).consolidate(caller.tenant_id, body.user_id)

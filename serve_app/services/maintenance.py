@@ -1,0 +1,42 @@
+"""Admin maintenance of extraction and consolidation: dead letters and one user's run.
+
+Dead-lettered extraction batches are listed and put back in the queue (then
+triggered, so they run at once); consolidation of one user runs here, in the
+caller's replica, with the same job the extractor runs periodically (its LLM
+parts only when an LLM is configured).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serve_app.consolidation.job import Consolidator
+from serve_app.extraction.trigger import ExtractionTrigger
+from serve_app.store import Owner
+from serve_app.store.turns import TurnStore
+
+
+class MaintenanceService:
+    def __init__(
+        self, turns: TurnStore, trigger: ExtractionTrigger | None, consolidator: Consolidator
+    ) -> None:
+        self.turns = turns
+        self.trigger = trigger
+        self.consolidator = consolidator
+
+    async def dead_letters(
+        self, tenant_id: str, user_id: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        return await self.turns.dead_letters(tenant_id, user_id, limit)
+
+    async def retry(
+        self, tenant_id: str, user_id: str | None, session_id: str | None
+    ) -> list[dict[str, str]]:
+        keys = await self.turns.retry_dead(tenant_id, user_id, session_id)
+        for key in keys:
+            if self.trigger is not None:
+                self.trigger.fire(key, force=True)
+        return [{"user_id": k.user_id, "session_id": k.session_id} for k in keys]
+
+    async def consolidate(self, tenant_id: str, user_id: str) -> dict[str, Any]:
+        return await self.consolidator.run(Owner(tenant_id, user_id))
