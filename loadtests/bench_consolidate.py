@@ -56,7 +56,7 @@ async def run(n: int, groups: int, dsn: str, llm_url: str) -> dict:
     async with pool.connection() as conn:  # a quarter is old and never retrieved
         await conn.execute(
             "UPDATE memory_items SET created_at = now() - interval '90 days'"
-            " WHERE user_id = 'u1' AND seq %% 4 = 0"
+            " WHERE user_id = 'u1' AND seq % 4 = 0"
         )
     load_s = time.perf_counter() - started
     llm = LLMClient(settings.llm)
