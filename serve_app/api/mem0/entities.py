@@ -45,8 +45,8 @@ async def entities(caller: Caller, services: Svc):
 
 @router.delete("/v2/entities/{entity_type}/{entity_id}/", response_model=m.Deleted)
 async def delete_entity(entity_type: str, entity_id: str, caller: Caller, services: Svc):
-    """Delete every memory of a user, or of an agent/run (for a user key: its own ones).
-    An entity with no memories, or another user, is a 404."""
+    """Forget a user, or an agent/run (for a user key: its own ones), as
+    ``DELETE /v1/memories`` does. An entity with nothing kept, or another user, is a 404."""
     if entity_type not in ("user", "agent", "run"):
         raise bad("entity_type is user, agent or run")
     Scope().set_entity("user_id", entity_id)  # validates the id
@@ -59,12 +59,14 @@ async def delete_entity(entity_type: str, entity_id: str, caller: Caller, servic
         users = [caller.user_id]
     else:
         users = await services.directory.users_with(tenant, entity_type, entity_id)
-    narrow = {COLUMN[entity_type]: entity_id} if entity_type != "user" else {}
-    deleted = 0
-    for user in users:
-        deleted += await services.memories.delete_scope(
-            Owner(tenant, user), actor=caller.actor, **narrow
-        )
-    if not deleted:
+    narrow = {"agent_id": None, "session_id": None}
+    if entity_type != "user":
+        narrow[COLUMN[entity_type]] = entity_id
+    deleted = removed = 0
+    for user in users:  # forget: memories, facts, turns and session state of each
+        counts = await services.lifecycle.forget.forget(Owner(tenant, user), **narrow)
+        deleted += counts.get("memories", 0)
+        removed += sum(counts.values())
+    if not removed:
         raise ApiError(404, "not_found", "entity not found")
     return {"message": "Entity deleted successfully.", "deleted": deleted}

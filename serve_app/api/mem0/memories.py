@@ -194,7 +194,8 @@ async def delete_all(
     run_id: str | None = None,
     app_id: str | None = None,
 ):
-    """All of a user's memories (narrowed by agent_id/run_id when given)."""
+    """Forget the user (narrowed by agent_id/run_id when given), as ``DELETE /v1/memories``:
+    memories, vectors, history, facts, turns and session state."""
     scope = Scope()
     for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id),
                        ("app_id", app_id)):  # fmt: skip
@@ -202,10 +203,10 @@ async def delete_all(
     owner = scope_owner(caller, scope)
     if owner.user_id is None:
         raise bad("name a user_id: shared agent memories are deleted by id")
-    n = await services.memories.delete_scope(
-        owner, agent_id=scope.agent_id, session_id=scope.run_id, actor=caller.actor
+    removed = await services.lifecycle.forget.forget(
+        owner, agent_id=scope.agent_id, session_id=scope.run_id
     )
-    return {"message": "Memories deleted successfully!", "deleted": n}
+    return {"message": "Memories deleted successfully!", "deleted": removed["memories"]}
 
 
 @router.put("/v1/batch/", response_model=m.Message200)

@@ -46,10 +46,10 @@ class Scope:
         return bool(self.metadata or self.created_after or self.created_before or self.tags)
 
     def set_entity(self, key: str, value: Any) -> None:
-        if key == "app_id":
-            raise bad("app_id is not supported by memserve: scope with user_id/agent_id/run_id")
         if value is None or value == "*":
             return
+        if key == "app_id":
+            raise bad("app_id is not supported by memserve: scope with user_id/agent_id/run_id")
         if not isinstance(value, str) or not _ID.match(value):
             raise bad(f"{key} must be an id of 1-128 characters [A-Za-z0-9_.:@-]")
         current = getattr(self, key)
