@@ -42,7 +42,9 @@ def vectors(n: int, groups: int, rng: np.random.Generator) -> np.ndarray:
 
 
 async def run(n: int, groups: int, dsn: str, llm_url: str) -> dict:
-    settings = Settings().with_(llm={"base_url": llm_url, "max_retries": 0})
+    settings = Settings().with_(
+        llm={"base_url": llm_url, "max_retries": 0}, db={"statement_timeout_ms": 120_000}
+    )
     pool = await open_pool(dsn, settings, min_size=1)
     store = MemoryStore(pool, SLUG)
     owner = Owner("bench", "u1")
