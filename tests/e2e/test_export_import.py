@@ -47,8 +47,11 @@ def test_cli_export_import_into_a_fresh_tenant(service, api, keys, uid, tmp_path
     t2 = api.__class__(base_url=service.base_url, timeout=30,
                        headers={"Authorization": f"Bearer {keys.service_t2}"})  # fmt: skip
     with t2:
-        for q in QUERIES:
-            assert ranked(t2, uid, q) == ranked(api, uid, q), q
+        # the answer to each query is the same memory; lower ranks of unrelated memories may
+        # differ here (lexical statistics include the other e2e tests' memories of the
+        # source tenant); tests/serve_app/services/test_portability.py checks whole rankings
+        for q, want in zip(QUERIES, FACTS, strict=True):
+            assert ranked(t2, uid, q)[0] == ranked(api, uid, q)[0] == want, q
     # the source tenant is untouched and still has exactly its five
     assert len(api.get("/v1/memories", params={"user_id": uid}).json()["memories"]) == 5
 
