@@ -43,6 +43,10 @@ ACTOR = "consolidation"
 Embed = Callable[..., Awaitable[np.ndarray]]
 
 
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 1)
+
+
 def _unit(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.maximum(norms, 1e-12)
@@ -111,15 +115,20 @@ class Consolidator:
                 return {**report, "skipped": "another run in progress"}
             rows = await self.db.load(owner, self.s.max_memories)
             report["memories"] = len(rows)
+            steps = report["steps_ms"] = {"load": _ms(started)}
+            t = time.perf_counter()
             alive = await self._merge(owner, rows, report)
+            steps["merge"], t = _ms(t), time.perf_counter()
             if self.llm is not None:
                 await self._reflect(owner, alive, report)
                 await self._digest(owner, alive, report)
+            steps["llm_steps"], t = _ms(t), time.perf_counter()
             report["decayed"] = await self.db.decay(
                 owner, age_days=self.s.decay_age_days, factor=self.s.decay_factor,
                 floor=self.s.decay_floor, limit=self.s.max_decay,
             )  # fmt: skip
-        report["ms"] = round((time.perf_counter() - started) * 1000, 1)
+            steps["decay"] = _ms(t)
+        report["ms"] = _ms(started)
         await self.db.record_run(owner, report)
         for outcome in ("merged", "archived", "insights", "digests", "decayed", "conflicts"):
             self.metrics.outcome(outcome, report[outcome])
@@ -184,16 +193,19 @@ class Consolidator:
             return
         known = await self.db.insight_keys(owner)
         vectors = _unit(np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in pool]))
-        order = sorted(range(len(pool)), key=lambda i: -pool[i]["importance"])
+        neighbours: dict[int, list[int]] = {}
+        for a, b in near_pairs(vectors, self.s.cluster_similarity):  # one blocked pass
+            neighbours.setdefault(a, []).append(b)
+            neighbours.setdefault(b, []).append(a)
+        order = sorted(neighbours, key=lambda i: -pool[i]["importance"])
         used: set[int] = set()
         calls = 0
         for seed in order:
             if calls >= self.s.max_insights or seed in used:
                 continue
-            sims = vectors @ vectors[seed]
-            near = [i for i in np.argsort(-sims).tolist()
-                    if sims[i] >= self.s.cluster_similarity and i not in used]  # fmt: skip
-            cluster = near[: self.s.max_cluster]
+            near = [i for i in neighbours[seed] if i not in used]
+            near.sort(key=lambda i: -float(vectors[i] @ vectors[seed]))
+            cluster = [seed, *near][: self.s.max_cluster]
             if len(cluster) < self.s.min_cluster:
                 continue
             used.update(cluster)
