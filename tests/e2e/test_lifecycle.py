@@ -22,10 +22,11 @@ def search(api, uid: str, query: str, **kw) -> list[dict]:
 def test_forget_leaves_nothing_and_nothing_reappears(api, fake_llm, uid):
     fake_llm.add_rule(f"vegan-{uid}", extraction(
         [memory(f"The user is vegan-{uid} and lives in Lisbon")],
-        [fact("diet", "kind", "vegan")]))  # fmt: skip
+        [fact("preference", "diet", "vegan")]))  # fmt: skip
     turns(api, uid, "s1", ("user", "hi"), ("user", "I cook a lot"), ("user", "mostly greens"))
     turns(api, uid, "s1", ("user", f"I am vegan-{uid}"))
     [m] = wait_for(lambda: memories(api, uid), what="extracted memory")
+    wait_for(lambda: api.get("/v1/facts", params={"user_id": uid}).json()["facts"], what="fact")
     api.post("/v1/memories", json={"user_id": uid, "content": "Prefers window seats"})
     # pending turns that would be extracted on the next scan (3 user turns: not due yet)
     turns(api, uid, "s2", ("user", f"I am vegan-{uid} again"), ("user", "ok"), ("user", "bye"))
