@@ -132,11 +132,12 @@ async def test_both_retriever_replicas_stay_fresh(two_nodes):
     async def search_all() -> list[dict[str, str]]:
         # No shard id: calls spread over both replicas, on both nodes.
         got = await asyncio.gather(*(retriever.search.remote(q, vector) for _ in range(8)))
-        return [{m["id"]: m["content"] for m in res} for res in got]
+        return [{str(m["id"]): m["content"] for m in res} for res in got]
 
     cached: dict[int, int] = {}
     for _ in range(40):  # until each replica has the user in its cache
-        assert all(res[teal].endswith("teal") for res in await search_all())
+        for res in await search_all():
+            assert res.get(teal, "").endswith("teal"), (teal, res)
         for s in await asyncio.gather(*(retriever.stats.remote() for _ in range(8))):
             cached[s["pid"]] = s["entries"]
         if len(cached) == 2 and all(cached.values()):
