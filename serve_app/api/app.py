@@ -19,6 +19,7 @@ from serve_app.api import (
     search,
     sessions,
 )
+from serve_app.api.gate import StrangerGate
 from serve_app.api.limits import BodySizeLimit
 from serve_app.composition import Services
 from serve_app.errors import install_handlers
@@ -58,6 +59,11 @@ ROUTERS = (
 )
 
 
+def _authenticator(app: FastAPI):
+    services = app.state.services
+    return services.auth if services is not None else None
+
+
 def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     """The HTTP app over ``services`` (None: routes answer 503 until they are set)."""
     app = FastAPI(
@@ -69,6 +75,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     app.state.services = services
     install_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.body_bytes)
+    app.add_middleware(StrangerGate, authenticator=lambda: _authenticator(app))
     app.add_middleware(RequestMetrics)  # outermost: latency per route, 413s included
     for module in ROUTERS:
         app.include_router(module.router)

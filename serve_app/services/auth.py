@@ -66,6 +66,30 @@ class Authenticator:
             row.get("rate_limit_per_s"),
         )
 
+    def refuse_early(self, authorization: str, client: str | None) -> ApiError | None:
+        """The refusal ``principal`` would give without the database, or None (undecided).
+
+        Only the in-memory answers: a key remembered as unknown (401, charged to the
+        address like any failed lookup) and an uncached key from an address already out
+        of failed-lookup budget (429). Valid and never-seen keys are left to ``principal``.
+        """
+        try:
+            token = bearer_token(authorization)
+        except ApiError:
+            return None  # malformed: the route decides (public routes ignore the header)
+        verdict = self.keys.cached_verdict(token)
+        address = client or "unknown"
+        if verdict is False:
+            if self.bad_keys is not None:
+                self.bad_keys.acquire(address)
+            self.refused["unknown_key"] += 1
+            return ApiError(401, "unauthorized", "invalid or revoked API key")
+        wait = self.bad_keys.wait(address) if verdict is None and self.bad_keys else 0.0
+        if wait > 0:
+            self.refused["bad_key_flood"] += 1
+            return _too_many("too many invalid API keys from this address; retry later", wait)
+        return None
+
     def charge(self, caller: Principal, end_user: str | None, units: float) -> None:
         """Spend ``units`` of work for ``end_user`` (a user key: its own user), or 429."""
         user = caller.user_id if caller.role == "user" else end_user

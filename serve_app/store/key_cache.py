@@ -38,7 +38,8 @@ class KeyCache:
         self.max_entries = max_entries
         self.trusted = trusted  # e.g. the listener's ``healthy``
         self.negative_ttl_s = negative_ttl_s
-        self.generation = 0  # bumped by every drop/clear: see put()
+        self.generation = 0  # bumped by every notification and clear: see put_unknown()
+        self.row_generation = 0  # bumped by changes to existing keys only: see put()
         self.hits = 0
         self.misses = 0
         self.unknown_hits = 0
@@ -60,13 +61,18 @@ class KeyCache:
         self.hits += 1
         return hit[1]
 
-    def put(self, key_hash: str, row: dict[str, Any], generation: int) -> None:
-        """Cache a row read from the database while ``generation`` was current.
+    def token(self) -> tuple[int, int]:
+        """Taken before a database read; ``put``/``put_unknown`` refuse a stale one."""
+        return self.row_generation, self.generation
 
-        A drop that arrived while the row was being read (a revocation racing the
-        lookup) changed the generation: the row may be stale, so it is not cached.
+    def put(self, key_hash: str, row: dict[str, Any], token: tuple[int, int]) -> None:
+        """Cache a row read from the database while ``token`` was current.
+
+        A revocation that arrived while the row was being read changed the row
+        generation: the row may be stale, so it is not cached. A new key's INSERT
+        does not count here (it cannot make an existing row stale).
         """
-        if not self.enabled or generation != self.generation:
+        if not self.enabled or token[0] != self.row_generation:
             return
         self._rows[key_hash] = (time.monotonic(), row)
         self._rows.move_to_end(key_hash)
@@ -92,9 +98,9 @@ class KeyCache:
         self.unknown_hits += 1
         return True
 
-    def put_unknown(self, key_hash: str, generation: int) -> None:
+    def put_unknown(self, key_hash: str, token: tuple[int, int]) -> None:
         """Remember a failed lookup, unless a change (an INSERT) arrived while it ran."""
-        if self.negative_ttl_s <= 0 or self.max_entries <= 0 or generation != self.generation:
+        if self.negative_ttl_s <= 0 or self.max_entries <= 0 or token[1] != self.generation:
             return
         self._unknown[key_hash] = time.monotonic()
         self._unknown.move_to_end(key_hash)
@@ -107,11 +113,13 @@ class KeyCache:
         if key_hash.startswith(NEW_KEY):
             self._unknown.pop(key_hash[len(NEW_KEY) :], None)
             return
+        self.row_generation += 1
         self._rows.pop(key_hash, None)
         self._unknown.pop(key_hash, None)
 
     def clear(self) -> None:
         self.generation += 1
+        self.row_generation += 1
         self._rows.clear()
         self._unknown.clear()
 

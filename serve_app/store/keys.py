@@ -62,6 +62,18 @@ class KeyStore:
         self.pool = pool
         self.cache = cache
 
+    def cached_verdict(self, key: str) -> bool | None:
+        """From memory only: True (valid when last read), False (unknown or too long), None."""
+        if len(key) > MAX_KEY_CHARS:
+            return False
+        cache = self.cache
+        if cache is None:
+            return None
+        key_hash = hash_key(key)
+        if cache.known(key_hash):
+            return True
+        return False if cache.is_unknown(key_hash) else None
+
     async def lookup(
         self, key: str, before_db: Callable[[], None] | None = None
     ) -> dict[str, Any] | None:
@@ -81,7 +93,7 @@ class KeyStore:
                 return None
         if before_db is not None and not (cache is not None and cache.known(key_hash)):
             before_db()
-        generation = cache.generation if cache is not None else 0
+        token = cache.token() if cache is not None else (0, 0)
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT id, tenant_id, role, user_id, rate_limit_per_s FROM api_keys"
@@ -91,9 +103,9 @@ class KeyStore:
             row = await cur.fetchone()
         if cache is not None:
             if row is not None:
-                cache.put(key_hash, row, generation)
+                cache.put(key_hash, row, token)
             else:
-                cache.put_unknown(key_hash, generation)
+                cache.put_unknown(key_hash, token)
         return row
 
     async def create(

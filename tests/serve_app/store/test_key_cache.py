@@ -19,23 +19,30 @@ ROW = {"id": "k1", "tenant_id": "t", "role": "service", "user_id": None}
 
 def test_untrusted_cache_holds_nothing():
     cache = KeyCache(60, 10)  # no listener: never trusted
-    cache.put("h", ROW, cache.generation)
+    cache.put("h", ROW, cache.token())
     assert cache.get("h") is None and len(cache) == 0
 
 
-def test_ttl_lru_and_generation():
-    cache = KeyCache(60, 2, trusted=lambda: True)
-    cache.put("a", ROW, cache.generation)
+def test_ttl_lru_and_generations():
+    cache = KeyCache(60, 2, trusted=lambda: True, negative_ttl_s=60)
+    cache.put("a", ROW, cache.token())
     assert cache.get("a") == ROW
-    stale_gen = cache.generation
+    stale = cache.token()
     cache.drop("zzz")  # a revocation arrived while "b" was being read
-    cache.put("b", ROW, stale_gen)
+    cache.put("b", ROW, stale)
     assert cache.get("b") is None
-    cache.put("b", ROW, cache.generation)
-    cache.put("c", ROW, cache.generation)  # over max_entries: "a" (least recent) goes
+    before_insert = cache.token()
+    cache.drop("new:yyy")  # another key's INSERT cannot make "b" stale: still cached
+    cache.put("b", ROW, before_insert)
+    assert cache.get("b") == ROW
+    cache.put_unknown("u", before_insert)  # ...but the INSERT may have been "u" itself
+    assert not cache.is_unknown("u")
+    cache.put_unknown("u", cache.token())
+    assert cache.is_unknown("u")
+    cache.put("c", ROW, cache.token())  # over max_entries: "a" (least recent) goes
     assert cache.get("a") is None and cache.get("c") == ROW
     short = KeyCache(0.05, 10, trusted=lambda: True)
-    short.put("x", ROW, short.generation)
+    short.put("x", ROW, short.token())
     time.sleep(0.1)
     assert short.get("x") is None
 
