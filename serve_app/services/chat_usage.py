@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from serve_app.metrics import CHAT_USAGE, Flusher, LocalCounter, MetricSet
+from serve_app.metrics import CHAT_USAGE
 from serve_app.store.chat_usage import ChatUsageStore, Usage
+from serve_app.telemetry import Flusher, LocalCounter, MetricSet
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve_app.metrics import MetricSpec
+from serve_app.telemetry import MetricSpec
 
 
 class Recorder:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from serve_app import metrics
-from serve_app.metrics import MetricSpec
+from serve_app.telemetry import MetricSpec
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "memserve.json"
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
