@@ -37,6 +37,9 @@ E2E_LLM_ENV = {
     "MEMSERVE_LLM_BACKOFF_S": "0.1",
     "MEMSERVE_LLM_BREAKER_RESET_S": "1",
     "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "1",
+    # Robustness (test_extraction_robustness.py): a refused batch is retried after 0.3 s,
+    # 0.6 s, then dead-lettered (default max_attempts 3), within seconds instead of minutes.
+    "MEMSERVE_EXTRACT_RETRY_BACKOFF_S": "0.3",
     # Lifecycle (test_lifecycle.py): purge expired memories and write access counts quickly.
     "MEMSERVE_LIFECYCLE_PURGE_INTERVAL_S": "1",
     "MEMSERVE_LIFECYCLE_ACCESS_FLUSH_S": "0.5",

@@ -41,6 +41,7 @@ class Rule:
     kind: str | None = None  # extract | summary | chat; None: any
     times: int | None = None  # None: unlimited
     status: int = 200  # != 200: answer this HTTP error instead
+    message: str = "scripted failure"  # the error's message (status != 200)
 
 
 def kind_of(messages: list[dict[str, Any]]) -> str:
@@ -140,9 +141,17 @@ class FakeLLM:
         kind: str | None = "extract",
         times: int | None = None,
         status: int = 200,
+        message: str = "scripted failure",
     ) -> None:
         with self._lock:
-            self.rules.append(Rule(contains, answer, kind, times, status))
+            self.rules.append(Rule(contains, answer, kind, times, status, message))
+
+    def remove_rules(self, contains: str) -> int:
+        """Drop every rule matching on ``contains``; how many."""
+        with self._lock:
+            before = len(self.rules)
+            self.rules = [r for r in self.rules if r.contains != contains]
+            return before - len(self.rules)
 
     def limit_prompt(self, max_chars: int | None) -> None:
         """Requests with more message characters than this get HTTP 400 (context too long)."""
@@ -172,7 +181,10 @@ class FakeLLM:
             self.reset()
         elif action == "rule":
             self.add_rule(body["contains"], body["answer"], body.get("kind", "extract"),
-                          body.get("times"), int(body.get("status", 200)))  # fmt: skip
+                          body.get("times"), int(body.get("status", 200)),
+                          body.get("message", "scripted failure"))  # fmt: skip
+        elif action == "remove_rules":
+            return {"ok": True, "removed": self.remove_rules(body["contains"])}
         elif action == "limit_prompt":
             self.limit_prompt(body.get("max_chars"))
         elif action == "enqueue":
@@ -186,7 +198,8 @@ class FakeLLM:
         return {"ok": True}
 
     def answer(self, body: dict[str, Any]) -> tuple[int, str | None]:
-        """(HTTP status, assistant content) for one chat-completions request."""
+        """(HTTP status, assistant content) for one chat-completions request
+        (for an error status, the error's message instead of content)."""
         messages = body.get("messages") or []
         kind = kind_of(messages)
         text = "\n".join(str(m.get("content", "")) for m in messages)
@@ -194,15 +207,15 @@ class FakeLLM:
             self.requests.append({"kind": kind, "messages": messages, "at": time.time()})
             mode, delay = self.mode, self.delay_s
             content = None
-            status = 200
+            status, message = 200, "scripted failure"
             if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
-                return 400, None  # context too long
+                return 400, "context too long"
             if kind == "extract" and self.queue:
                 content = self.queue.pop(0)
             else:
                 for rule in self.rules:
                     if (rule.kind in (None, kind)) and rule.contains in text:
-                        content, status = rule.answer, rule.status
+                        content, status, message = rule.answer, rule.status, rule.message
                         if rule.times is not None:
                             rule.times -= 1
                             if rule.times <= 0:
@@ -211,7 +224,7 @@ class FakeLLM:
         if mode == "delay" and delay:
             time.sleep(delay)
         if status != 200:
-            return status, None
+            return status, message
         if mode == "http500":
             return 500, None
         if mode == "malformed":
@@ -321,7 +334,8 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 return
             status, content = fake.answer(body)
             if status != 200:
-                self._json(status, {"error": {"message": "scripted failure", "type": "server"}})
+                error = {"message": content or "scripted failure", "type": "server"}
+                self._json(status, {"error": error})
                 return
             if body.get("stream"):
                 self._stream(body, content or "")
