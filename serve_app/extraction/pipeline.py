@@ -323,9 +323,9 @@ class ExtractionPipeline:
         s = self.settings
         rows = await self.turns.uncompressed(key)
         done = []
-        for r in rows:  # only turns extraction has seen, in order
-            if r["extracted_at"] is None:
-                break
+        for r in rows:  # only turns extraction has seen, in order; never a dead letter
+            if r["extracted_at"] is None or r["dead_at"] is not None:
+                break  # (its content was refused: summarising it would be refused too)
             done.append(r)
         if ended:
             batch = done if len(done) >= 2 else []

@@ -266,7 +266,7 @@ class TurnStore:
         """Turns not yet summarised, oldest first (extracted ones only: extraction goes first)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id, turn_index, role, content, extracted_at, now() AS read_at"
+                "SELECT id, turn_index, role, content, extracted_at, dead_at, now() AS read_at"
                 " FROM session_turns WHERE " + _SESSION + " AND compressed_at IS NULL"
                 " ORDER BY turn_index",
                 key.params(),

@@ -40,6 +40,14 @@ async def test_refused_batch_counts_attempts_then_dead_letters_and_breaker_stays
     assert h.pipeline.llm.breaker.state == "closed"  # 4xx: the LLM itself is fine
     assert await h.turns.pending_count(k) == 0
     assert (await h.turns.status(k)).failed == 1
+    # Ending the session does not feed the refused turn to the summary prompt either.
+    await h.say(k, ("user", "an ordinary turn"), ("assistant", "ok"))
+    await h.turns.end(k)
+    fake_llm.add_rule("an ordinary turn", extraction([]))
+    assert (await h.pipeline.process_session(k)).summaries == 0
+    assert not [
+        c for c in fake_llm.calls("summary") if "forbidden-topic" in json.dumps(c["messages"])
+    ]
     [dead] = await h.turns.dead_letters(T)
     assert dead["session_id"] == "s1" and dead["error"].startswith("http_4xx")
     assert dead["attempts"] == 3 and dead["turns"] == 1
