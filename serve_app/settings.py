@@ -306,6 +306,9 @@ class AuthSettings(BaseSettings):
     # database round trip: sustained rate and burst; 0: off.
     bad_key_per_s: float = 5.0
     bad_key_burst: int = 50
+    # Refusals answered before routing (known-bad key, address out of budget) are held
+    # this long first: a closed-loop flood slows to connections/delay, at no CPU cost.
+    stranger_delay_s: float = 0.5
     # The key listener pings its connection this often; the cache is trusted only while
     # the last ping (or notification) is younger than stale_s.
     listener_ping_s: float = 1.0
@@ -317,9 +320,7 @@ class AuthSettings(BaseSettings):
     rate_limit_per_s: float = Field(2000.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_PER_S"))
     rate_limit_burst: int = Field(4000, validation_alias=_env("MEMSERVE_RATE_LIMIT_BURST"))
     # Optional aggregate over all end users of one key (units/s); 0: off.
-    key_rate_limit_per_s: float = Field(
-        0.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_PER_S")
-    )
+    key_rate_limit_per_s: float = Field(0.0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_PER_S"))
     key_rate_limit_burst: int = Field(0, validation_alias=_env("MEMSERVE_RATE_LIMIT_KEY_BURST"))
     rate_limit_max_keys: int = Field(  # buckets kept per replica (LRU)
         100_000, validation_alias=_env("MEMSERVE_RATE_LIMIT_MAX_KEYS")

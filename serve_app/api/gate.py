@@ -5,11 +5,14 @@ already answers a cached-unknown key or an address out of failed-lookup budget
 without the database, but only after FastAPI has routed the request, read and
 parsed its body and run the dependency chain (~1 ms of CPU each on the Ingress).
 This raw ASGI layer asks the same two in-memory questions from the headers alone
-and answers at once; anything it cannot decide goes on to the app unchanged.
+and answers (after ``stranger_delay_s``: a tarpit that slows a closed-loop flood to
+its connections / delay, holding a coroutine rather than burning CPU); anything it
+cannot decide goes on to the app unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -31,6 +34,8 @@ class StrangerGate:
                 client = scope.get("client")
                 refusal = auth.refuse_early(header, client[0] if client else None)
                 if refusal is not None:
+                    if auth.stranger_delay_s > 0:
+                        await asyncio.sleep(auth.stranger_delay_s)
                     await error_response(
                         refusal.status, refusal.code, refusal.message, refusal.headers
                     )(scope, receive, send)

@@ -36,8 +36,10 @@ class Authenticator:
         *,
         key_limiter: RateLimiter | None = None,
         bad_keys: RateLimiter | None = None,
+        stranger_delay_s: float = 0.0,
     ) -> None:
         self.keys = keys
+        self.stranger_delay_s = stranger_delay_s  # held before an early refusal is sent
         self.limiter = limiter  # per (key, end user)
         self.key_limiter = key_limiter  # aggregate per key (optional)
         self.bad_keys = bad_keys  # failed lookups per client address
@@ -140,4 +142,5 @@ def authenticator(keys: KeyStore, s: AuthSettings) -> Authenticator:
             if s.bad_key_per_s > 0
             else None
         ),
+        stranger_delay_s=s.stranger_delay_s,
     )

@@ -19,7 +19,12 @@ from serve_app.store.keys import hash_key, seed_key
 @pytest.fixture
 async def auth(fresh_db):
     s = AuthSettings(
-        rate_limit_per_s=5, rate_limit_burst=10, bad_key_per_s=1, bad_key_burst=3, negative_ttl_s=30
+        rate_limit_per_s=5,
+        rate_limit_burst=10,
+        bad_key_per_s=1,
+        bad_key_burst=3,
+        negative_ttl_s=30,
+        stranger_delay_s=0.2,
     )
     pool = await open_pool(fresh_db, Settings())
     keys, listener = key_store(pool, fresh_db, s)
@@ -152,7 +157,9 @@ async def test_the_gate_answers_strangers_without_the_app(auth):
         body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
         return sent[0]["status"], body
 
+    started = time.monotonic()
     status, body = await call(b"Bearer msk_gate_unknown")
     assert status == 401 and b'"unauthorized"' in body and reached == []
+    assert time.monotonic() - started >= 0.2  # held first: a closed-loop flood slows down
     assert (await call(None))[0] == 204 and reached == ["/v1/search"]  # public routes untouched
     assert (await call(b"Bearer msk_gate_fresh"))[0] == 204  # never seen: the app looks it up
