@@ -41,6 +41,7 @@ from serve_app.metrics import (
     start_pool_metrics,
 )
 from serve_app.model_facts import ModelFacts
+from serve_app.periodic import Periodic
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.settings import get_settings
@@ -79,9 +80,14 @@ class Extractor:
             max_queued=ex.max_queued,
         )
         self.consolidator = self._consolidator(model)
-        self._consolidating: asyncio.Task[None] | None = None
-        if settings.consolidate.interval_s > 0:
-            self._consolidating = asyncio.create_task(self._consolidate_loop())
+        self._consolidating = Periodic(
+            self._consolidate_due,
+            settings.consolidate.interval_s,
+            log=log,
+            failed="periodic consolidation failed",
+            level=logging.ERROR,
+        )
+        self._consolidating.start()
         self.models.start()
         self.reembed = Reembedder(dsn, self._embed_docs, settings.reembed, reembed_metrics)
         self._reembed_task = asyncio.ensure_future(self.reembed.run())
@@ -140,14 +146,9 @@ class Extractor:
         await self.scheduler.drain()
         return n
 
-    async def _consolidate_loop(self) -> None:
+    async def _consolidate_due(self) -> None:
         c = self.settings.consolidate
-        while True:
-            await asyncio.sleep(c.interval_s)
-            try:
-                await run_due(self.consolidator, c.min_interval_s, c.users_per_tick)
-            except Exception:
-                log.exception("periodic consolidation failed")
+        await run_due(self.consolidator, c.min_interval_s, c.users_per_tick)
 
     async def retry_dead(
         self, tenant_id: str, user_id: str | None = None, session_id: str | None = None
@@ -176,7 +177,7 @@ class Extractor:
 
     async def __del__(self) -> None:
         if getattr(self, "_consolidating", None) is not None:
-            self._consolidating.cancel()
+            await self._consolidating.stop()
         task = getattr(self, "_reembed_task", None)
         if task is not None:
             task.cancel()

@@ -15,7 +15,6 @@ What the metrics are is in :mod:`serve_app.metrics`, the one place they are defi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -23,6 +22,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from serve_app.periodic import Periodic
 
 log = logging.getLogger("ray.serve")
 
@@ -150,16 +151,16 @@ class Flusher:
     def __init__(self, sets: Sequence[MetricSet], interval_s: float = FLUSH_INTERVAL_S) -> None:
         self.sets, self.interval_s = list(sets), interval_s
         self.sink = RaySink()  # tests swap in a recorder with the same three methods
-        self._task: asyncio.Task | None = None
+        self._periodic = Periodic(self.flush, interval_s, log=log, failed="flushing metrics failed")
+
+    @property
+    def running(self) -> bool:
+        return self._periodic.running
 
     def start(self) -> Flusher:
         """Start on the running event loop (idempotent); without one, do nothing yet."""
-        if self._task is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return self
-            self._task = loop.create_task(self._run())
+        with contextlib.suppress(RuntimeError):
+            self._periodic.start()
         return self
 
     def flush(self) -> None:
@@ -169,16 +170,6 @@ class Flusher:
             except Exception:  # metrics must never fail the replica
                 log.debug("flushing metrics failed", exc_info=True)
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            self.flush()
-
     async def stop(self) -> None:
         """Stop the periodic flush and send what is left (shutdown; best effort)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        self.flush()
+        await self._periodic.stop(final_tick=True)

@@ -9,14 +9,14 @@ loaded with until the owner's next write; ``GET`` shows the current values).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
+
+from serve_app.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,9 @@ class AccessTracker:
         self.flush_s = flush_s
         self.max_pending = max_pending
         self._pending: dict[tuple[str, uuid.UUID], tuple[int, datetime]] = {}
-        self._task: asyncio.Task | None = None
+        self._periodic = Periodic(
+            self.flush, flush_s, log=log, failed="writing access counts failed"
+        )  # a lost batch of counters must not stop tracking
         self.dropped = 0
         self.written = 0
 
@@ -71,23 +73,8 @@ class AccessTracker:
         return len(keys)
 
     def start(self) -> AccessTracker:
-        if self._task is None and self.flush_s > 0:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._periodic.start()
         return self
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_s)
-            try:
-                await self.flush()
-            except Exception:  # a lost batch of counters must not stop tracking
-                log.warning("writing access counts failed", exc_info=True)
-
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        with contextlib.suppress(Exception):
-            await self.flush()
+        await self._periodic.stop(final_tick=True)

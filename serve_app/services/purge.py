@@ -6,12 +6,11 @@ of them work per round, so replicas never delete the same rows twice.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.periodic import Periodic
 from serve_app.settings import LifecycleSettings
 from serve_app.store import erasure
 from serve_app.store.forget import ForgetStore
@@ -25,7 +24,9 @@ class Purger:
         self.pool = pool
         self.store = store
         self.s = s
-        self._task: asyncio.Task | None = None
+        self._periodic = Periodic(
+            self.run_once, s.purge_interval_s, log=log, failed="purging expired memories failed"
+        )
         self.purged = 0
 
     async def run_once(self) -> int:
@@ -48,21 +49,8 @@ class Purger:
         return n
 
     def start(self) -> Purger:
-        if self._task is None and self.s.purge_interval_s > 0:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._periodic.start()
         return self
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.s.purge_interval_s)
-            try:
-                await self.run_once()
-            except Exception:
-                log.warning("purging expired memories failed", exc_info=True)
-
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._periodic.stop()
