@@ -7,26 +7,15 @@ what the root opened.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import httpx
-import numpy as np
 import pytest
 
-from models import load_encoder
 from serve_app.api import create_app
 from serve_app.bootstrap import ModelFacts, bootstrap
-from serve_app.composition import Backends, build_services
-from serve_app.retrieval.query import SearchQuery
-from serve_app.retrieval.retriever import Retriever
 from serve_app.settings import Settings
+from tests.serve_app.inprocess import in_process_api
 
 KEY = "msk_composition_test_key_0123456789"
-
-
-@pytest.fixture(scope="module")
-def encoder():
-    return load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1)
 
 
 @pytest.fixture
@@ -35,31 +24,13 @@ async def stack(fresh_db, encoder):
     boot = bootstrap(settings, fresh_db)
     assert boot.generated_key is None  # the configured key was seeded, none minted
 
-    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
-        return encoder.encode(list(texts), is_query=is_query)
-
-    from serve_app.db.pool import open_pool
-
-    retriever_pool = await open_pool(fresh_db, settings, min_size=1)
-    retriever = Retriever(retriever_pool, boot.model.table_slug, settings)
-
-    async def search(q: SearchQuery, vector: np.ndarray) -> list[dict]:
-        return await retriever.search(q, vector)
-
     async def probe() -> str:
         return "ok (in-process)"
 
-    services = await build_services(
-        settings, boot.model, fresh_db, Backends(embed, search, probes={"embedder": probe})
-    )
-    app = create_app(settings, services)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": f"Bearer {KEY}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+    probes = {"embedder": probe}
+    api = in_process_api(settings, boot.model, fresh_db, encoder, KEY, probes)
+    async with api as (c, services):
         yield c, services, boot.model
-    await services.aclose()
-    await retriever.close()
-    await retriever_pool.close()
 
 
 async def test_bootstrap_model_facts_match_the_encoder(stack, encoder):

@@ -8,31 +8,20 @@ MCP session manager, as Serve runs it in a replica).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 import httpx2
-import numpy as np
 import pytest
 
-from models import load_encoder
 from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
-from serve_app.composition import Backends, build_services
-from serve_app.db.pool import open_pool
-from serve_app.retrieval.query import SearchQuery
-from serve_app.retrieval.retriever import Retriever
 from serve_app.settings import Settings
 from serve_app.store.keys import seed_key
 from tests.mcp_session import call, mcp_over_http, tool_error
+from tests.serve_app.inprocess import in_process_services
 
 KEY = "msk_mcp_service_key_0123456789abcdef"
 ALICE = "msk_mcp_alice_user_key_0123456789ab"
 URL = "http://memserve.test/mcp"
-
-
-@pytest.fixture(scope="module")
-def encoder():
-    return load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1)
 
 
 @pytest.fixture
@@ -40,33 +29,20 @@ async def transport(fresh_db, encoder):
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
     boot = bootstrap(settings, fresh_db)
     seed_key(fresh_db, settings.default_tenant, "user", ALICE, "alice", user_id="alice")
+    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
+        app = create_app(settings, services)
+        started, stop = asyncio.Event(), asyncio.Event()
 
-    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
-        return encoder.encode(list(texts), is_query=is_query)
+        async def lifespan() -> None:  # one task enters and leaves it, as a server's would
+            async with app.router.lifespan_context(app):
+                started.set()
+                await stop.wait()
 
-    pool = await open_pool(fresh_db, settings, min_size=1)
-    retriever = Retriever(pool, boot.model.table_slug, settings)
-
-    async def search(q: SearchQuery, vector: np.ndarray) -> list[dict]:
-        return await retriever.search(q, vector)
-
-    services = await build_services(settings, boot.model, fresh_db, Backends(embed, search))
-    app = create_app(settings, services)
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def lifespan() -> None:  # one task enters and leaves it, as a server's would
-        async with app.router.lifespan_context(app):
-            started.set()
-            await stop.wait()
-
-    task = asyncio.create_task(lifespan())
-    await started.wait()
-    yield httpx2.ASGITransport(app=app)
-    stop.set()
-    await task
-    await services.aclose()
-    await retriever.close()
-    await pool.close()
+        task = asyncio.create_task(lifespan())
+        await started.wait()
+        yield httpx2.ASGITransport(app=app)
+        stop.set()
+        await task
 
 
 async def test_tools_and_their_input_schemas(transport):

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
-import httpx
-import numpy as np
 import pytest
 
-from models import load_encoder
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
-from serve_app.composition import Backends, build_services
-from serve_app.db.pool import open_pool
-from serve_app.retrieval.retriever import Retriever
 from serve_app.settings import Settings
+from tests.serve_app.inprocess import in_process_api
 
 KEY = "msk_lifecycle_test_key_0123456789"
-
-
-@pytest.fixture(scope="module")
-def encoder():
-    return load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1)
 
 
 @pytest.fixture
@@ -31,22 +19,9 @@ async def client(fresh_db, encoder):
         quota={"max_memories_per_user": 3}, lifecycle={"access_flush_s": 0.1}
     )
     boot = bootstrap(settings, fresh_db)
-
-    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
-        return encoder.encode(list(texts), is_query=is_query)
-
-    pool = await open_pool(fresh_db, settings, min_size=1)
-    retriever = Retriever(pool, boot.model.table_slug, settings)
-    services = await build_services(
-        settings, boot.model, fresh_db, Backends(embed, retriever.search)
-    )
-    transport = httpx.ASGITransport(app=create_app(settings, services))
-    headers = {"Authorization": f"Bearer {KEY}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+    api = in_process_api(settings, boot.model, fresh_db, encoder, KEY)
+    async with api as (c, services):
         yield c
-    await services.aclose()
-    await retriever.close()
-    await pool.close()
 
 
 async def search(c, query: str, **kw) -> list[str]:

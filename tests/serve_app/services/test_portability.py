@@ -4,23 +4,16 @@ encoder and the real retriever, the HTTP routes over an in-process ASGI transpor
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import httpx
-import numpy as np
 import pytest
 
-from models import load_encoder
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
-from serve_app.composition import Backends, build_services
-from serve_app.db.pool import open_pool
 from serve_app.errors import ApiError
-from serve_app.retrieval.query import SearchQuery
-from serve_app.retrieval.retriever import Retriever
 from serve_app.services.portability import parse
 from serve_app.settings import Settings
 from serve_app.store import Owner
+from tests.serve_app.inprocess import in_process_api
 
 KEY = "msk_portability_test_key_0123456789"
 TEXTS = [
@@ -33,32 +26,13 @@ TEXTS = [
 QUERIES = ["food allergies", "what instrument does her child play", "job", "travel plans"]
 
 
-@pytest.fixture(scope="module")
-def encoder():
-    return load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1)
-
-
 @pytest.fixture
 async def stack(fresh_db, encoder):
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
     boot = bootstrap(settings, fresh_db)
-
-    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
-        return encoder.encode(list(texts), is_query=is_query)
-
-    retriever_pool = await open_pool(fresh_db, settings, min_size=1)
-    retriever = Retriever(retriever_pool, boot.model.table_slug, settings)
-
-    async def search(q: SearchQuery, vector: np.ndarray) -> list[dict]:
-        return await retriever.search(q, vector)
-
-    services = await build_services(settings, boot.model, fresh_db, Backends(embed, search))
-    transport = httpx.ASGITransport(app=create_app(settings, services))
-    headers = {"Authorization": f"Bearer {KEY}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+    api = in_process_api(settings, boot.model, fresh_db, encoder, KEY)
+    async with api as (c, services):
         yield c, services
-    await services.aclose()
-    await retriever_pool.close()
 
 
 async def seed(c: httpx.AsyncClient, user: str) -> None:

@@ -1,0 +1,72 @@
+"""The app's services without Ray, for in-process API tests: the composition root over
+real Postgres, the real ONNX encoder and the real retriever (what the Ingress builds,
+with the Embedder and Retriever deployments replaced by direct calls)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+
+import httpx
+import numpy as np
+from fastapi import FastAPI
+
+from models.encoder import Encoder
+from serve_app.api import create_app
+from serve_app.composition import Backends, Services, build_services
+from serve_app.db.pool import open_pool
+from serve_app.model_facts import ModelFacts
+from serve_app.retrieval.retriever import Retriever
+from serve_app.services.health import Probe
+from serve_app.settings import Settings
+
+
+@asynccontextmanager
+async def in_process_services(
+    settings: Settings,
+    model: ModelFacts,
+    dsn: str,
+    encoder: Encoder,
+    probes: Mapping[str, Probe] | None = None,
+) -> AsyncIterator[Services]:
+    """Services built by the composition root; closes them, the retriever and its pool."""
+
+    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        return encoder.encode(list(texts), is_query=is_query)
+
+    pool = await open_pool(dsn, settings, min_size=1)
+    retriever = Retriever(pool, model.table_slug, settings)
+    backends = Backends(embed, retriever.search, probes=dict(probes or {}))
+    services = await build_services(settings, model, dsn, backends)
+    try:
+        yield services
+    finally:
+        await services.aclose()
+        await retriever.close()
+        await pool.close()
+
+
+def bearer_client(app: FastAPI, key: str) -> httpx.AsyncClient:
+    """An HTTP client on the app over an in-process ASGI transport, authenticated by ``key``."""
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://t",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
+@asynccontextmanager
+async def in_process_api(
+    settings: Settings,
+    model: ModelFacts,
+    dsn: str,
+    encoder: Encoder,
+    key: str,
+    probes: Mapping[str, Probe] | None = None,
+) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
+    """:func:`in_process_services` behind the app, with a client authenticated by ``key``."""
+    async with (
+        in_process_services(settings, model, dsn, encoder, probes) as services,
+        bearer_client(create_app(settings, services), key) as client,
+    ):
+        yield client, services
