@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
 import pytest
 
 from serve_app.settings import Settings
@@ -15,16 +14,11 @@ from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.quota import Quota, QuotaExceeded
 from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
+from tests.serve_app.store.unit_vectors import DIM, vecs
 
-DIM = 8
 VERSION = "SELECT version FROM memory_owner_versions WHERE owner = 'alice'"
 A = Owner("t1", "alice")
 B = Owner("t1", "bob")
-
-
-def vecs(n: int, seed: int = 0) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
 @pytest.fixture

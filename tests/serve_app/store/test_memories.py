@@ -10,30 +10,20 @@ import numpy as np
 import psycopg
 import pytest
 
-from serve_app.db.pool import open_pool
-from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.memories import InvalidCursor
 from serve_app.store.vectors import ensure_table
+from tests.serve_app.store.unit_vectors import DIM, vecs
 
-DIM = 8
 A = Owner("t1", "alice")
 B = Owner("t1", "bob")
 OTHER_TENANT_A = Owner("t2", "alice")
 
 
-def vecs(n: int, seed: int = 0) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
 @pytest.fixture
-async def store(fresh_db):
+async def store(fresh_db, pool):
     ensure_table(fresh_db, "test", DIM)
-    pool = await open_pool(fresh_db, Settings(), min_size=1)
-    await pool.wait()
-    yield MemoryStore(pool, "test")
-    await pool.close()
+    return MemoryStore(pool, "test")
 
 
 async def add(store, owner, *contents, **kw):
