@@ -7,9 +7,14 @@ Package scope keeps Ray from lingering while later packages start whole services
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+
+from serve_app.db.pool import open_pool
+from serve_app.settings import Settings
+from serve_app.store.turns import TurnStore
+from tests.fakes.llm_server import FakeLLM
 
 
 @pytest.fixture(scope="package")
@@ -44,3 +49,20 @@ def embedder_handle(ray_session: None):
     handle = serve.run(app, name="embedder-test", route_prefix=None)
     yield handle
     serve.delete("embedder-test")
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeLLM]:
+    """The scripted LLM server of one Extractor test module."""
+    server = FakeLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def turns(db: str) -> AsyncIterator[TurnStore]:
+    """The turn store over the module's ``db`` (its own pool, closed afterwards)."""
+    pool = await open_pool(db, Settings(), min_size=1)
+    await pool.wait()
+    yield TurnStore(pool)
+    await pool.close()

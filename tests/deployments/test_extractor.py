@@ -7,66 +7,31 @@ import time
 
 import pytest
 
-from serve_app.bootstrap import ModelFacts
-from serve_app.db.pool import open_pool
-from serve_app.settings import Settings
-from serve_app.store.turns import SessionKey, TurnStore
-from serve_app.store.vectors import ensure_table
-from tests.conftest import scratch_database
-from tests.fakes.llm_server import FakeLLM, extraction, fact, memory
+from serve_app.store.turns import SessionKey
+from tests.deployments.extractor_app import extractor_db, serve_extractor
+from tests.fakes.llm_server import extraction, fact, memory
 
 APP = "extractor-test"
-MODEL = ModelFacts("all-minilm-l6-v2-int8", 384, "all_minilm_l6_v2_int8")
 
 
 @pytest.fixture(scope="module")
 def db(pg_admin_dsn):
-    with scratch_database(pg_admin_dsn, "t_ext") as dsn:
-        ensure_table(dsn, MODEL.table_slug, MODEL.dim)  # start-up work: the bootstrap's
+    with extractor_db(pg_admin_dsn, "t_ext") as dsn:
         yield dsn
 
 
 @pytest.fixture(scope="module")
-def llm():
-    server = FakeLLM().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def extractor(ray_session, db, llm):
-    from ray import serve
-
-    from deployments.embedder import Embedder
-    from deployments.extractor import Extractor
-
     env = {
-        "MEMSERVE_DATABASE_URL": db,
-        "MEMSERVE_EMBED_MODEL": "all-minilm-l6-v2-int8",
-        "MEMSERVE_LLM_BASE_URL": llm.url,
         "MEMSERVE_LLM_TIMEOUT_S": "1",
-        "MEMSERVE_LLM_MAX_RETRIES": "0",
         "MEMSERVE_LLM_BREAKER_FAILURES": "1",
         "MEMSERVE_LLM_BREAKER_RESET_S": "0.5",
         "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "3600",  # scans are driven by the test
-        "MEMSERVE_EXTRACT_EVERY_N_TURNS": "1",
     }
-    opts = {"runtime_env": {"env_vars": env}, "num_cpus": 0.1}
-    embedder = Embedder.options(name="EmbedderForExtractor", ray_actor_options=opts).bind(
-        device="cpu"
-    )
-    app = Extractor.options(name="ExtractorUnderTest", ray_actor_options=opts).bind(MODEL, embedder)
-    handle = serve.run(app, name=APP, route_prefix=None)
-    yield handle
-    serve.delete(APP)
-
-
-@pytest.fixture
-async def turns(db):
-    pool = await open_pool(db, Settings(), min_size=1)
-    await pool.wait()
-    yield TurnStore(pool)
-    await pool.close()
+    with serve_extractor(
+        APP, "ExtractorUnderTest", "EmbedderForExtractor", db=db, llm_url=llm.url, env=env
+    ) as handle:
+        yield handle
 
 
 async def test_process_is_fire_and_forget_and_extracts(extractor, llm, turns):

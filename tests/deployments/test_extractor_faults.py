@@ -13,66 +13,33 @@ import time
 import psycopg
 import pytest
 
-from serve_app.bootstrap import ModelFacts
-from serve_app.db.pool import open_pool
-from serve_app.settings import Settings
-from serve_app.store.turns import SessionKey, TurnStore
-from serve_app.store.vectors import ensure_table
-from tests.conftest import scratch_database
-from tests.fakes.llm_server import FakeLLM, extraction, memory
+from serve_app.store.turns import SessionKey
+from tests.deployments.extractor_app import extractor_db, serve_extractor
+from tests.fakes.llm_server import extraction, memory
 
 APP = "extractor-fault"
 DEPLOYMENT = "ExtractorUnderFault"
-MODEL = ModelFacts("all-minilm-l6-v2-int8", 384, "all_minilm_l6_v2_int8")
 LEASE_S = 2.0
 
 
 @pytest.fixture(scope="module")
 def db(pg_admin_dsn):
-    with scratch_database(pg_admin_dsn, "t_extfault") as dsn:
-        ensure_table(dsn, MODEL.table_slug, MODEL.dim)
+    with extractor_db(pg_admin_dsn, "t_extfault") as dsn:
         yield dsn
 
 
 @pytest.fixture(scope="module")
-def llm():
-    server = FakeLLM().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def extractor(ray_session, db, llm):
-    from ray import serve
-
-    from deployments.embedder import Embedder
-    from deployments.extractor import Extractor
-
     env = {
-        "MEMSERVE_DATABASE_URL": db,
-        "MEMSERVE_EMBED_MODEL": "all-minilm-l6-v2-int8",
-        "MEMSERVE_LLM_BASE_URL": llm.url,
         "MEMSERVE_LLM_TIMEOUT_S": "30",  # the held answer is not a timeout
-        "MEMSERVE_LLM_MAX_RETRIES": "0",
         "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "0.5",
         "MEMSERVE_EXTRACT_LEASE_S": str(LEASE_S),
-        "MEMSERVE_EXTRACT_EVERY_N_TURNS": "1",
         "MEMSERVE_CONSOLIDATE_INTERVAL_S": "0",
     }
-    opts = {"runtime_env": {"env_vars": env}, "num_cpus": 0.1}
-    embedder = Embedder.options(name="EmbedderForFault", ray_actor_options=opts).bind(device="cpu")
-    app = Extractor.options(name=DEPLOYMENT, ray_actor_options=opts).bind(MODEL, embedder)
-    handle = serve.run(app, name=APP, route_prefix=None)
-    yield handle
-    serve.delete(APP)
-
-
-@pytest.fixture
-async def turns(db):
-    pool = await open_pool(db, Settings(), min_size=1)
-    await pool.wait()
-    yield TurnStore(pool)
-    await pool.close()
+    with serve_extractor(
+        APP, DEPLOYMENT, "EmbedderForFault", db=db, llm_url=llm.url, env=env
+    ) as handle:
+        yield handle
 
 
 def replica_names() -> list[str]:
