@@ -87,6 +87,7 @@ def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001):
     from ray.serve import batching
 
     from deployments.embedder import Embedder
+    from models.encoder_set import EncoderSet
     from serve_app.metrics import EmbedMetrics, Flusher
     from tests.fakes.metrics_sink import Recorder
 
@@ -111,6 +112,7 @@ def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001):
 
     embedder = Embedder.func_or_class.__new__(Embedder.func_or_class)
     embedder.encoder = SlowEncoder()
+    embedder.encoders = EncoderSet(embedder.encoder, lambda ref: embedder.encoder)
     embedder._pool = ThreadPoolExecutor(max_workers=1)
     embedder._gate = asyncio.Event()
     embedder._gate.set()
