@@ -129,9 +129,9 @@ def test_delete_by_scope(api, uid):
     create(api, uid, "agent note", agent_id="a-1")
     create(api, uid, "plain note")
     r = api.request("DELETE", "/v1/memories", params={"user_id": uid, "session_id": "s-1"})
-    assert r.json() == {"deleted": 1}
+    assert r.json()["deleted"] == 1 and r.json()["removed"]["memories"] == 1
     r = api.request("DELETE", "/v1/memories", params={"user_id": uid})
-    assert r.json() == {"deleted": 2}
+    assert r.json()["deleted"] == 2 and r.json()["removed"]["memories"] == 2
     assert api.get("/v1/memories", params={"user_id": uid}).json()["memories"] == []
 
 

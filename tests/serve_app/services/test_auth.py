@@ -36,9 +36,21 @@ async def auth(fresh_db):
         await pool.close()
 
 
+async def created(keys, *args, **kwargs) -> tuple[str, dict]:
+    """A new key, once this replica has heard of its INSERT (a lookup racing that
+    notification is not cached, by design; the tests below need it cached)."""
+    before = keys.cache.generation
+    key, info = await keys.create(*args, **kwargs)
+    deadline = time.monotonic() + 5
+    while keys.cache.generation == before:
+        assert time.monotonic() < deadline, "the INSERT notification never arrived"
+        await asyncio.sleep(0.01)
+    return key, info
+
+
 async def test_one_flooding_end_user_leaves_the_others_untouched(auth):
     a, keys, _ = auth
-    key, _ = await keys.create("t", "service")
+    key, _ = await created(keys, "t", "service")
     caller = await a.principal(f"Bearer {key}")
     for _ in range(10):
         a.charge(caller, "flooder", 1.0)
@@ -79,7 +91,7 @@ async def test_unknown_keys_are_cached_and_limited_per_address_before_the_databa
 
 async def test_a_valid_cached_key_is_served_while_its_address_floods(auth):
     a, keys, _ = auth
-    key, _ = await keys.create("t", "user", user_id="u")
+    key, _ = await created(keys, "t", "user", user_id="u")
     await a.principal(f"Bearer {key}", "10.0.0.9")  # cached now
     for i in range(20):
         with pytest.raises(ApiError):
@@ -89,7 +101,7 @@ async def test_a_valid_cached_key_is_served_while_its_address_floods(auth):
 
 async def test_revoked_key_is_refused_although_cached(auth):
     a, keys, dsn = auth
-    key, info = await keys.create("t", "service")
+    key, info = await created(keys, "t", "service")
     await a.principal(f"Bearer {key}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE api_keys SET revoked_at = now() WHERE id = %s", (info["id"],))
@@ -106,7 +118,7 @@ async def test_revoked_key_is_refused_although_cached(auth):
 
 async def test_refuse_early_decides_only_from_memory(auth):
     a, keys, _ = auth
-    key, _ = await keys.create("t", "service")
+    key, _ = await created(keys, "t", "service")
     assert a.refuse_early(f"Bearer {key}", "10.0.1.1") is None  # never seen: the app decides
     await a.principal(f"Bearer {key}", "10.0.1.1")
     assert a.refuse_early(f"Bearer {key}", "10.0.1.1") is None  # valid and cached
