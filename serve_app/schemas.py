@@ -19,6 +19,8 @@ from serve_app.settings import get_settings
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")
 ]
+# Free text that reaches a text column: PostgreSQL refuses NUL, so it is a 422 here.
+NO_NUL = r"^[^\x00]*$"
 
 
 class MemoryType(StrEnum):

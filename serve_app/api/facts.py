@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
-from serve_app.schemas import DeletedCount, Identifier, StrictModel
+from serve_app.schemas import NO_NUL, DeletedCount, Identifier, StrictModel
 
 router = APIRouter(prefix="/v1/facts", tags=["facts"])
 
@@ -38,9 +38,9 @@ class FactList(BaseModel):
 
 class FactSet(StrictModel):
     user_id: Identifier | None = None
-    category: str = Field(min_length=1, max_length=32)
-    key: str = Field(min_length=1, max_length=128)
-    value: str = Field(min_length=1, max_length=2000)
+    category: str = Field(min_length=1, max_length=32, pattern=NO_NUL)
+    key: str = Field(min_length=1, max_length=128, pattern=NO_NUL)
+    value: str = Field(min_length=1, max_length=2000, pattern=NO_NUL)
 
 
 UserQuery = Annotated[Identifier | None, Query(description="required with a service key")]
@@ -52,7 +52,7 @@ async def list_facts(
     services: Svc,
     user_id: Annotated[Identifier | None, Query(description="required with a service key")] = None,
     include_inactive: bool = False,
-    category: Annotated[str | None, Query(max_length=32)] = None,
+    category: Annotated[str | None, Query(max_length=32, pattern=NO_NUL)] = None,
 ):
     """Active facts; ``include_inactive=true`` adds replaced values (oldest first per key)."""
     owner = resolve_owner(caller, user_id)
@@ -73,8 +73,8 @@ async def delete_facts(
     caller: Caller,
     services: Svc,
     user_id: UserQuery = None,
-    category: Annotated[str | None, Query(max_length=32)] = None,
-    key: Annotated[str | None, Query(max_length=128)] = None,
+    category: Annotated[str | None, Query(max_length=32, pattern=NO_NUL)] = None,
+    key: Annotated[str | None, Query(max_length=128, pattern=NO_NUL)] = None,
 ):
     """Delete the user's facts (every version): all, one category, or one category/key."""
     owner = resolve_owner(caller, user_id)

@@ -100,3 +100,20 @@ def test_patch_null_or_empty(api, uid):
     assert (
         api.get(f"/v1/memories/{m['id']}", params={"user_id": uid}).json()["content"] == "keep me"
     )
+
+
+@pytest.mark.parametrize(
+    "method,params,body",
+    [
+        ("DELETE", {"category": "diet", "key": "a\x00b"}, None),
+        ("DELETE", {"category": "di\x00et"}, None),
+        ("GET", {"category": "di\x00et"}, None),
+        ("PUT", {}, {"category": "diet", "key": "kind", "value": "vegan\x00"}),
+    ],
+)
+def test_nul_in_fact_fields_is_422(api, uid, method, params, body):
+    """PostgreSQL text refuses NUL: it must be a 422, not a database error (a 500)."""
+    r = api.request(method, "/v1/facts", params={"user_id": uid, **params}, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "invalid_request"
+    assert api.get("/v1/facts", params={"user_id": uid}).json()["facts"] == []

@@ -39,7 +39,9 @@ async def test_http_round_trip_and_isolation(service, keys, uid):
         assert "not_found" in err
     async with mcp_over_http(url, keys.service) as s:
         assert await call(s, "delete_memory", memory_id=bees["id"], user_id=uid)
-        assert (await call(s, "forget", user_id="bob"))["deleted"] == 1
+        # bob is shared with other e2e tests: his memories from them go too.
+        assert (await call(s, "forget", user_id="bob"))["deleted"] >= 1
+        assert (await call(s, "list_memories", user_id="bob"))["memories"] == []
         assert (await call(s, "list_memories", user_id=uid))["memories"] == []
 
 
