@@ -82,15 +82,13 @@ WITH base AS (
     FROM base, unnest(%(roles)s::text[], %(contents)s::text[])
          WITH ORDINALITY AS m(role, content, ord)
     RETURNING role
-), reopen AS (
+), reopen AS (  -- a data-modifying CTE runs to completion even though nothing reads it
     UPDATE session_state SET ended_at = NULL, updated_at = now()
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s AND ended_at IS NOT NULL
-    RETURNING 1
 )
 SELECT base.n AS last,
        base.pending + (SELECT count(*) FROM ins WHERE role = 'user') AS pending,
-       base.uncompressed + (SELECT count(*) FROM ins) AS uncompressed,
-       (SELECT count(*) FROM reopen) AS reopened
+       base.uncompressed + (SELECT count(*) FROM ins) AS uncompressed
 FROM base
 """
 
