@@ -42,11 +42,24 @@ def generate_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def _new_key(
-    key: str, tenant_id: str, role: str, user_id: str | None, name: str | None
-) -> dict[str, Any]:
-    """Parameters of a new api_keys row: the key itself is never stored, only its hash."""
-    return {
+def _insert(
+    key: str,
+    tenant_id: str,
+    role: str,
+    user_id: str | None,
+    name: str | None,
+    tail: str,
+    rate_limit_per_s: float | None = None,
+    created_by: str | None = None,
+) -> tuple[sql.Composed, dict[str, Any]]:
+    """The INSERT of a new api_keys row (then ``tail``): only the key's hash is stored."""
+    query = sql.SQL(
+        "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name,"
+        " rate_limit_per_s, created_by) VALUES (%(id)s, %(tenant_id)s, %(role)s,"
+        " %(user_id)s, %(key_hash)s, %(prefix)s, %(name)s, %(rate_limit_per_s)s,"
+        " %(created_by)s) {tail}"
+    ).format(tail=sql.SQL(tail).format(info=_INFO))
+    params = {
         "id": uuid.uuid4(),
         "tenant_id": tenant_id,
         "role": role,
@@ -54,7 +67,10 @@ def _new_key(
         "key_hash": hash_key(key),
         "prefix": key[:12],
         "name": name,
+        "rate_limit_per_s": rate_limit_per_s,
+        "created_by": created_by,
     }
+    return query, params
 
 
 class KeyStore:
@@ -118,20 +134,11 @@ class KeyStore:
         created_by: str | None = None,
     ) -> tuple[str, dict[str, Any]]:
         key = generate_key()
+        query, params = _insert(
+            key, tenant_id, role, user_id, name, "RETURNING {info}", rate_limit_per_s, created_by
+        )
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                sql.SQL(
-                    "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name,"
-                    " rate_limit_per_s, created_by) VALUES (%(id)s, %(tenant_id)s, %(role)s,"
-                    " %(user_id)s, %(key_hash)s, %(prefix)s, %(name)s, %(rate_limit_per_s)s,"
-                    " %(created_by)s) RETURNING {info}"
-                ).format(info=_INFO),
-                {
-                    **_new_key(key, tenant_id, role, user_id, name),
-                    "rate_limit_per_s": rate_limit_per_s,
-                    "created_by": created_by,
-                },
-            )
+            cur = await conn.execute(query, params)
             return key, await cur.fetchone()
 
     async def list(self, tenant_id: str) -> list[dict[str, Any]]:
@@ -165,10 +172,7 @@ def seed_key(
     """Register a configured key (bootstrap/admin) if absent; True when it was added now."""
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         cur = conn.execute(
-            "INSERT INTO api_keys (id, tenant_id, role, user_id, key_hash, prefix, name)"
-            " VALUES (%(id)s, %(tenant_id)s, %(role)s, %(user_id)s, %(key_hash)s, %(prefix)s,"
-            " %(name)s) ON CONFLICT (key_hash) DO NOTHING",
-            _new_key(key, tenant_id, role, user_id, name),
+            *_insert(key, tenant_id, role, user_id, name, "ON CONFLICT (key_hash) DO NOTHING")
         )
         return cur.rowcount > 0
 
