@@ -45,7 +45,6 @@ from serve_app.periodic import Periodic
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.settings import get_settings
-from serve_app.store import Owner
 from serve_app.store.turns import SessionKey
 
 log = logging.getLogger("ray.serve")
@@ -149,19 +148,6 @@ class Extractor:
     async def _consolidate_due(self) -> None:
         c = self.settings.consolidate
         await run_due(self.consolidator, c.min_interval_s, c.users_per_tick)
-
-    async def retry_dead(
-        self, tenant_id: str, user_id: str | None = None, session_id: str | None = None
-    ) -> int:
-        """Put dead-lettered turns back in the queue and schedule them; how many sessions."""
-        keys = await self.pipeline.turns.retry_dead(tenant_id, user_id, session_id)
-        for key in keys:
-            self.scheduler.submit(key)
-        return len(keys)
-
-    async def consolidate(self, tenant_id: str, user_id: str) -> dict[str, Any]:
-        """Consolidate one user now (admin route, tools); returns the run's report."""
-        return await self.consolidator.run(Owner(tenant_id, user_id))
 
     async def status(self) -> dict[str, Any]:
         return {
