@@ -111,8 +111,13 @@ class Reembedder:
             except Exception:
                 log.exception("re-embed turn failed; retrying")
                 turn = "idle"
-            pause = self.s.poll_s if turn in ("busy", "idle", "settled") else 0.0
-            await asyncio.sleep(min(pause, 1.0) if turn == "settling" else pause)
+            if turn == "settling":  # repair passes every second until the switch settles
+                pause = min(self.s.poll_s, 1.0)
+            elif turn in ("busy", "idle", "settled"):
+                pause = self.s.poll_s
+            else:  # partial, switched, abandoned: the next turn has work at once
+                pause = 0.0
+            await asyncio.sleep(pause)
 
     async def run_once(self, *, max_batches: int | None = None) -> Turn:
         """One turn of the worker (see the module docstring); ``max_batches`` stops a fill
