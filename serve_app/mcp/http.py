@@ -64,7 +64,9 @@ class _Gate:
         if services is None:
             raise ApiError(503, "unavailable", "the service is starting up")
         header = Headers(scope=scope).get("authorization")
-        principal = await services.auth.principal(header)  # 401 / 429 as ApiError
+        client = scope.get("client")
+        # 401 / 429 as ApiError; failed lookups are charged to the caller's address.
+        principal = await services.auth.principal(header, client[0] if client else None)
         state = scope.setdefault("state", {})
         state[_PRINCIPAL] = principal
         state[_TOKEN] = bearer_token(header)
