@@ -38,8 +38,8 @@ class Purger:
                 return -1
             try:
                 n = await self.store.purge_expired(
-                    batch=self.s.purge_batch, max_batches=self.s.purge_max_batches
-                )
+                    batch=self.s.purge_batch, max_batches=self.s.purge_max_batches, conn=conn
+                )  # on the connection that holds the lock: one pool slot, not two
                 await erasure.prune(conn, self.s.erasure_keep_s)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": _LOCK})

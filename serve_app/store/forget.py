@@ -165,16 +165,24 @@ class ForgetStore:
 
     # ---------- expiry ----------
 
-    async def purge_expired(self, *, batch: int, max_batches: int) -> int:
-        """Delete up to ``batch * max_batches`` expired memories (vectors, history, bumps)."""
+    async def purge_expired(
+        self, *, batch: int, max_batches: int, conn: AsyncConnection | None = None
+    ) -> int:
+        """Delete up to ``batch * max_batches`` expired memories (vectors, history, bumps).
+
+        ``conn``: the caller's connection (the purger's, which holds its lock), else one
+        from the pool.
+        """
+        if conn is None:
+            async with self.pool.connection() as conn:
+                return await self.purge_expired(batch=batch, max_batches=max_batches, conn=conn)
         where = sql.SQL("expires_at <= now()")
         total = 0
-        async with self.pool.connection() as conn:
-            for _ in range(max_batches):
-                n = await self._purge_chunk(conn, where, batch)
-                total += n
-                if n < batch:
-                    break
+        for _ in range(max_batches):
+            n = await self._purge_chunk(conn, where, batch)
+            total += n
+            if n < batch:
+                break
         return total
 
     async def _purge_chunk(self, conn: AsyncConnection, where: sql.Composable, batch: int) -> int:

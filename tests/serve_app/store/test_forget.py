@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from serve_app.settings import Settings
+from serve_app.db.pool import open_pool
+from serve_app.services.purge import Purger
+from serve_app.settings import DatabaseSettings, LifecycleSettings, Settings
 from serve_app.store import MemoryStore, NewMemory, Owner, erasure  # noqa: F401
 from serve_app.store.facts import FactStore
 from serve_app.store.forget import ForgetStore, Scope
@@ -162,3 +164,17 @@ async def test_explicit_fact_wins_over_extraction(db):
 def test_settings_groups():
     s = Settings()
     assert s.lifecycle.forget_batch > 0 and s.quota.max_memories_per_user == 0
+
+
+async def test_purger_round_works_on_the_connection_holding_its_lock(fresh_db):
+    ensure_table(fresh_db, "test", DIM)
+    settings = Settings(db=DatabaseSettings(pool_max=1, pool_timeout_s=2.0))
+    one = await open_pool(fresh_db, settings, min_size=1)  # a second slot never comes
+    try:
+        store = MemoryStore(one, "test")
+        await add(store, A, "old 1", "old 2", expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        purger = Purger(one, ForgetStore(one, "test"), LifecycleSettings(purge_batch=1))
+        assert await purger.run_once() == 2
+        assert await scalar(one, "SELECT count(*) FROM memory_items") == 0
+    finally:
+        await one.close()
