@@ -12,7 +12,14 @@ from pydantic import ValidationError
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.api.mem0 import models as m
-from serve_app.api.mem0.scope import Scope, bad, owners_of, parse_filters, scope_owner
+from serve_app.api.mem0.scope import (
+    Scope,
+    bad,
+    owner_of,
+    owners_of,
+    parse_filters,
+    scope_owner,
+)
 from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields, MemoryPatch, check_content
@@ -154,7 +161,7 @@ async def get_all(
 
 @router.get("/v1/memories/{memory_id}/", response_model=m.Mem0Memory)
 async def get(memory_id: UUID, caller: Caller, services: Svc):
-    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    owner = await owner_of(caller, services.directory, memory_id)
     return m.to_mem0(await services.memories.get(owner, memory_id))
 
 
@@ -162,7 +169,7 @@ async def get(memory_id: UUID, caller: Caller, services: Svc):
 async def update(memory_id: UUID, body: m.UpdateRequest, caller: Caller, services: Svc):
     if body.expiration_date is not None:
         raise bad("memserve does not change expiration_date after the add")
-    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    owner = await owner_of(caller, services.directory, memory_id)
     patch = _validated(MemoryPatch, content=body.text, metadata=body.metadata)
     changes = patch.model_dump(exclude_none=True)
     if not changes:
@@ -173,14 +180,14 @@ async def update(memory_id: UUID, body: m.UpdateRequest, caller: Caller, service
 
 @router.delete("/v1/memories/{memory_id}/", response_model=m.Message200)
 async def delete(memory_id: UUID, caller: Caller, services: Svc):
-    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    owner = await owner_of(caller, services.directory, memory_id)
     await services.memories.delete(owner, memory_id, caller.actor)
     return {"message": "Memory deleted successfully!"}
 
 
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[m.HistoryEntry])
 async def history(memory_id: UUID, caller: Caller, services: Svc):
-    owner = (await owners_of(caller, services.directory, [memory_id]))[memory_id]
+    owner = await owner_of(caller, services.directory, memory_id)
     events = await services.memories.history(owner, memory_id)
     return [m.to_history(e, owner.user_id) for e in events]
 

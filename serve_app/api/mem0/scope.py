@@ -132,3 +132,11 @@ async def owners_of(
             raise ApiError(404, "not_found", f"memory {memory_id} not found")
         out[memory_id] = Owner(caller.tenant_id, found[memory_id])
     return out
+
+
+async def owner_of(caller: Principal, directory: MemoryDirectory, memory_id: uuid.UUID) -> Owner:
+    """One memory's owner: a user key's memories are its own and the by-id service call
+    checks that (a 404 otherwise), so only a service key pays the directory lookup."""
+    if caller.role == "user":
+        return resolve_owner(caller, None)
+    return (await owners_of(caller, directory, [memory_id]))[memory_id]
