@@ -12,7 +12,9 @@ from pydantic import BaseModel, Field
 
 from serve_app.api.admin import Admin
 from serve_app.api.deps import Svc
+from serve_app.composition import Services
 from serve_app.errors import ApiError
+from serve_app.services.maintenance import MaintenanceService
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -26,11 +28,10 @@ class ConsolidateRequest(BaseModel):
     user_id: str = Field(min_length=1, max_length=256)
 
 
-def _maintenance(services: Any):
-    service = getattr(services, "maintenance", None)
-    if service is None:
+def _maintenance(services: Services) -> MaintenanceService:
+    if services.maintenance is None:
         raise ApiError(503, "unavailable", "maintenance is not available")
-    return service
+    return services.maintenance
 
 
 @router.get("/extraction/dead-letters")
