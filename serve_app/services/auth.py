@@ -56,10 +56,7 @@ class Authenticator:
 
         row = await self.keys.lookup(token, guard)
         if row is None:
-            if self.bad_keys is not None:
-                self.bad_keys.acquire(address)
-            self.refused["unknown_key"] += 1
-            raise ApiError(401, "unauthorized", "invalid or revoked API key")
+            raise self._unknown_key(address)
         return Principal(
             str(row["id"]),
             row["tenant_id"],
@@ -67,6 +64,13 @@ class Authenticator:
             row["user_id"],
             row.get("rate_limit_per_s"),
         )
+
+    def _unknown_key(self, address: str) -> ApiError:
+        """The 401 for a key that is not (or no longer) valid, charged to the address."""
+        if self.bad_keys is not None:
+            self.bad_keys.acquire(address)
+        self.refused["unknown_key"] += 1
+        return ApiError(401, "unauthorized", "invalid or revoked API key")
 
     def refuse_early(self, authorization: str, client: str | None) -> ApiError | None:
         """The refusal ``principal`` would give without the database, or None (undecided).
@@ -82,10 +86,7 @@ class Authenticator:
         verdict = self.keys.cached_verdict(token)
         address = client or "unknown"
         if verdict is False:
-            if self.bad_keys is not None:
-                self.bad_keys.acquire(address)
-            self.refused["unknown_key"] += 1
-            return ApiError(401, "unauthorized", "invalid or revoked API key")
+            return self._unknown_key(address)
         wait = self.bad_keys.wait(address) if verdict is None and self.bad_keys else 0.0
         if wait > 0:
             self.refused["bad_key_flood"] += 1
