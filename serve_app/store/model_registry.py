@@ -209,18 +209,12 @@ def _row(conn: psycopg.Connection, slug: str) -> ModelRow:
 
 # ---------------------------------------------------------------- replicas (async)
 async def models(conn: psycopg.AsyncConnection) -> list[ModelRow]:
-    """Every registered table, oldest first."""
+    """Every registered table, oldest first (``conn`` returns dict rows, as every one here does)."""
     cur = await conn.execute(
         f"SELECT {_COLUMNS} FROM embedding_models ORDER BY created_at, slug",
         prepare=False,
     )
-    return [ModelRow.of(_as_dict(cur, r)) for r in await cur.fetchall()]
-
-
-def _as_dict(cur: Any, row: Any) -> dict[str, Any]:
-    if isinstance(row, dict):
-        return row
-    return {d.name: v for d, v in zip(cur.description, row, strict=True)}
+    return [ModelRow.of(r) for r in await cur.fetchall()]
 
 
 class DropRefused(RuntimeError):
@@ -236,7 +230,7 @@ async def drop_retired(conn: psycopg.AsyncConnection, slug: str) -> ModelRow:
         row = await cur.fetchone()
         if row is None:
             raise LookupError(slug)
-        found = ModelRow.of(_as_dict(cur, row))
+        found = ModelRow.of(row)
         if found.state != "retired":
             raise DropRefused(f"{found.name} is {found.state}; only a retired table is dropped")
         cur = await conn.execute(
