@@ -21,14 +21,17 @@ from serve_app.store.records import Owner
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
-_OWNED = (
-    "tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND status = 'active'"
-    " AND (expires_at IS NULL OR expires_at > now())"
-)
-_OWNED_I = (
-    "i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s AND i.status = 'active'"
-    " AND (i.expires_at IS NULL OR i.expires_at > now())"
-)
+
+def _owned(i: str = "") -> str:
+    """The owner's active, unexpired memories (``i``: alias prefix)."""
+    return (
+        f"{i}tenant_id = %(tenant_id)s AND {i}user_id = %(user_id)s AND {i}status = 'active'"
+        f" AND ({i}expires_at IS NULL OR {i}expires_at > now())"
+    )
+
+
+_OWNED = _owned()
+_OWNED_I = _owned("i.")
 
 
 class ConsolidationStore:

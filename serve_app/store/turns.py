@@ -59,14 +59,18 @@ class Appended:
 
 
 _SESSION = "tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"
-# Not held by a live claim and not waiting out a retry backoff.
-_CLAIMABLE = (
-    "(claimed_until IS NULL OR claimed_until < now()) AND (retry_at IS NULL OR retry_at <= now())"
-)
-_CLAIMABLE_T = (
-    "(t.claimed_until IS NULL OR t.claimed_until < now())"
-    " AND (t.retry_at IS NULL OR t.retry_at <= now())"
-)
+
+
+def _claimable(t: str = "") -> str:
+    """Not held by a live claim and not waiting out a retry backoff (``t``: alias prefix)."""
+    return (
+        f"({t}claimed_until IS NULL OR {t}claimed_until < now())"
+        f" AND ({t}retry_at IS NULL OR {t}retry_at <= now())"
+    )
+
+
+_CLAIMABLE = _claimable()
+_CLAIMABLE_T = _claimable("t.")
 
 _APPEND_SQL = """
 WITH base AS (
