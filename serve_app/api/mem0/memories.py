@@ -146,7 +146,10 @@ async def get_all(
         if cursor is None and n < number:
             rows = []  # past the last page
             break
-    count = await services.directory.count(owner, **narrow)
+    if cursor is None and (rows or number == 1):  # the last page: the count follows
+        count = (number - 1) * size + len(rows)
+    else:
+        count = await services.directory.count(owner, **narrow)
 
     def link(n: int) -> str:
         return str(request.url.include_query_params(page=n, page_size=size))
