@@ -44,9 +44,15 @@ async def seed(c: httpx.AsyncClient, user: str) -> None:
 
 
 async def ranked(c: httpx.AsyncClient, user: str, query: str) -> list[str]:
+    """The clearly relevant results, in order (cosine >= 0.3).
+
+    The int8 encoder quantises activations per batch, so a text's vector depends
+    slightly (~0.01 cosine) on what it was embedded with: re-embedded on import, the
+    weak tail (cosine ~0.1, near-tied) may swap places; the relevant head may not.
+    """
     r = await c.post("/v1/search", json={"user_id": user, "query": query, "top_k": 3})
     assert r.status_code == 200, r.text
-    return [m["content"] for m in r.json()["results"]]
+    return [m["content"] for m in r.json()["results"] if m["similarity"] >= 0.3]
 
 
 def lines(text: str) -> list[dict]:
@@ -79,8 +85,10 @@ async def test_export_then_import_gives_the_same_search_results(stack):
     body = r.json()
     assert body["imported"] == {"memories": 5, "facts": 1}
     assert body["skipped"] == {"header": 1, "history": 6, "end": 1}
+    heads = {q: await ranked(c, "alice", q) for q in QUERIES}
+    assert sum(bool(h) for h in heads.values()) >= 2  # not vacuous: clear answers exist
     for q in QUERIES:
-        assert await ranked(c, "alice2", q) == await ranked(c, "alice", q), q
+        assert await ranked(c, "alice2", q) == heads[q], q
     again = lines((await c.get("/v1/export", params={"user_id": "alice2"})).text)
     strip = ("id", "user_id", "created_at", "updated_at", "source", "version", "last_accessed_at")
     mine = sorted(json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
