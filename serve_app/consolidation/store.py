@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store import history
-from serve_app.store.records import Owner
+from serve_app.store.records import Owner, live
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
@@ -26,7 +26,7 @@ def _owned(i: str = "") -> str:
     """The owner's active, unexpired memories (``i``: alias prefix)."""
     return (
         f"{i}tenant_id = %(tenant_id)s AND {i}user_id = %(user_id)s AND {i}status = 'active'"
-        f" AND ({i}expires_at IS NULL OR {i}expires_at > now())"
+        f" AND {live(i)}"
     )
 
 

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.retrieval.lexical import or_tsquery, parse_tsvector
 from serve_app.retrieval.query import SearchQuery, item_filters
-from serve_app.store.records import MEMORY_COLUMNS, column_list
+from serve_app.store.records import MEMORY_COLUMNS, column_list, live
 from serve_app.store.vectors import table_name
 
 _ITEM_COLS = column_list(MEMORY_COLUMNS, "i")
@@ -129,8 +129,9 @@ class PgVectorSearch:
                             " JOIN memory_items i ON i.id = v.item_id"
                             " WHERE v.tenant_id = %(tenant_id)s AND v.owner = %(owner)s"
                             " AND i.status = 'active'"
-                            " AND (i.expires_at IS NULL OR i.expires_at > now())"
-                            " ORDER BY i.seq"  # write order: neighbours are context
+                            " AND "
+                            + live("i.")
+                            + " ORDER BY i.seq"  # write order: neighbours are context
                         ).format(cols=_ITEM_COLS, v=self.vectors),
                         key,
                     )

@@ -9,6 +9,8 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from serve_app.store.records import live
+
 
 @dataclass(frozen=True)
 class SearchQuery:
@@ -59,7 +61,7 @@ def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, dict
         sql.SQL("{}.tenant_id = %(tenant_id)s").format(a),
         sql.SQL("{}.owner = ANY(%(owners)s)").format(a),
         sql.SQL("TRUE" if q.include_archived else "{}.status = 'active'").format(a),
-        sql.SQL("({}.expires_at IS NULL OR {}.expires_at > now())").format(a, a),
+        sql.SQL(live(f"{alias}.")),
     ]
     params: dict[str, Any] = {"tenant_id": q.tenant_id, "owners": list(q.owner_keys)}
     for name, column, op, value in (

@@ -16,9 +16,9 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.history import HISTORY_COLUMNS
-from serve_app.store.records import Owner, column_list
+from serve_app.store.records import Owner, column_list, live
 
-_LIVE = "(expires_at IS NULL OR expires_at > now())"
+_LIVE = live()
 ENTITY_COLUMNS = {"user": "user_id", "agent": "agent_id", "run": "session_id"}
 
 

@@ -23,7 +23,14 @@ from serve_app.store import erasure, history, quota
 from serve_app.store.cursor import InvalidCursor, decode_cursor, encode_cursor
 from serve_app.store.forget import Scope
 from serve_app.store.memory_index import VersionConflict, using
-from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, column_list, owner_key
+from serve_app.store.records import (
+    MEMORY_COLUMNS,
+    NewMemory,
+    Owner,
+    column_list,
+    live,
+    owner_key,
+)
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 from serve_app.text import dedupe_hash
@@ -59,7 +66,7 @@ UPDATABLE = frozenset(
 
 
 # A row that has not expired; and one memory by id, if it is the owner's and live.
-_LIVE = "(expires_at IS NULL OR expires_at > now())"
+_LIVE = live()
 _OWNED_LIVE_ID = (
     "id = %(id)s AND tenant_id = %(tenant_id)s"
     " AND user_id IS NOT DISTINCT FROM %(user_id)s AND " + _LIVE

@@ -17,7 +17,7 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store.records import Owner, column_list
+from serve_app.store.records import Owner, column_list, live
 from serve_app.store.vectors import table_name
 from serve_app.text import dedupe_hash
 
@@ -62,7 +62,7 @@ NEAREST_SQL = (
     "WITH mine AS MATERIALIZED (SELECT {cols}, v.embedding <=> %(vec)s AS distance"
     " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
     " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
-    " AND i.status = 'active' AND (i.expires_at IS NULL OR i.expires_at > now()){tf})"
+    " AND i.status = 'active' AND " + live("i.") + "{tf})"
     " SELECT *, 1 - distance AS similarity FROM mine ORDER BY distance LIMIT %(k)s"
 )
 
@@ -83,7 +83,7 @@ class MemoryIndex:
                 "SELECT id FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s"
                 " AND (dedupe_hash = %(hash)s OR data->'aliases' ? %(hash)s)"
-                " AND status = 'active' AND (expires_at IS NULL OR expires_at > now()) LIMIT 1",
+                " AND status = 'active' AND " + live() + " LIMIT 1",
                 {
                     "tenant_id": owner.tenant_id,
                     "user_id": owner.user_id,
@@ -145,8 +145,7 @@ class MemoryIndex:
             cur = await conn.execute(
                 "SELECT content FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s AND status = 'active' AND source <> 'turn'"
-                " AND (expires_at IS NULL OR expires_at > now())"
-                " ORDER BY importance DESC, updated_at DESC LIMIT %(limit)s",
+                " AND " + live() + " ORDER BY importance DESC, updated_at DESC LIMIT %(limit)s",
                 {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "limit": limit},
             )
             return [r["content"] for r in await cur.fetchall()]

@@ -63,6 +63,15 @@ MEMORY_COLUMNS: tuple[str, ...] = (
 )
 
 
+def live(alias: str = "") -> str:
+    """SQL for a memory row that has not expired (``alias``: prefix such as ``"i."``).
+
+    The one spelling of "live": every read, dedup, merge and cache load uses it, so
+    expiry cannot be forgotten in one of them.
+    """
+    return f"({alias}expires_at IS NULL OR {alias}expires_at > now())"
+
+
 def column_list(columns: Sequence[str], alias: str | None = None) -> sql.Composed:
     """``a.c1, a.c2, ...`` as quoted identifiers (no column name is ever string-spliced)."""
     if alias is None:
