@@ -270,14 +270,14 @@ class ExtractionPipeline:
             return turns, 0
         vectors = await self.embed(flat, is_query=False)
         threshold = self.settings.extract.restatement_similarity
-        junk: set[str] = set()
-        for sentence, vector in zip(flat, vectors, strict=True):
-            if contained(sentence, known):
-                junk.add(sentence)
-                continue
-            near = await self.index.nearest(owner, vector, 1)
-            if near and near[0].similarity >= threshold:
-                junk.add(sentence)
+        junk = {s for s in flat if contained(s, known)}
+        rest = [i for i, s in enumerate(flat) if s not in junk]
+        best = await self.index.best_similarities(owner, [vectors[i] for i in rest])
+        junk.update(
+            flat[i]
+            for i, sim in zip(rest, best, strict=True)
+            if sim is not None and sim >= threshold
+        )
         if not junk:
             return turns, 0
         out = list(turns)

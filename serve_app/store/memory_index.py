@@ -8,7 +8,7 @@ every memory of the user, including ones written a moment ago.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +64,17 @@ NEAREST_SQL = (
     " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
     " AND i.status = 'active' AND " + live("i.") + "{tf})"
     " SELECT *, 1 - distance AS similarity FROM mine ORDER BY distance LIMIT %(k)s"
+)
+
+# The same owner's rows once, then each query vector's best match over them: the
+# similarity ``nearest(..., 1)`` gives, for many vectors in one round trip.
+BEST_SQL = (
+    "WITH mine AS MATERIALIZED (SELECT v.embedding"
+    " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
+    " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
+    " AND i.status = 'active' AND " + live("i.") + ")"
+    " SELECT q.ord, 1 - (SELECT min(m.embedding <=> q.vec) FROM mine m) AS similarity"
+    " FROM unnest(%(vecs)s::vector[]) WITH ORDINALITY AS q(vec, ord) ORDER BY q.ord"
 )
 
 
@@ -138,6 +149,23 @@ class MemoryIndex:
             )
             for r in rows
         ]
+
+    async def best_similarities(
+        self, owner: Owner, vectors: Sequence[np.ndarray]
+    ) -> list[float | None]:
+        """Per vector, the similarity of the user's closest active memory (None: the user
+        has none), as ``nearest(owner, vector, 1)`` gives it, in one statement."""
+        if not len(vectors):
+            return []
+        params = {
+            "vecs": [np.asarray(v, dtype=np.float32) for v in vectors],
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+        }
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(sql.SQL(BEST_SQL).format(v=self.vectors), params)
+            rows = await cur.fetchall()
+        return [None if r["similarity"] is None else float(r["similarity"]) for r in rows]
 
     async def recent_contents(self, owner: Owner, limit: int = 200) -> list[str]:
         """Recent/important memory texts of the user (containment check of the junk guard)."""

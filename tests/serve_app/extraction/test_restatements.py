@@ -1,0 +1,103 @@
+"""The junk guard's restatement check: one statement for a whole batch of sentences,
+dropping exactly what a per-sentence nearest-neighbour lookup drops."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from serve_app.extraction.junk import Turn, contained, sentences
+from serve_app.store import Owner
+from serve_app.store.records import NewMemory
+from tests.serve_app.extraction.conftest import test_settings as settings_for
+
+ALICE, BOB = Owner("t1", "alice"), Owner("t1", "bob")
+KNOWN = [  # (owner, text, source)
+    (ALICE, "The user lives in Lisbon with two cats", "extraction"),
+    (ALICE, "The user works as a nurse at the city hospital", "extraction"),
+    (ALICE, "The user plays the violin in an orchestra every Sunday", "turn"),
+    (BOB, "The user is severely allergic to peanuts", "extraction"),
+]
+ASSISTANT = [
+    "Noted: the user lives in Lisbon with two cats. "  # contains a memory
+    "You work as a nurse at the city hospital.",  # a paraphrase
+    "So you play violin in an orchestra every Sunday. "  # a paraphrase of a raw-turn memory
+    "Avoid peanuts, given your severe peanut allergy. "  # bob's memory, not alice's
+    "How about a picnic in Monsanto park?",
+]
+
+
+class CountingPool:
+    """The pool, counting the statements run on the connections it hands out."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.statements = pool, 0
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        async with self.pool.connection() as conn:
+            yield _Counted(conn, self)
+
+
+class _Counted:
+    def __init__(self, conn: Any, counter: CountingPool) -> None:
+        self._conn, self._counter = conn, counter
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self._counter.statements += 1
+        return await self._conn.execute(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+async def per_sentence(h, owner: Owner, turns: list[Turn]) -> set[str]:
+    """What the guard dropped before batching: one nearest lookup per sentence."""
+    known = await h.pipeline.index.recent_contents(owner)
+    flat = [s for t in turns if t.role == "assistant" for s in sentences(t.content)]
+    vectors = await h.pipeline.embed(flat, is_query=False)
+    threshold = h.pipeline.settings.extract.restatement_similarity
+    junk = set()
+    for sentence, vector in zip(flat, vectors, strict=True):
+        near = await h.pipeline.index.nearest(owner, vector, 1)
+        if contained(sentence, known) or (near and near[0].similarity >= threshold):
+            junk.add(sentence)
+    return junk
+
+
+async def test_one_statement_drops_what_per_sentence_lookups_drop(make_harness):
+    h = await make_harness(settings_for(None))
+    for owner, text, source in KNOWN:
+        vec = await h.pipeline.embed([text], is_query=False)
+        await h.pipeline.store.add(owner, [NewMemory(text, source=source)], vec)
+    turns = [
+        Turn("user", "Any weekend ideas?", 1),
+        Turn("assistant", ASSISTANT[0], 2),
+        Turn("user", "Hmm.", 3),
+        Turn("assistant", ASSISTANT[1], 4),
+    ]
+    expected = await per_sentence(h, ALICE, turns)
+    counter = CountingPool(h.pipeline.index.pool)
+    h.pipeline.index.pool = counter
+    kept, dropped = await h.pipeline._drop_restatements(ALICE, turns)
+    assert counter.statements == 2  # the containment texts, then every sentence at once
+    flat = [s for t in ASSISTANT for s in sentences(t)]
+    assert len(flat) == 5 and dropped == len(expected)
+    assert {s for s in flat if s not in " ".join(t.content for t in kept)} == expected
+    assert expected == set(flat[:3])
+    assert contained(flat[0], [KNOWN[0][1]]) and not contained(flat[1], [KNOWN[1][1]])
+    assert [t.turn_index for t in kept] == [1, 3, 4]
+    assert kept[2].content == " ".join(flat[3:])
+
+
+async def test_no_memories_of_the_user_gives_no_similarity(make_harness):
+    h = await make_harness(settings_for(None))
+    vec = await h.pipeline.embed(["The user is severely allergic to peanuts"], is_query=False)
+    await h.pipeline.store.add(BOB, [NewMemory("The user is severely allergic to peanuts")], vec)
+    assert (
+        await h.pipeline.index.best_similarities(BOB, [vec[0], vec[0]])
+        == [(await h.pipeline.index.nearest(BOB, vec[0], 1))[0].similarity] * 2
+    )
+    assert await h.pipeline.index.best_similarities(ALICE, [vec[0], vec[0]]) == [None, None]
+    assert await h.pipeline.index.best_similarities(ALICE, []) == []
