@@ -54,8 +54,7 @@ class TurnCounts:
 class Appended:
     first_index: int
     last_index: int
-    pending_user_turns: int  # user turns of the session not yet extracted
-    uncompressed_turns: int
+    pending_user_turns: int  # user turns of the session not yet extracted (the trigger)
 
 
 _SESSION = "tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"
@@ -75,8 +74,7 @@ _CLAIMABLE_T = _claimable("t.")
 _APPEND_SQL = """
 WITH base AS (
     SELECT coalesce(max(turn_index), 0) AS n,
-           count(*) FILTER (WHERE extracted_at IS NULL AND role = 'user') AS pending,
-           count(*) FILTER (WHERE compressed_at IS NULL) AS uncompressed
+           count(*) FILTER (WHERE extracted_at IS NULL AND role = 'user') AS pending
     FROM session_turns WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s
 ), ins AS (
     INSERT INTO session_turns (tenant_id, user_id, session_id, agent_id, turn_index, role,
@@ -91,8 +89,7 @@ WITH base AS (
     WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s AND ended_at IS NOT NULL
 )
 SELECT base.n AS last,
-       base.pending + (SELECT count(*) FROM ins WHERE role = 'user') AS pending,
-       base.uncompressed + (SELECT count(*) FROM ins) AS uncompressed
+       base.pending + (SELECT count(*) FROM ins WHERE role = 'user') AS pending
 FROM base
 """
 
@@ -120,8 +117,9 @@ class TurnStore:
         """Append (role, content) messages with consecutive turn indexes.
 
         One statement (one round trip: this is the chat path): next indexes, the
-        insert, the counts and re-opening an ended session. Two concurrent
-        appends to one session collide on the unique index; the loser retries.
+        insert, the pending count (extraction's trigger) and re-opening an ended
+        session. Two concurrent appends to one session collide on the unique index;
+        the loser retries.
         """
         roles = [r for r, _ in messages]
         contents = [c for _, c in messages]
@@ -138,7 +136,7 @@ class TurnStore:
                 if attempt == 4:
                     raise
         last = row["last"]
-        return Appended(last + 1, last + len(messages), row["pending"], row["uncompressed"])
+        return Appended(last + 1, last + len(messages), row["pending"])
 
     async def end(self, key: SessionKey, agent_id: str | None = None) -> int:
         """Mark the session ended (it is then extracted and summarised in full)."""

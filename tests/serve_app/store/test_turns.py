@@ -21,7 +21,7 @@ async def test_append_numbers_turns_and_counts_pending(turns):
     second = await turns.append(K, [("user", "again")], agent_id=None, ttl_hours=1)
     assert (first.first_index, first.last_index, first.pending_user_turns) == (1, 2, 1)
     assert (second.first_index, second.last_index, second.pending_user_turns) == (3, 3, 2)
-    assert second.uncompressed_turns == 3
+    assert await turns.status(K) == TurnCounts(turns=3, pending=3, failed=0, compressed=0)
 
 
 async def test_status_counts_each_state_and_only_this_session(turns):
