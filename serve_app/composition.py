@@ -129,7 +129,11 @@ async def build_services(
             context,
             sessions,
             caps=settings.chat,
-            usage=ChatUsageMeter(ChatUsageStore(pool)),
+            usage=ChatUsageMeter(
+                ChatUsageStore(pool),
+                flush_s=settings.chat.usage_flush_s,
+                max_pending=settings.chat.usage_max_pending,
+            ),
         )
         closers.append(chat.aclose)
         directory = MemoryDirectory(pool)

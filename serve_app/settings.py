@@ -335,8 +335,13 @@ class ChatSettings(BaseSettings):
     # Comma-separated allow-list of `model` values; empty: only MEMSERVE_LLM_MODEL.
     models: str = ""
     max_n: int = 4
-    max_tokens: int = 4096  # max_tokens / max_completion_tokens
+    max_tokens: int = 4096  # max_tokens / max_completion_tokens; also the default
+    # The field the default goes in when a request names neither (OpenAI's reasoning
+    # models accept only max_completion_tokens; most other servers know max_tokens).
+    default_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     max_tools: int = 32
+    usage_flush_s: float = 2.0  # how often the per-key use sums are written (chat_usage)
+    usage_max_pending: int = 10_000  # (key, day) sums held before an early flush
 
 
 class Settings(BaseSettings):

@@ -6,7 +6,9 @@ upstream (``MEMSERVE_LLM_BASE_URL``, streaming or not) and records the turn.
 
 Who: a user key's own user, or for a service key the OpenAI ``user`` field.
 Caps (model allow-list, ``n``, ``max_tokens``, tools) are checked by the service
-(``serve_app.services.chat_caps``); ``GET /v1/chat/usage`` shows what a key spent.
+(``serve_app.services.chat_caps``), which also sends the token cap when the request
+names no limit; ``GET /v1/chat/usage`` shows what a key spent (not-yet-written sums
+included).
 Session/agent: ``X-Memserve-Session`` / ``X-Memserve-Agent`` headers, or
 ``metadata.session_id`` / ``metadata.agent_id``; without one the turns go to
 the session ``chat``.
@@ -127,6 +129,5 @@ class UsageResponse(BaseModel):
 async def chat_usage(caller: Caller, services: Svc) -> UsageResponse:
     """The chat proxy's use per day: the calling key's, or every key of the tenant (admin)."""
     key_id = None if caller.role == "admin" else caller.key_id
-    store = services.chat.usage.store
-    rows = await store.list(caller.tenant_id, key_id) if store is not None else []
+    rows = await services.chat.usage.report(caller.tenant_id, key_id)
     return UsageResponse(usage=[UsageRow(**r) for r in rows])

@@ -20,7 +20,12 @@ import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve_app.errors import ApiError
-from serve_app.services.chat_caps import allowed_models, check_caps, reported_usage
+from serve_app.services.chat_caps import (
+    TOKEN_FIELDS,
+    allowed_models,
+    check_caps,
+    reported_usage,
+)
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.sessions import SessionService
@@ -159,6 +164,10 @@ class ChatService:
         block, n_memories = await self._context_block(call)
         payload = dict(call.payload)
         payload["messages"] = inject(payload["messages"], block)
+        if all(payload.get(name) is None for name in TOKEN_FIELDS):
+            # Without a limit the upstream would answer up to the model's context:
+            # the cap is then the default, so every forwarded call is bounded.
+            payload[self.caps.default_tokens_field] = self.caps.max_tokens
         payload["model"] = payload.get("model") or u.model
         url = u.base_url.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}

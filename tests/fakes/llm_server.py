@@ -204,7 +204,9 @@ class FakeLLM:
         kind = kind_of(messages)
         text = "\n".join(str(m.get("content", "")) for m in messages)
         with self._lock:
-            self.requests.append({"kind": kind, "messages": messages, "at": time.time()})
+            self.requests.append(
+                {"kind": kind, "messages": messages, "body": body, "at": time.time()}
+            )
             mode, delay = self.mode, self.delay_s
             content = None
             status, message = 200, "scripted failure"
