@@ -270,6 +270,9 @@ class ConsolidateSettings(BaseSettings):
     decay_factor: float = 0.9
     decay_floor: float = 0.05
     max_decay: int = 5000  # memories decayed per run
+    # A run's lease on its user, renewed by each write and before each LLM call: must
+    # outlast one LLM call with its retries; a crashed replica's run is taken over after it.
+    lease_s: float = 300.0
 
 
 class ReembedSettings(BaseSettings):

@@ -11,9 +11,12 @@
 - decay: old memories never retrieved lose importance, once per period.
 
 Bounded per run (memories loaded, LLM calls, decays), idempotent (a second run over
-unchanged memories changes nothing), one run per user at a time across replicas
-(advisory lock); without an LLM only merge and decay run. Every write checks the row
-version it read, so a concurrent PATCH wins over consolidation.
+unchanged memories changes nothing), one run per user at a time across replicas (a
+lease row, :mod:`serve_app.consolidation.lease`: no connection or transaction is held
+across LLM calls, and a crashed replica's lease runs out); without an LLM only merge
+and decay run. Every write checks the row version it read, so a concurrent PATCH wins
+over consolidation, and runs in a short transaction that renews the lease, so a run
+that lost its lease writes nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.consolidation.lease import Lease, LeaseLost
 from serve_app.consolidation.prompts import DIGEST_SYSTEM, INSIGHT_SYSTEM, memories_prompt
 from serve_app.consolidation.store import ConsolidationStore
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
@@ -105,40 +109,51 @@ class Consolidator:
         started = time.perf_counter()
         report: dict[str, Any] = {"merged": 0, "archived": 0, "insights": 0, "digests": 0,
                                   "decayed": 0, "conflicts": 0, "llm_errors": 0}  # fmt: skip
-        async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0)) AS ok",
-                (f"memserve:consolidate:{owner.tenant_id}/{owner.user_id}",),
-            )
-            if not (await cur.fetchone())["ok"]:
-                self.metrics.outcome("busy")
-                return {**report, "skipped": "another run in progress"}
-            rows = await self.db.load(owner, self.s.max_memories)
-            report["memories"] = len(rows)
-            steps = report["steps_ms"] = {"load": _ms(started)}
-            t = time.perf_counter()
-            alive = await self._merge(owner, rows, report)
-            steps["merge"], t = _ms(t), time.perf_counter()
-            if self.llm is not None:
-                await self._reflect(owner, alive, report)
-                await self._digest(owner, alive, report)
-            steps["llm_steps"], t = _ms(t), time.perf_counter()
-            report["decayed"] = await self.db.decay(
-                owner, age_days=self.s.decay_age_days, factor=self.s.decay_factor,
-                floor=self.s.decay_floor, limit=self.s.max_decay,
-            )  # fmt: skip
-            steps["decay"] = _ms(t)
-        report["ms"] = _ms(started)
-        await self.db.record_run(owner, report)
+        lease = await Lease.claim(self.pool, owner, self.s.lease_s)
+        if lease is None:
+            self.metrics.outcome("busy")
+            return {**report, "skipped": "another run in progress"}
+        try:
+            await self._steps(owner, lease, report, started)
+            report["ms"] = _ms(started)
+            async with lease.hold() as conn:
+                await self.db.record_run(owner, report, conn)
+        except LeaseLost as exc:  # ran past its lease and another run took over
+            log.warning("%s", exc)
+            self.metrics.outcome("lease_lost")
+            return {**report, "skipped": "lease lost to another run"}
+        finally:
+            await lease.release()
         for outcome in ("merged", "archived", "insights", "digests", "decayed", "conflicts"):
             self.metrics.outcome(outcome, report[outcome])
         self.metrics.run(report["ms"])
         return report
 
+    async def _steps(
+        self, owner: Owner, lease: Lease, report: dict[str, Any], started: float
+    ) -> None:
+        """Load, merge, the LLM steps, decay; each DB step on a short pool checkout."""
+        rows = await self.db.load(owner, self.s.max_memories)
+        report["memories"] = len(rows)
+        steps = report["steps_ms"] = {"load": _ms(started)}
+        t = time.perf_counter()
+        alive = await self._merge(owner, lease, rows, report)
+        steps["merge"], t = _ms(t), time.perf_counter()
+        if self.llm is not None:
+            await self._reflect(owner, lease, alive, report)
+            await self._digest(owner, lease, alive, report)
+        steps["llm_steps"], t = _ms(t), time.perf_counter()
+        async with lease.hold() as conn:
+            report["decayed"] = await self.db.decay(
+                owner, age_days=self.s.decay_age_days, factor=self.s.decay_factor,
+                floor=self.s.decay_floor, limit=self.s.max_decay, conn=conn,
+            )  # fmt: skip
+        steps["decay"] = _ms(t)
+
     # ---------- merge ----------
 
     async def _merge(
-        self, owner: Owner, rows: list[dict[str, Any]], report: dict[str, Any]
+        self, owner: Owner, lease: Lease, rows: list[dict[str, Any]], report: dict[str, Any]
     ) -> list[dict[str, Any]]:
         """Merge near-duplicate groups; returns the rows still active afterwards."""
         if len(rows) < 2:
@@ -153,12 +168,17 @@ class Consolidator:
         for group in groups(len(rows), pairs):
             members = sorted(group, key=lambda i: rows[i]["created_at"], reverse=True)
             keep, others = rows[members[0]], [rows[i] for i in members[1:]]
-            if await self._merge_group(owner, keep, others, report):
+            if await self._merge_group(owner, lease, keep, others, report):
                 gone.update(members[1:])
         return [r for i, r in enumerate(rows) if i not in gone]
 
     async def _merge_group(
-        self, owner: Owner, keep: dict[str, Any], others: list[dict[str, Any]], report: dict
+        self,
+        owner: Owner,
+        lease: Lease,
+        keep: dict[str, Any],
+        others: list[dict[str, Any]],
+        report: dict,
     ) -> bool:
         data = dict(keep["data"] or {})
         aliases = [*data.get("aliases", []), *(dedupe_hash(o["content"]) for o in others)]
@@ -172,22 +192,30 @@ class Consolidator:
             "tags": list(dict.fromkeys(t for r in [keep, *others] for t in r["tags"])),
             "data": data,
         }
-        try:
-            await self.memories.update(owner, keep["id"], changes, None, actor=ACTOR,
-                                       event="MERGE", expected_version=keep["version"])  # fmt: skip
+        try:  # the survivor's MERGE and the others' archiving commit together
+            async with lease.hold() as conn:
+                await self.memories.update(owner, keep["id"], changes, None, actor=ACTOR,
+                                           event="MERGE", expected_version=keep["version"],
+                                           conn=conn)  # fmt: skip
+                n = await self.db.archive(
+                    owner,
+                    {o["id"]: o["version"] for o in others},
+                    keep["id"],
+                    "merged_into",
+                    conn,
+                )
         except VersionConflict:
             report["conflicts"] += 1
             return False
-        n = await self.db.archive(
-            owner, {o["id"]: o["version"] for o in others}, keep["id"], "merged_into"
-        )
         report["merged"] += 1
         report["archived"] += n
         return True
 
     # ---------- reflect (LLM) ----------
 
-    async def _reflect(self, owner: Owner, rows: list[dict[str, Any]], report: dict) -> None:
+    async def _reflect(
+        self, owner: Owner, lease: Lease, rows: list[dict[str, Any]], report: dict
+    ) -> None:
         pool = [r for r in rows if r["type"] not in ("insight", "episodic")]
         if len(pool) < self.s.min_cluster:
             return
@@ -215,7 +243,7 @@ class Consolidator:
             if key in known:
                 continue
             calls += 1
-            answer = await self._ask(INSIGHT_SYSTEM, [m["content"] for m in members], report)
+            answer = await self._ask(lease, INSIGHT_SYSTEM, [m["content"] for m in members], report)
             if answer is None:
                 continue
             text = answer.get("insight")
@@ -228,13 +256,16 @@ class Consolidator:
                 content=text, type="insight", importance=min(1.0, max(0.0, importance)),
                 data={"sources": ids, "cluster_key": key}, source=ACTOR,
             )  # fmt: skip
-            await self.memories.add(owner, [item], await self.embed([text], is_query=False),
-                                    actor=ACTOR)  # fmt: skip
+            vectors = await self.embed([text], is_query=False)
+            async with lease.hold() as conn:
+                await self.memories.add(owner, [item], vectors, actor=ACTOR, conn=conn)
             report["insights"] += 1
 
     # ---------- digest (LLM) ----------
 
-    async def _digest(self, owner: Owner, rows: list[dict[str, Any]], report: dict) -> None:
+    async def _digest(
+        self, owner: Owner, lease: Lease, rows: list[dict[str, Any]], report: dict
+    ) -> None:
         cutoff = time.time() - self.s.episodic_age_days * 86400
         old = sorted(
             (r for r in rows if r["type"] == "episodic" and r["source"] != ACTOR
@@ -245,7 +276,8 @@ class Consolidator:
             batch = old[n * self.s.digest_batch : (n + 1) * self.s.digest_batch]
             if len(batch) < 2:
                 return
-            answer = await self._ask(DIGEST_SYSTEM, [r["content"] for r in batch], report) or {}
+            contents = [r["content"] for r in batch]
+            answer = await self._ask(lease, DIGEST_SYSTEM, contents, report) or {}
             summary = answer.get("summary")
             summary = clean_text(summary, 2000) if isinstance(summary, str) else ""
             if not summary:
@@ -253,18 +285,25 @@ class Consolidator:
             ids = [str(r["id"]) for r in batch]
             item = NewMemory(content=summary, type="episodic", importance=0.5, source=ACTOR,
                              data={"sources": ids})  # fmt: skip
-            [row] = await self.memories.add(
-                owner, [item], await self.embed([summary], is_query=False), actor=ACTOR
-            )
-            await self.db.archive(
-                owner, {r["id"]: r["version"] for r in batch}, row["id"], "summarised_into"
-            )
+            vectors = await self.embed([summary], is_query=False)
+            async with lease.hold() as conn:  # the digest and its sources' archiving: together
+                [row] = await self.memories.add(owner, [item], vectors, actor=ACTOR, conn=conn)
+                await self.db.archive(
+                    owner,
+                    {r["id"]: r["version"] for r in batch},
+                    row["id"],
+                    "summarised_into",
+                    conn,
+                )
             report["digests"] += 1
 
     async def _ask(
-        self, system: str, contents: Sequence[str], report: dict
+        self, lease: Lease, system: str, contents: Sequence[str], report: dict
     ) -> dict[str, Any] | None:
+        """One LLM call, holding no connection; the lease is renewed first so it covers
+        the call (``lease_s`` must exceed the LLM's timeout times its attempts)."""
         assert self.llm is not None
+        await lease.renew()
         try:
             return load_json_object(await self.llm.complete_json(system, memories_prompt(contents)))
         except (LLMUnavailable, BadOutput) as exc:
@@ -284,8 +323,7 @@ async def run_due(consolidator: Consolidator, min_interval_s: float, limit: int)
     n = 0
     for owner in await consolidator.db.due_users(min_interval_s, limit):
         try:
-            await consolidator.run(owner)
-            n += 1
+            n += "skipped" not in await consolidator.run(owner)
         except (psycopg.Error, LLMUnavailable):
             log.exception("consolidation of %s failed", owner)
     return n

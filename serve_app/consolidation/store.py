@@ -2,7 +2,8 @@
 digested ones (with history), decay unused importance, remember each run.
 
 Each write is one statement with its history rows and the owner-version bump
-(caches see the change), like every other memory write.
+(caches see the change), like every other memory write; ``conn`` is the caller's
+short transaction that holds the run's lease (see :mod:`serve_app.consolidation.lease`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.consolidation.lease import unclaimed
 from serve_app.store import history
+from serve_app.store.memory_index import using
 from serve_app.store.records import Owner, live
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
@@ -59,7 +62,12 @@ class ConsolidationStore:
         return rows
 
     async def archive(
-        self, owner: Owner, versions: dict[uuid.UUID, int], into: uuid.UUID, reason: str
+        self,
+        owner: Owner,
+        versions: dict[uuid.UUID, int],
+        into: uuid.UUID,
+        reason: str,
+        conn: AsyncConnection | None = None,
     ) -> int:
         """Archive memories (still at the given versions) absorbed into ``into``; each
         gets a MERGE history event pointing at it. Returns how many changed."""
@@ -81,12 +89,19 @@ class ConsolidationStore:
             owner, ids=list(versions), versions=list(versions.values()),
             mark=Jsonb({reason: str(into)}),
         )  # fmt: skip
-        async with self.pool.connection() as conn:
+        async with using(self.pool, conn) as conn:
             cur = await conn.execute(query, params)
             return (await cur.fetchone())["n"]
 
     async def decay(
-        self, owner: Owner, *, age_days: float, factor: float, floor: float, limit: int
+        self,
+        owner: Owner,
+        *,
+        age_days: float,
+        factor: float,
+        floor: float,
+        limit: int,
+        conn: AsyncConnection | None = None,
     ) -> int:
         """Lower the importance of old memories nobody retrieved (never accessed, or not
         for ``age_days``), at most once per ``age_days`` per memory (idempotent)."""
@@ -104,7 +119,7 @@ class ConsolidationStore:
             " SELECT (SELECT count(*) FROM upd) AS n, {notified} AS notified"
         ).format(bump=bump_ctes(sql.SQL("SELECT owner FROM upd")), notified=NOTIFIED)  # fmt: skip
         params = self._params(owner, age=age_days, factor=factor, floor=floor, limit=limit)
-        async with self.pool.connection() as conn:
+        async with using(self.pool, conn) as conn:
             cur = await conn.execute(query, params)
             return (await cur.fetchone())["n"]
 
@@ -119,8 +134,10 @@ class ConsolidationStore:
             )
             return {r["k"] for r in await cur.fetchall()}
 
-    async def record_run(self, owner: Owner, report: dict[str, Any]) -> None:
-        async with self.pool.connection() as conn:
+    async def record_run(
+        self, owner: Owner, report: dict[str, Any], conn: AsyncConnection | None = None
+    ) -> None:
+        async with using(self.pool, conn) as conn:
             await conn.execute(
                 "INSERT INTO consolidation_state (tenant_id, user_id, last_run_at, last_report)"
                 " VALUES (%(tenant_id)s, %(user_id)s, now(), %(report)s)"
@@ -131,7 +148,7 @@ class ConsolidationStore:
 
     async def due_users(self, min_interval_s: float, limit: int) -> Sequence[Owner]:
         """Users with memories changed since their last run (never run: first), oldest run
-        first, each at most once per ``min_interval_s``."""
+        first, each at most once per ``min_interval_s``; not those another run holds."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT i.tenant_id, i.user_id FROM memory_items i"
@@ -139,7 +156,7 @@ class ConsolidationStore:
                 " WHERE i.user_id IS NOT NULL AND i.status = 'active'"
                 " AND (c.last_run_at IS NULL OR (i.updated_at > c.last_run_at"
                 " AND c.last_run_at < now() - %(gap)s * interval '1 second'))"
-                " GROUP BY i.tenant_id, i.user_id, c.last_run_at"
+                " AND " + unclaimed("c.") + " GROUP BY i.tenant_id, i.user_id, c.last_run_at"
                 " ORDER BY c.last_run_at NULLS FIRST LIMIT %(limit)s",
                 {"gap": min_interval_s, "limit": limit},
             )

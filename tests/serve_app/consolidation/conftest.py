@@ -18,8 +18,11 @@ from tests.serve_app.extraction.conftest import encoder, fake_llm, fake_llm_serv
 
 
 class Env:
-    def __init__(self, pool, consolidator: Consolidator, store: MemoryStore, embed) -> None:
+    def __init__(
+        self, pool, consolidator: Consolidator, store: MemoryStore, embed, slug: str
+    ) -> None:
         self.pool, self.job, self.store, self.embed = pool, consolidator, store, embed
+        self.slug = slug  # the vector table's model, for a second "replica" Consolidator
 
     async def add(self, owner: Owner, text: str, *, days_ago: float = 0, **kw) -> dict:
         [row] = await self.store.add(
@@ -51,9 +54,11 @@ async def make_env(fresh_db, encoder):  # noqa: F811
     async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
         return await asyncio.to_thread(encoder.encode, list(texts), is_query=is_query)
 
-    async def make(llm_url: str | None, **overrides) -> Env:
+    async def make(llm_url: str | None, db: dict | None = None, **overrides) -> Env:
+        """``db``: pool settings (e.g. pool_max); ``overrides``: consolidation settings."""
         settings = Settings().with_(llm={"base_url": llm_url, "timeout_s": 2.0,
-                                         "max_retries": 0}, consolidate=overrides)  # fmt: skip
+                                         "max_retries": 0}, consolidate=overrides,
+                                    db=db or {})  # fmt: skip
         pool = await open_pool(fresh_db, settings, min_size=1)
         await pool.wait()
         pools.append(pool)
@@ -62,7 +67,7 @@ async def make_env(fresh_db, encoder):  # noqa: F811
             clients.append(llm)
         slug = encoder.spec.table_slug
         job = Consolidator(pool, slug, embed, llm, settings.consolidate)
-        return Env(pool, job, MemoryStore(pool, slug), embed)
+        return Env(pool, job, MemoryStore(pool, slug), embed, slug)
 
     yield make
     for c in clients:

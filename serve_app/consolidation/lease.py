@@ -1,0 +1,108 @@
+"""The lease one consolidation run holds on its owner (``consolidation_state``).
+
+Same pattern as extraction's claims on turns (``claimed_until`` + ``claim_token``):
+a run claims the owner with one conditional upsert, so at most one run per owner
+holds it across replicas; a crashed replica's lease simply runs out and the next run
+takes over. Nothing is held between statements: each write runs in a short
+transaction that first renews the lease under the run's token (:meth:`Lease.hold`).
+That UPDATE locks the lease row until the write commits, so a takeover waits for it
+and then finds the lease fresh; a run whose lease was taken over gets
+:class:`LeaseLost` instead of writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from serve_app.store.records import Owner
+
+log = logging.getLogger(__name__)
+
+
+def unclaimed(c: str = "") -> str:
+    """No live lease on the owner's consolidation_state row (``c``: alias prefix)."""
+    return f"({c}claimed_until IS NULL OR {c}claimed_until < now())"
+
+
+_WHO = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
+_CLAIM = (
+    "INSERT INTO consolidation_state AS c (tenant_id, user_id, claimed_until, claim_token)"
+    " VALUES (%(tenant_id)s, %(user_id)s, now() + %(lease)s * interval '1 second',"
+    " gen_random_uuid())"
+    " ON CONFLICT (tenant_id, user_id) DO UPDATE SET claimed_until = EXCLUDED.claimed_until,"
+    " claim_token = EXCLUDED.claim_token WHERE " + unclaimed("c.") + " RETURNING claim_token"
+)
+_RENEW = (
+    "UPDATE consolidation_state SET claimed_until = now() + %(lease)s * interval '1 second'"
+    " WHERE " + _WHO + " AND claim_token = %(token)s RETURNING claim_token"
+)
+_RELEASE = (
+    "UPDATE consolidation_state SET claimed_until = NULL, claim_token = NULL"
+    " WHERE " + _WHO + " AND claim_token = %(token)s"
+)
+
+
+class LeaseLost(Exception):
+    """The run's lease ran out and another run took the owner over: stop, write nothing."""
+
+
+class Lease:
+    """One run's hold on one owner; renewed by every write, released at the end."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool, owner: Owner, token: uuid.UUID, lease_s: float
+    ) -> None:
+        self.pool, self.owner, self.token, self.lease_s = pool, owner, token, lease_s
+
+    def _params(self, **more: Any) -> dict[str, Any]:
+        return {"tenant_id": self.owner.tenant_id, "user_id": self.owner.user_id,
+                "lease": self.lease_s, **more}  # fmt: skip
+
+    @classmethod
+    async def claim(cls, pool: AsyncConnectionPool, owner: Owner, lease_s: float) -> Lease | None:
+        """The owner's lease, or None while another run holds a live one."""
+        lease = cls(pool, owner, uuid.uuid4(), lease_s)
+        async with pool.connection() as conn:
+            cur = await conn.execute(_CLAIM, lease._params())
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        lease.token = row["claim_token"]
+        return lease
+
+    async def _renew(self, conn: AsyncConnection) -> None:
+        cur = await conn.execute(_RENEW, self._params(token=self.token))
+        if await cur.fetchone() is None:
+            raise LeaseLost(f"consolidation lease on {self.owner} was taken over")
+
+    async def renew(self) -> None:
+        """Extend the lease (before a slow step); raises :class:`LeaseLost` if taken over."""
+        async with self.pool.connection() as conn:
+            await self._renew(conn)
+
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[AsyncConnection]:
+        """A short transaction for one write, holding the (renewed) lease row until it
+        commits: the write cannot land after another run took the owner over."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await self._renew(conn)
+            yield conn
+
+    async def release(self) -> None:
+        """Let the next run in at once (best effort: otherwise the lease runs out)."""
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute(_RELEASE, self._params(token=self.token))
+        except psycopg.Error as exc:
+            log.warning("releasing the consolidation lease on %s failed: %s", self.owner, exc)
+
+
+__all__ = ["Lease", "LeaseLost", "unclaimed"]
