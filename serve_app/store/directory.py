@@ -1,5 +1,5 @@
 """Reads across one tenant's owners: who owns a memory id, which entities exist, a user's
-whole history, a filtered count.
+whole history, a numbered page of a list with its count.
 
 The mem0 compatibility routes need them because the mem0 client names no user on by-id
 calls (a service key then finds the owner within its tenant, never beyond it), and the
@@ -16,9 +16,20 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.history import HISTORY_COLUMNS
-from serve_app.store.records import Owner, column_list, live
+from serve_app.store.records import MEMORY_COLUMNS, Owner, column_list, live
 
 _LIVE = live()
+_MAX_OFFSET = 2**62
+# The page plus one row (is there more?); the list is counted only when the page does
+# not end it. A page past the end still gives one row (NULL columns) with the count.
+_PAGE_SQL = (
+    "WITH page AS MATERIALIZED (SELECT {cols} FROM memory_items WHERE {w}"
+    " ORDER BY created_at DESC, id DESC OFFSET %(offset)s LIMIT %(fetch)s),"
+    " got AS (SELECT count(*) AS n FROM page)"
+    " SELECT CASE WHEN got.n > %(limit)s OR (got.n = 0 AND %(offset)s > 0)"
+    " THEN (SELECT count(*) FROM memory_items WHERE {w}) END AS total, page.*"
+    " FROM got LEFT JOIN page ON true ORDER BY page.created_at DESC, page.id DESC"
+)
 ENTITY_COLUMNS = {"user": "user_id", "agent": "agent_id", "run": "session_id"}
 
 
@@ -38,28 +49,48 @@ class MemoryDirectory:
             )
             return {r["id"]: r["user_id"] for r in await cur.fetchall()}
 
-    async def count(
-        self, owner: Owner, *, agent_id: str | None = None, session_id: str | None = None
-    ) -> int:
-        """Live memories of the owner (None: the tenant's shared ones), optionally narrowed."""
+    async def page(
+        self,
+        owner: Owner,
+        *,
+        offset: int,
+        limit: int,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The owner's live memories (None: the tenant's shared ones), newest first, from
+        ``offset``, and how many the whole list holds: one statement.
+
+        A page that ends the list gives the count (offset + its rows); only a page with
+        more after it, or one past the end, counts the list (mem0's numbered pages).
+        """
         where = [
             sql.SQL("tenant_id = %(tenant_id)s"),
             sql.SQL(_LIVE),
             sql.SQL("user_id IS NULL" if owner.user_id is None else "user_id = %(user_id)s"),
         ]
-        params: dict[str, Any] = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+        params: dict[str, Any] = {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "offset": min(offset, _MAX_OFFSET),  # beyond any list: a page past the end
+            "limit": limit,
+            "fetch": limit + 1,
+        }
         for column, value in (("agent_id", agent_id), ("session_id", session_id)):
             if value is not None:
                 where.append(
                     sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
                 )
                 params[column] = value
-        query = sql.SQL("SELECT count(*) AS n FROM memory_items WHERE {}").format(
-            sql.SQL(" AND ").join(where)
+        query = sql.SQL(_PAGE_SQL).format(
+            cols=column_list(MEMORY_COLUMNS), w=sql.SQL(" AND ").join(where)
         )
         async with self.pool.connection() as conn:
             cur = await conn.execute(query, params)
-            return (await cur.fetchone())["n"]
+            got = await cur.fetchall()
+        rows = [{c: r[c] for c in MEMORY_COLUMNS} for r in got if r["id"] is not None]
+        total = got[0]["total"]  # None: this page ends the list (at most ``limit`` rows)
+        return rows[:limit], (offset + len(rows)) if total is None else total
 
     async def entities(self, tenant_id: str, user_id: str | None) -> list[dict[str, Any]]:
         """Users, agents and runs (sessions) that have live memories; ``user_id`` narrows

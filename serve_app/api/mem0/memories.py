@@ -137,19 +137,10 @@ async def get_all(
     size = page_size or body.page_size or 100
     if size > services.settings.limits.list_limit:
         raise bad(f"page_size must be at most {services.settings.limits.list_limit}")
-    narrow = {"agent_id": scope.agent_id, "session_id": scope.run_id}
-    cursor, rows = None, []
-    for n in range(1, number + 1):  # keyset pages up to the one asked for
-        rows, cursor = await services.memories.list(
-            owner, limit=size, cursor=cursor, type=None, **narrow
-        )
-        if cursor is None and n < number:
-            rows = []  # past the last page
-            break
-    if cursor is None and (rows or number == 1):  # the last page: the count follows
-        count = (number - 1) * size + len(rows)
-    else:
-        count = await services.directory.count(owner, **narrow)
+    rows, count = await services.directory.page(  # one statement, whatever the page
+        owner, offset=(number - 1) * size, limit=size,
+        agent_id=scope.agent_id, session_id=scope.run_id,
+    )  # fmt: skip
 
     def link(n: int) -> str:
         return str(request.url.include_query_params(page=n, page_size=size))
