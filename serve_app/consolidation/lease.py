@@ -35,8 +35,7 @@ def unclaimed(c: str = "") -> str:
 _WHO = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
 _CLAIM = (
     "INSERT INTO consolidation_state AS c (tenant_id, user_id, claimed_until, claim_token)"
-    " VALUES (%(tenant_id)s, %(user_id)s, now() + %(lease)s * interval '1 second',"
-    " gen_random_uuid())"
+    " VALUES (%(tenant_id)s, %(user_id)s, now() + %(lease)s * interval '1 second', %(token)s)"
     " ON CONFLICT (tenant_id, user_id) DO UPDATE SET claimed_until = EXCLUDED.claimed_until,"
     " claim_token = EXCLUDED.claim_token WHERE " + unclaimed("c.") + " RETURNING claim_token"
 )
@@ -71,12 +70,8 @@ class Lease:
         """The owner's lease, or None while another run holds a live one."""
         lease = cls(pool, owner, uuid.uuid4(), lease_s)
         async with pool.connection() as conn:
-            cur = await conn.execute(_CLAIM, lease._params())
-            row = await cur.fetchone()
-        if row is None:
-            return None
-        lease.token = row["claim_token"]
-        return lease
+            cur = await conn.execute(_CLAIM, lease._params(token=lease.token))
+            return lease if await cur.fetchone() is not None else None
 
     async def _renew(self, conn: AsyncConnection) -> None:
         cur = await conn.execute(_RENEW, self._params(token=self.token))
