@@ -5,6 +5,10 @@ them and follow the registry: a NOTIFY on ``memserve_models`` (sent by the switc
 fill's start and a drop) re-reads it at once, a poll every ``poll_s`` covers a lost
 notification. When the active model changes, ``on_switch`` gets its facts: the replica
 embeds with that model and reads that table from then on.
+
+``active`` is the one piece of state: its ``filling`` is the model being filled, kept
+current by every refresh (a fill that starts or is dropped changes no active model),
+and :attr:`ModelView.filling` reads it, so the two can never disagree.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import psycopg
 from psycopg.rows import dict_row
@@ -38,14 +43,18 @@ class ModelView:
     ) -> None:
         self.pool = pool  # None: a short connection per read
         self.dsn = dsn
-        self.active = model
-        self.filling = model.filling
+        self.active = model  # with .filling: the one source of truth (see the docstring)
         self.rows: list[ModelRow] = []
         self.poll_s = poll_s
         self.on_switch = on_switch
         self.listener = NotifyListener(dsn, MODELS_CHANNEL, self._kick, on_connect=self._kick)
         self._poller: asyncio.Task | None = None
         self._refreshing: asyncio.Task | None = None
+
+    @property
+    def filling(self) -> ModelFacts | None:
+        """The model being filled, as of the last refresh (None: no model change)."""
+        return self.active.filling
 
     def start(self) -> ModelView:
         self.listener.start()
@@ -90,10 +99,12 @@ class ModelView:
         self.rows = rows
         active = next((r for r in rows if r.state == "active"), None)
         filling = next((r for r in rows if r.state == "filling"), None)
-        self.filling = ModelFacts.of_row(filling) if filling else None
+        fill = ModelFacts.of_row(filling) if filling else None
         if active is None or active.slug == self.active.table_slug:
+            if fill != self.active.filling:  # a fill started, moved on or was dropped
+                self.active = replace(self.active, filling=fill)
             return False
-        self.active = ModelFacts.of_row(active, self.filling)
+        self.active = ModelFacts.of_row(active, fill)
         log.info("embedding model is now %s (table %s)", active.name, active.slug)
         if self.on_switch is not None:
             self.on_switch(self.active)
