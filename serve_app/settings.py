@@ -140,7 +140,7 @@ class RetrievalSettings(BaseSettings):
     lexical_depth: int = 100  # lexical candidates fused per search
     # Hybrid fusion on cached owners (RRF always when cold).
     fusion: Literal["zscore", "rrf"] = "zscore"
-    fusion_alpha: float = 0.6  # zscore: weight of z(cosine) vs z(BM25)
+    fusion_alpha: float = 0.7  # zscore: weight of z(cosine) vs z(BM25) (0.6 before issue 16)
     # zscore: share of the best adjacent memory's (creation order) fused score a memory
     # gets (chat turns: the answer sits next to the matching turn); 0: off. Scaled by the
     # owner's sequential coherence, full from fusion_neighbour_coherence (chats ~0.2,
@@ -159,7 +159,7 @@ class RetrievalSettings(BaseSettings):
     time_weight: float = 1.0  # x time fit ("when", a named period, "recently")
     expand_seeds: int = 3  # the best hits whose rare entities and session lend a bonus
     expand_entity_weight: float = 0.0  # x idf of a seed's rare entities (dev: no gain)
-    expand_session_weight: float = 0.3  # flat bonus for a seed's session
+    expand_session_weight: float = 0.6  # flat bonus for a seed's session
     session_cap: int = 0  # at most this many results per session before others (0: off)
     mmr_penalty: float = 0.0  # x max cosine to better hits (maximal marginal relevance)
 
