@@ -62,6 +62,9 @@ def test_chat_proxy_refuses_over_cap_requests_and_counts_usage(sec_service, admi
             _note("chat proxy: over cap", r.status_code, str(sorted(extra)))
             assert r.status_code == 422 and word in r.json()["error"]["message"], r.text
         assert c.post("/v1/chat/completions", json=base).status_code == 200
+        # The replica that served the calls shows its not-yet-written sums at once; a
+        # read served by another Ingress replica sees them after that one's flush
+        # (MEMSERVE_CHAT_USAGE_FLUSH_S), hence the wait for the condition.
         deadline = time.monotonic() + 10
         while True:
             rows = c.get("/v1/chat/usage").json()["usage"]
@@ -70,6 +73,7 @@ def test_chat_proxy_refuses_over_cap_requests_and_counts_usage(sec_service, admi
             assert time.monotonic() < deadline, rows
             time.sleep(0.2)
         assert len(rows) == 1  # only the calling key's use
+        assert (rows[0]["requests"], rows[0]["refused"]) == (1, 4), rows  # each call once
 
 
 def test_chunked_oversized_body_is_413(sec_service):
