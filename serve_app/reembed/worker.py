@@ -39,7 +39,7 @@ from serve_app.metrics import ReembedMetrics
 from serve_app.settings import ReembedSettings
 from serve_app.store.model_registry import MODELS_CHANNEL, REEMBED_LOCK, ModelRow, models
 from serve_app.store.vectors import table_name
-from serve_app.store.versions import CHANGES_CHANNEL
+from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_owner_ctes
 
 log = logging.getLogger("ray.serve")
 
@@ -54,19 +54,17 @@ _BATCH_SQL = (
 
 
 def _upsert(table: str, bump: bool) -> sql.Composed:
-    """Vectors for items whose content is still what was embedded (locked meanwhile)."""
-    tail = sql.SQL("SELECT (SELECT count(*) FROM ins) AS n")
-    if bump:  # an active table: owners' versions move so caches reload the rows
-        tail = sql.SQL(
-            ", bumped AS (INSERT INTO memory_owner_versions (tenant_id, owner, version)"
-            " SELECT DISTINCT tenant_id, owner, 1 FROM ins ORDER BY 1, 2"
-            " ON CONFLICT (tenant_id, owner) DO UPDATE"
-            " SET version = memory_owner_versions.version + 1 RETURNING tenant_id, owner, version),"
-            " notified AS (SELECT pg_notify({ch},"
-            " json_build_array(tenant_id, owner, version)::text) FROM bumped)"
-            " SELECT (SELECT count(*) FROM ins) AS n,"
-            " (SELECT count(*) FROM notified) AS notified"
-        ).format(ch=sql.Literal(CHANGES_CHANNEL))
+    """Vectors for items whose content is still what was embedded (locked meanwhile).
+
+    ``bump``: an active table, so the owners' versions move (the store's own bump, over
+    the batch's tenants) and every replica's cache reloads the rows.
+    """
+    tail = sql.SQL(" SELECT (SELECT count(*) FROM ins) AS n")
+    if bump:
+        tail = sql.SQL(", {bump} SELECT (SELECT count(*) FROM ins) AS n, {notified} AS notified")
+        tail = tail.format(
+            bump=bump_owner_ctes(sql.SQL("SELECT tenant_id, owner FROM ins")), notified=NOTIFIED
+        )
     return sql.SQL(
         "WITH src AS (SELECT * FROM unnest(%(ids)s::uuid[], %(hs)s::text[], %(vecs)s::vector[])"
         " AS s(id, h, embedding)),"
@@ -75,12 +73,8 @@ def _upsert(table: str, bump: bool) -> sql.Composed:
         " ins AS (INSERT INTO {t} (item_id, tenant_id, owner, embedding)"
         " SELECT id, tenant_id, owner, embedding FROM live"
         " ON CONFLICT (item_id) DO UPDATE SET embedding = EXCLUDED.embedding"
-        " RETURNING item_id, tenant_id, owner){sep}{tail}"
-    ).format(
-        t=sql.Identifier(table_name(table)),
-        sep=sql.SQL("") if bump else sql.SQL(" "),
-        tail=tail,
-    )
+        " RETURNING item_id, tenant_id, owner){tail}"
+    ).format(t=sql.Identifier(table_name(table)), tail=tail)
 
 
 class Abandoned(RuntimeError):
@@ -265,6 +259,7 @@ class Reembedder:
                 "ids": [r["id"] for r in rows],
                 "hs": [r["h"] for r in rows],
                 "vecs": [v.astype(np.float32) for v in vectors],
+                "channel": CHANGES_CHANNEL,
             },
         )
         return int((await cur.fetchone())["n"])
