@@ -23,13 +23,13 @@ from serve_app.store import erasure, history, quota
 from serve_app.store.cursor import InvalidCursor, decode_cursor, encode_cursor
 from serve_app.store.forget import Scope
 from serve_app.store.memory_index import VersionConflict, using
+from serve_app.store.memory_writes import add_params, add_statement, log_and_bump
 from serve_app.store.records import (
     MEMORY_COLUMNS,
     NewMemory,
     Owner,
     column_list,
     live,
-    owner_key,
 )
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
@@ -37,28 +37,6 @@ from serve_app.text import dedupe_hash
 
 __all__ = ["CHANGES_CHANNEL", "InvalidCursor", "MemoryStore", "VersionConflict"]
 
-# What an add binds per item: (column, element type of the array it travels in).
-# ``tags`` travels as jsonb because a text[][] cannot hold rows of different lengths.
-_ADD_INPUT: tuple[tuple[str, str], ...] = (
-    ("id", "uuid"),
-    ("user_id", "text"),
-    ("agent_id", "text"),
-    ("session_id", "text"),
-    ("scope", "text"),
-    ("type", "text"),
-    ("content", "text"),
-    ("data", "jsonb"),
-    ("tags", "jsonb"),
-    ("metadata", "jsonb"),
-    ("importance", "real"),
-    ("confidence", "real"),
-    ("dedupe_hash", "text"),
-    ("source", "text"),
-    ("expires_at", "timestamptz"),
-    ("owner", "text"),  # vector table only (memory_items computes its own)
-    ("embedding", "vector"),  # vector table only
-)
-_ITEM_INPUT = tuple(c for c, _ in _ADD_INPUT if c not in ("owner", "embedding"))
 UPDATABLE = frozenset(
     {"content", "tags", "metadata", "importance", "type", "confidence", "data"}
     | {"expires_at", "status"}
@@ -73,89 +51,6 @@ _OWNED_LIVE_ID = (
 )
 
 
-def _add_statement(vectors: sql.Identifier, gate: sql.Composable) -> sql.Composed:
-    """One statement for a whole batch: items (in input order: ``seq`` is write order),
-    vectors, ADD history and the owner bump, fed by column arrays unnested together.
-    ``gate`` (quota, erasure guard) false: the statement writes nothing."""
-    arrays = sql.SQL(", ").join(
-        sql.SQL("{}::{}[]").format(sql.Placeholder(c), sql.SQL(t)) for c, t in _ADD_INPUT
-    )
-    names = column_list([c for c, _ in _ADD_INPUT])
-    values = sql.SQL(", ").join(
-        sql.SQL("ARRAY(SELECT jsonb_array_elements_text(s.tags))")
-        if c == "tags"
-        else sql.Identifier("s", c)
-        for c in _ITEM_INPUT
-    )
-    return sql.SQL(
-        "WITH src AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS s({names}, ord)"
-        " WHERE {gate}),"
-        " items AS (INSERT INTO memory_items (tenant_id, {item_cols})"
-        " SELECT %(tenant_id)s, {values} FROM src s ORDER BY s.ord RETURNING {returning}),"
-        " vecs AS (INSERT INTO {v} (item_id, tenant_id, owner, embedding)"
-        " SELECT s.id, %(tenant_id)s, s.owner, s.embedding FROM src s),"
-        " {log}"
-        " SELECT items.*, {notified} AS notified FROM items"
-    ).format(
-        arrays=arrays,
-        names=names,
-        gate=gate,
-        item_cols=column_list(_ITEM_INPUT),
-        values=values,
-        returning=column_list(MEMORY_COLUMNS),
-        v=vectors,
-        log=_log_and_bump("src", "ADD", "content", order="ord"),
-        notified=NOTIFIED,
-    )
-
-
-def _log_and_bump(rows: str, event: str, new_content: str, *, order: str = "id") -> sql.Composed:
-    """CTEs logging ``event`` for each row of CTE ``rows`` (no old content) and bumping
-    the owners of those rows (``rows`` has ``id, user_id, owner`` and ``new_content``)."""
-    events = sql.SQL(
-        "SELECT id AS memory_id, user_id, {event}::text AS event, NULL::text AS old_content,"
-        " {new}::text AS new_content FROM {rows} ORDER BY {order}"
-    ).format(
-        event=sql.Literal(event),
-        new=sql.SQL(new_content),
-        rows=sql.Identifier(rows),
-        order=sql.Identifier(order),
-    )
-    return sql.SQL("{}, {}").format(
-        history.record_cte("hist", events),
-        bump_ctes(sql.SQL("SELECT owner FROM {}").format(sql.Identifier(rows))),
-    )
-
-
-def _add_params(owner: Owner, items: Sequence[NewMemory], embeddings: Any) -> dict[str, Any]:
-    """Column arrays for ``_add_statement`` (ids are made here so rows map back to inputs)."""
-    cols: dict[str, list[Any]] = {c: [] for c, _ in _ADD_INPUT}
-    for item, vector in zip(items, embeddings, strict=True):
-        user_id = owner.user_id if item.scope in ("user", "session") else None
-        row = {
-            "id": uuid.uuid4(),
-            "user_id": user_id,
-            "agent_id": item.agent_id,
-            "session_id": item.session_id,
-            "scope": item.scope,
-            "type": item.type,
-            "content": item.content,
-            "data": Jsonb(item.data),
-            "tags": Jsonb(list(item.tags)),
-            "metadata": Jsonb(item.metadata),
-            "importance": item.importance,
-            "confidence": item.confidence,
-            "dedupe_hash": dedupe_hash(item.content),
-            "source": item.source,
-            "expires_at": item.expires_at,
-            "owner": owner_key(user_id, item.scope, item.agent_id),
-            "embedding": np.asarray(vector, dtype=np.float32),
-        }
-        for c, values in cols.items():
-            values.append(row[c])
-    return {**cols, "tenant_id": owner.tenant_id, "channel": CHANGES_CHANNEL}
-
-
 class MemoryStore:
     """Async data access for memories of one embedding model's vector table."""
 
@@ -168,7 +63,7 @@ class MemoryStore:
         gate = quota.GATE if self.quota else sql.SQL("TRUE")
         guarded = sql.SQL("{} AND {}").format(gate, erasure.clause(sql.SQL("s.agent_id")))
         # [outside extraction work, inside it (erasure guard: see serve_app.store.erasure)]
-        self._add_sql = [_add_statement(self.vectors, gate), _add_statement(self.vectors, guarded)]
+        self._add_sql = [add_statement(self.vectors, gate), add_statement(self.vectors, guarded)]
 
     # ---------- writes ----------
 
@@ -189,7 +84,7 @@ class MemoryStore:
             raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
         if not items:
             return []
-        params = _add_params(owner, items, embeddings)
+        params = add_params(owner, items, embeddings)
         params["actor"] = actor
         if self.quota:
             params.update(quota.params(self.quota, owner, items))
@@ -320,7 +215,7 @@ class MemoryStore:
         ).format(
             where=where,
             forget=history.forget_cte("forgotten", sql.SQL("SELECT id FROM gone")),
-            log=_log_and_bump("gone", "DELETE", "NULL"),
+            log=log_and_bump("gone", "DELETE", "NULL"),
             notified=NOTIFIED,
         )
         async with self.pool.connection() as conn:

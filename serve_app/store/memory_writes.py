@@ -1,0 +1,123 @@
+"""Statement builders for writes to ``memory_items``: a batch add, and the history and
+owner-version CTEs every write appends (see :mod:`serve_app.store.memories`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from serve_app.store import history
+from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, column_list, owner_key
+from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
+from serve_app.text import dedupe_hash
+
+# What an add binds per item: (column, element type of the array it travels in).
+# ``tags`` travels as jsonb because a text[][] cannot hold rows of different lengths.
+_ADD_INPUT: tuple[tuple[str, str], ...] = (
+    ("id", "uuid"),
+    ("user_id", "text"),
+    ("agent_id", "text"),
+    ("session_id", "text"),
+    ("scope", "text"),
+    ("type", "text"),
+    ("content", "text"),
+    ("data", "jsonb"),
+    ("tags", "jsonb"),
+    ("metadata", "jsonb"),
+    ("importance", "real"),
+    ("confidence", "real"),
+    ("dedupe_hash", "text"),
+    ("source", "text"),
+    ("expires_at", "timestamptz"),
+    ("owner", "text"),  # vector table only (memory_items computes its own)
+    ("embedding", "vector"),  # vector table only
+)
+_ITEM_INPUT = tuple(c for c, _ in _ADD_INPUT if c not in ("owner", "embedding"))
+
+
+def add_statement(vectors: sql.Identifier, gate: sql.Composable) -> sql.Composed:
+    """One statement for a whole batch: items (in input order: ``seq`` is write order),
+    vectors, ADD history and the owner bump, fed by column arrays unnested together.
+    ``gate`` (quota, erasure guard) false: the statement writes nothing."""
+    arrays = sql.SQL(", ").join(
+        sql.SQL("{}::{}[]").format(sql.Placeholder(c), sql.SQL(t)) for c, t in _ADD_INPUT
+    )
+    names = column_list([c for c, _ in _ADD_INPUT])
+    values = sql.SQL(", ").join(
+        sql.SQL("ARRAY(SELECT jsonb_array_elements_text(s.tags))")
+        if c == "tags"
+        else sql.Identifier("s", c)
+        for c in _ITEM_INPUT
+    )
+    return sql.SQL(
+        "WITH src AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS s({names}, ord)"
+        " WHERE {gate}),"
+        " items AS (INSERT INTO memory_items (tenant_id, {item_cols})"
+        " SELECT %(tenant_id)s, {values} FROM src s ORDER BY s.ord RETURNING {returning}),"
+        " vecs AS (INSERT INTO {v} (item_id, tenant_id, owner, embedding)"
+        " SELECT s.id, %(tenant_id)s, s.owner, s.embedding FROM src s),"
+        " {log}"
+        " SELECT items.*, {notified} AS notified FROM items"
+    ).format(
+        arrays=arrays,
+        names=names,
+        gate=gate,
+        item_cols=column_list(_ITEM_INPUT),
+        values=values,
+        returning=column_list(MEMORY_COLUMNS),
+        v=vectors,
+        log=log_and_bump("src", "ADD", "content", order="ord"),
+        notified=NOTIFIED,
+    )
+
+
+def log_and_bump(rows: str, event: str, new_content: str, *, order: str = "id") -> sql.Composed:
+    """CTEs logging ``event`` for each row of CTE ``rows`` (no old content) and bumping
+    the owners of those rows (``rows`` has ``id, user_id, owner`` and ``new_content``)."""
+    events = sql.SQL(
+        "SELECT id AS memory_id, user_id, {event}::text AS event, NULL::text AS old_content,"
+        " {new}::text AS new_content FROM {rows} ORDER BY {order}"
+    ).format(
+        event=sql.Literal(event),
+        new=sql.SQL(new_content),
+        rows=sql.Identifier(rows),
+        order=sql.Identifier(order),
+    )
+    return sql.SQL("{}, {}").format(
+        history.record_cte("hist", events),
+        bump_ctes(sql.SQL("SELECT owner FROM {}").format(sql.Identifier(rows))),
+    )
+
+
+def add_params(owner: Owner, items: Sequence[NewMemory], embeddings: Any) -> dict[str, Any]:
+    """Column arrays for ``add_statement`` (ids are made here so rows map back to inputs)."""
+    cols: dict[str, list[Any]] = {c: [] for c, _ in _ADD_INPUT}
+    for item, vector in zip(items, embeddings, strict=True):
+        user_id = owner.user_id if item.scope in ("user", "session") else None
+        row = {
+            "id": uuid.uuid4(),
+            "user_id": user_id,
+            "agent_id": item.agent_id,
+            "session_id": item.session_id,
+            "scope": item.scope,
+            "type": item.type,
+            "content": item.content,
+            "data": Jsonb(item.data),
+            "tags": Jsonb(list(item.tags)),
+            "metadata": Jsonb(item.metadata),
+            "importance": item.importance,
+            "confidence": item.confidence,
+            "dedupe_hash": dedupe_hash(item.content),
+            "source": item.source,
+            "expires_at": item.expires_at,
+            "owner": owner_key(user_id, item.scope, item.agent_id),
+            "embedding": np.asarray(vector, dtype=np.float32),
+        }
+        for c, values in cols.items():
+            values.append(row[c])
+    return {**cols, "tenant_id": owner.tenant_id, "channel": CHANGES_CHANNEL}
