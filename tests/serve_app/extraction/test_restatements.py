@@ -3,14 +3,11 @@ dropping exactly what a per-sentence nearest-neighbour lookup drops."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
 from serve_app.extraction.junk import Turn, contained, sentences
 from serve_app.store import Owner
 from serve_app.store.records import NewMemory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
+from tests.serve_app.statements import StatementCounter
 
 ALICE, BOB = Owner("t1", "alice"), Owner("t1", "bob")
 KNOWN = [  # (owner, text, source)
@@ -26,30 +23,6 @@ ASSISTANT = [
     "Avoid peanuts, given your severe peanut allergy. "  # bob's memory, not alice's
     "How about a picnic in Monsanto park?",
 ]
-
-
-class CountingPool:
-    """The pool, counting the statements run on the connections it hands out."""
-
-    def __init__(self, pool: Any) -> None:
-        self.pool, self.statements = pool, 0
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        async with self.pool.connection() as conn:
-            yield _Counted(conn, self)
-
-
-class _Counted:
-    def __init__(self, conn: Any, counter: CountingPool) -> None:
-        self._conn, self._counter = conn, counter
-
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        self._counter.statements += 1
-        return await self._conn.execute(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
 
 
 async def per_sentence(h, owner: Owner, turns: list[Turn]) -> set[str]:
@@ -78,7 +51,7 @@ async def test_one_statement_drops_what_per_sentence_lookups_drop(make_harness):
         Turn("assistant", ASSISTANT[1], 4),
     ]
     expected = await per_sentence(h, ALICE, turns)
-    counter = CountingPool(h.pipeline.index.pool)
+    counter = StatementCounter(h.pipeline.index.pool)
     h.pipeline.index.pool = counter
     kept, dropped = await h.pipeline._drop_restatements(ALICE, turns)
     assert counter.statements == 2  # the containment texts, then every sentence at once

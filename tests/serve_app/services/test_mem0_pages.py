@@ -3,43 +3,16 @@ and gives what walking the keyset list page by page gives."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
 import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.store import Owner
 from tests.serve_app.inprocess import in_process_api
+from tests.serve_app.statements import StatementCounter
 
 KEY = "msk_mem0_pages_test_key_0123456789"
 ALICE = Owner("default", "alice")
-
-
-class Counting:
-    """Statements run on the connections a pool hands out (every store shares the pool)."""
-
-    def __init__(self, pool: Any) -> None:
-        self.connect, self.statements = pool.connection, 0
-
-    @asynccontextmanager
-    async def connection(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        async with self.connect(*args, **kwargs) as conn:
-            yield _Counted(conn, self)
-
-
-class _Counted:
-    def __init__(self, conn: Any, counter: Counting) -> None:
-        self._conn, self._counter = conn, counter
-
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        self._counter.statements += 1
-        return await self._conn.execute(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
 
 
 @pytest.fixture
@@ -102,7 +75,7 @@ async def test_page_is_one_statement_with_the_keyset_walk_results(
 ):
     c, services = stack
     await get_all(c, 1, 1)  # the caller's key is looked up once, then cached
-    counter = Counting(services.directory.pool)
+    counter = StatementCounter(services.directory.pool)
     monkeypatch.setattr(services.directory.pool, "connection", counter.connection)
     got = await get_all(c, page, size, run_id)
     monkeypatch.undo()
