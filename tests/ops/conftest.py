@@ -174,9 +174,31 @@ def wait_ready(svc: ServiceProcess, timeout: float = 90.0) -> None:
     raise AssertionError(f"service not ready again in {timeout}s:\n{svc.tail()}")
 
 
-def listener(port: int) -> psutil.Process:
-    """The process listening on 127.0.0.1:``port`` (HAProxy or Serve's Python proxy)."""
+def listeners(port: int) -> list[psutil.Process]:
+    """The live processes listening on ``port``, newest first.
+
+    Serve reloads HAProxy as deployments come and go (``haproxy -sf <old>``): for a
+    moment the old and the new process both listen, then the old one exits, possibly
+    between reading the socket table and looking its pid up; such a one is skipped.
+    """
+    found: dict[int, psutil.Process] = {}
     for conn in psutil.net_connections(kind="tcp"):
         if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
-            return psutil.Process(conn.pid)
-    raise AssertionError(f"nothing listens on port {port}")
+            try:
+                proc = psutil.Process(conn.pid)
+                proc.create_time()
+            except psutil.NoSuchProcess:
+                continue
+            found[proc.pid] = proc
+    return sorted(found.values(), key=lambda p: p.create_time(), reverse=True)
+
+
+def listener(port: int, timeout: float = 10.0) -> psutil.Process:
+    """The process serving 127.0.0.1:``port`` (HAProxy or Serve's Python proxy): the
+    newest live listener, waiting out a reload hand-over."""
+    deadline = time.monotonic() + timeout
+    while not (live := listeners(port)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing listens on port {port}")
+        time.sleep(0.2)
+    return live[0]

@@ -25,7 +25,7 @@ from serve_app.application import DEFAULT_CONFIG
 from serve_app.db.resolve import stop_embedded
 from serve_app.ingress_proxy import ray_env
 from tests.e2e.service import free_port
-from tests.ops.conftest import listener
+from tests.ops.conftest import listener, listeners
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -116,5 +116,7 @@ def test_serve_run_with_the_packaged_config(tmp_path):
         # The embedded server outlives `serve run` by design (replicas do not own it).
         was_running = stop_embedded(tmp_path / "data")
     assert was_running
-    # Ctrl-C stops HAProxy with Serve: nothing is left holding the port.
+    # Ctrl-C stops HAProxy with Serve: nothing is left holding the port (neither the
+    # process that served nor one started by a later reload).
     assert haproxy is not None and not haproxy.is_running()
+    assert listeners(port) == []
