@@ -56,7 +56,6 @@ class Ingress:
         self.retriever = retriever
         self.extractor = extractor
         self.dsn = resolve_dsn(self.settings)  # launcher's DSN, else the embedded server
-        self.serving = model
         self.services: Services = await build_services(
             self.settings, model, self.dsn, self._backends(model)
         )
@@ -91,7 +90,7 @@ class Ingress:
     async def _serve_model(self, model: ModelFacts) -> None:
         """New requests get services of ``model``; the old ones close when drained."""
         fresh = await build_services(self.settings, model, self.dsn, self._backends(model))
-        old, self.services, self.serving = self.services, fresh, model
+        old, self.services = self.services, fresh
         if self._asgi is not None:
             self._asgi.state.services = fresh
         log.info("ingress serves embedding model %s", model.name)
