@@ -52,17 +52,23 @@ log = logging.getLogger(__name__)
 
 #: Mean cosine the copy must reach against the shipped graph on the fixed set.
 MIN_MEAN_COSINE = 0.99
-MANIFEST_FORMAT = 2
+#: Min cosine of a text alone vs in a batch for a recipe with ``row_scales`` (float noise only).
+MIN_BATCH_COSINE = 0.99999
+MANIFEST_FORMAT = 3
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """How a mode quantises: weight scales, SmoothQuant'd MatMul roles, (role, layer)s kept fp32."""
+    """How a mode quantises: weight scales, smoothed roles, fp32 (role, layer)s, activations."""
 
     per_channel: bool
     smooth: tuple[Role, ...] = ()
     alpha: float = 0.7
     keep_fp32: tuple[tuple[Role, int], ...] = ()
+    #: Activation scales that see one token only (models.rowscales): batch-independent vectors.
+    row_scales: bool = False
+    #: Erf GELU subgraphs as one Gelu op (same function, faster).
+    fuse_gelu: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self)))
@@ -92,7 +98,12 @@ RECIPES: dict[str, Recipe] = {
     "per_channel": Recipe(per_channel=True),
     "per_tensor": Recipe(per_channel=False),
     "per_channel_smooth": Recipe(
-        per_channel=True, smooth=("ffn_up",), alpha=0.7, keep_fp32=(("ffn_down", 0),)
+        per_channel=True,
+        smooth=("ffn_up",),
+        alpha=0.7,
+        keep_fp32=(("ffn_down", 0),),
+        row_scales=True,
+        fuse_gelu=True,
     ),
 }
 
@@ -171,6 +182,7 @@ def _reusable(copy: Path, manifest_path: Path, source_sha: str, mode: str) -> Qu
         and isinstance(manifest.get("mean_cosine"), float)
         and manifest["mean_cosine"] >= MIN_MEAN_COSINE
         and isinstance(manifest.get("sha256"), str)
+        and (not RECIPES[mode].row_scales or _batch_independent(manifest.get("batch_min_cosine")))
         and copy.is_file()
     ):
         return None
@@ -198,7 +210,7 @@ def _build(
         folded, candidate = Path(tmp) / "folded.onnx", Path(tmp) / "model.onnx"
         try:
             fold_constants(source, folded)
-            smoothed, fp32 = _quantize(spec, RECIPES[mode], folded, candidate, cache)
+            smoothed, fp32, scales = _quantize(spec, RECIPES[mode], folded, candidate, cache)
             mean, low = compare(spec, source, candidate)
             batch_mean, batch_low = batch_consistency(spec, candidate)
         except Exception as exc:
@@ -214,6 +226,12 @@ def _build(
                 "match those of the shipped model, so it is not used (onnxruntime "
                 f"{ort.__version__}); run the shipped graph by clearing the spec's requantize"
             )
+        if RECIPES[mode].row_scales and not _batch_independent(batch_low):
+            raise RequantizeError(
+                f"the {mode} int8 copy of {spec.name} gives a text another vector inside a "
+                f"batch than alone: min cosine {batch_low:.6f}, below {MIN_BATCH_COSINE} "
+                f"(onnxruntime {ort.__version__}); it is not used"
+            )
         sha = sha256_file(candidate)
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -222,6 +240,7 @@ def _build(
             "recipe": RECIPES[mode].to_json(),
             "smoothed_nodes": smoothed,
             "fp32_nodes": fp32,
+            "activation_scales": scales,
             "source": str(source),
             "source_sha256": source_sha,
             "sha256": sha,
@@ -230,7 +249,7 @@ def _build(
             "min_cosine": round(low, 6),
             "min_mean_cosine": MIN_MEAN_COSINE,
             "texts": texts,
-            # a text alone vs in a batch: dynamic int8 activation scales are per run
+            # a text alone vs in a batch: 1.0 with row_scales, less with per-run scales
             "batch_mean_cosine": round(batch_mean, 6),
             "batch_min_cosine": round(batch_low, 6),
             "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -251,15 +270,24 @@ def _build(
     return QuantizedCopy(copy, sha, manifest, built=True)
 
 
+def _batch_independent(batch_min_cosine: object) -> bool:
+    return isinstance(batch_min_cosine, float) and batch_min_cosine >= MIN_BATCH_COSINE
+
+
 def _quantize(
     spec: ModelSpec, recipe: Recipe, folded: Path, out: Path, cache: Path
-) -> tuple[list[str], list[str]]:
-    """Apply ``recipe`` to the folded graph; returns the smoothed and the fp32-kept MatMuls."""
+) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """Apply ``recipe`` to the folded graph (smoothed in place).
+
+    Returns the smoothed and the fp32-kept MatMuls and, with ``row_scales``,
+    the activations with fixed and with per-token scales.
+    """
     import re
 
     import onnx
 
-    from models.quantize import quantize_int8
+    from models.quantize import fuse_gelu, quantize_int8
+    from models.rowscales import layernorm_fed, rescale_activations, tensor_ranges
     from models.smoothing import matmul_roles, nodes_by_role, smooth_matmuls
 
     roles = matmul_roles(onnx.load(str(folded), load_external_data=False))
@@ -269,8 +297,20 @@ def _quantize(
         feeds = _calibration_feeds(spec, cache)
         smooth_matmuls(folded, folded, smoothed, feeds, alpha=recipe.alpha)
     exclude = "^(" + "|".join(re.escape(n) for n in fp32) + ")$" if fp32 else None
-    quantize_int8(folded, out, per_channel=recipe.per_channel, exclude_nodes=exclude)
-    return smoothed, fp32
+    dynamic = out.with_name(f"{out.stem}.dynamic.onnx")
+    quantize_int8(folded, dynamic, per_channel=recipe.per_channel, exclude_nodes=exclude)
+    if recipe.fuse_gelu:
+        fuse_gelu(dynamic, dynamic)
+    scales: dict[str, list[str]] = {}
+    if recipe.row_scales:
+        # The fixed scales: ranges of the smoothed fp32 graph, one calibration text per run.
+        tensors = layernorm_fed(onnx.load(str(dynamic), load_external_data=False))
+        ranges = tensor_ranges(folded, tensors, _calibration_feeds(spec, cache))
+        scales = rescale_activations(dynamic, out, ranges)
+        dynamic.unlink()
+    else:
+        os.replace(dynamic, out)
+    return smoothed, fp32, scales
 
 
 def _calibration_feeds(spec: ModelSpec, cache: Path) -> Iterator[dict[str, Any]]:
