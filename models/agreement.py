@@ -96,9 +96,9 @@ def compare(spec: ModelSpec, file_a: str | Path, file_b: str | Path) -> tuple[fl
 def batch_consistency(spec: ModelSpec, file: str | Path) -> tuple[float, float]:
     """Mean and min cosine between each text embedded alone and inside a batch.
 
-    Dynamic int8 quantizes activations with one scale per tensor, so a text's
-    vector depends slightly on its batch mates; fp32 and weight-only graphs
-    give ~1.0 here.
+    Dynamic int8 with one activation scale per run makes a text's vector
+    depend slightly on its batch mates (~.996); fp32 graphs and copies with
+    per-token or fixed scales (:mod:`models.rowscales`) give 1.0 here.
     """
     encoder = file_encoder(spec, file)
     batched = encoder.encode(CHECK_SENTENCES)

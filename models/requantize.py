@@ -4,14 +4,17 @@ The embedded default model stores int8 weights but casts them to float, so it
 computes in fp32. :func:`prepare_model` folds the casts (ONNX Runtime basic
 graph optimisation), re-quantises the graph with dynamic int8 following the
 spec's :data:`RECIPES` entry (``quantize_dynamic``, SmoothQuant of chosen
-MatMuls; no torch), checks that its vectors agree with the shipped graph's
-(mean cosine >= :data:`MIN_MEAN_COSINE` on a fixed set of passages and
-queries) and returns a spec that runs the copy. It refuses a copy that
-disagrees, and never uses it.
+MatMuls, activation scales that see one token only; no torch), checks that
+its vectors agree with the shipped graph's (mean cosine >=
+:data:`MIN_MEAN_COSINE` on a fixed set of passages and queries) and, for a
+recipe with ``row_scales``, that a text gets the same vector alone and in a
+batch, and returns a spec that runs the copy. It refuses a copy that fails
+either check, and never uses it.
 
 The copy lives in ``<models_dir>/<name>/model.<mode>-<recipe digest>.onnx``
 with a JSON manifest beside it (recipe, smoothed and fp32 nodes, source and
-copy sha256, onnxruntime version, measured agreement and batch consistency),
+copy sha256, activation scales, onnxruntime version, measured agreement and
+batch consistency),
 so a changed mode or recipe builds a new copy. It is reused only while the
 source and the copy still hash to the manifest's values; otherwise it is
 rebuilt. Several processes (embedder replicas at first start) may call this
