@@ -14,6 +14,7 @@ for ``env $(...) serve run`` (see the Makefile's ``serve-run``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -119,6 +120,37 @@ def ray_env(enabled: bool, environ: Mapping[str, str] = os.environ) -> dict[str,
         # Ray's default is 4 threads; more than the machine's cores only adds switches.
         env[NBTHREAD_VAR] = str(max(1, min(4, os.cpu_count() or 1)))
     return env
+
+
+def reap_orphans(port: int, timeout_s: float = 5.0) -> list[int]:
+    """Stop HAProxy processes still listening on ``port`` after the local Ray node is down.
+
+    Serve reloads HAProxy by starting a new process (``-sf <old>``) as a child of its
+    proxy actor; when that actor dies without its shutdown hook (a node torn down
+    mid-reload), the child is re-parented and keeps the service port. Only the
+    launcher that owned the port calls this, after ``ray.shutdown()``: any haproxy
+    listening there then is a leftover of its node. Returns the pids stopped.
+    """
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] != "haproxy":
+            continue
+        try:
+            conns = proc.net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in conns):
+            found.append(proc)
+    for proc in found:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(found, timeout=timeout_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    return [p.pid for p in found]
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import time
 from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.console import banner, quiet_logging, ray_context_urls, stream_replica_logs
 from serve_app.db.embedded import EmbeddedPostgres
-from serve_app.ingress_proxy import ray_env
+from serve_app.ingress_proxy import ray_env, reap_orphans
 from serve_app.secret_env import runtime_env_vars
 from serve_app.settings import Settings, get_settings
 
@@ -131,3 +131,7 @@ def _serve(
         serve.shutdown()
     finally:
         ray.shutdown()
+        if not settings.serving.address:
+            stopped = reap_orphans(settings.port)
+            if stopped:
+                log.warning("stopped HAProxy left on port %d by Serve: %s", settings.port, stopped)

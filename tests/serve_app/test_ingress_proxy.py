@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -19,6 +20,7 @@ from serve_app.ingress_proxy import (
     find_binary,
     ray_env,
 )
+from serve_app.ports import free_port
 
 
 def _script(tmp_path, body: str, mode: int = 0o755) -> str:
@@ -90,3 +92,40 @@ def test_command_line_prints_env_words():
         check=True,
     )
     assert out.stdout.split() == [f"{FLAG}=0"]
+
+
+def _haproxy_on(tmp_path, port: int) -> subprocess.Popen:
+    """The bundled haproxy answering on ``port``, started detached (as a reload's child
+    is left once its actor is gone)."""
+    cfg = tmp_path / f"haproxy-{port}.cfg"
+    cfg.write_text(
+        "defaults\n  mode http\n  timeout connect 1s\n  timeout client 1s\n"
+        f"  timeout server 1s\nfrontend f\n  bind 127.0.0.1:{port}\n"
+        "  http-request return status 200\n"
+    )
+    proc = subprocess.Popen(
+        [find_binary({}), "-db", "-f", str(cfg)], start_new_session=True, stderr=subprocess.PIPE
+    )
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    raise AssertionError("haproxy did not listen")
+
+
+def test_reap_orphans_stops_haproxy_left_on_the_service_port_only(tmp_path):
+    ours, other = free_port(), free_port()
+    left = _haproxy_on(tmp_path, ours)
+    bystander = _haproxy_on(tmp_path, other)
+    try:
+        assert ingress_proxy.reap_orphans(ours) == [left.pid]
+        assert left.wait(5) is not None
+        assert bystander.poll() is None  # another port: not ours to stop
+        assert ingress_proxy.reap_orphans(ours) == []
+    finally:
+        for p in (left, bystander):
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
