@@ -92,20 +92,22 @@ class Recipe:
 #: per_channel         .992 / .960  .989 / .949  1.9 ms      112 ms
 #: (smoothed)          .996 / .979  .996 / .979  2.0 ms      117 ms
 #: (FFN up in fp32)    .995 / .977  .996 / .978  2.6 ms      140 ms
-#: per_channel_smooth  .997 / .988  1.0 / 1.0    (see below)
+#: per_channel_smooth  .997 / .983  1.0 / 1.0    (see below)
 #: per_tensor          ~.88         -            -           -
 #: ==================  ===========  ===========  ==========  ========
 #:
 #: ``per_channel_smooth`` smooths every FFN up-projection (its LayerNorm input
-#: has outlier channels), keeps layer 0's FFN down-projection in fp32, gives
-#: each activation a scale that sees one token only (``row_scales``,
-#: models.rowscales) and fuses GELU. Against the same recipe with one scale
-#: per run ("smoothed" above), loadtests/bench_embed.py (2 runs each) gives
-#: -2% single short texts, +1..5% short batches, +4..6% long texts; a text's
-#: vector is the same alone and in a batch of 64 (1 - cosine < 1e-6, was up to
-#: .007), mean cosine to the shipped graph on 300 LoCoMo texts .9978 (was
-#: .9966), BEIR dense nDCG@10 msmarco .7045 / dbpedia .4765 (was .6971 / .4749,
-#: fp32 .7030 / .4776); loadtests/eval_requant.py measures it.
+#: has outlier channels), gives each activation a scale that sees one token
+#: only (``row_scales``, models.rowscales; with per-token scales layer 0's FFN
+#: down-projection no longer needs fp32) and fuses GELU. Against the previous
+#: recipe (one activation scale per run, layer 0's down-projection in fp32;
+#: "smoothed" above), loadtests/bench_embed.py (2 runs each, sentences/s)
+#: gives +4% single texts, +5..11% short batches, +5..11% long batches; a
+#: text's vector is the same alone and in a batch of 64 (1 - cosine < 1e-6,
+#: was up to .007); on 300 LoCoMo texts the mean / min cosine to the shipped
+#: graph is .9978 / .9962 (was .9966 / .9935), dense LoCoMo R@10 .446 (was
+#: .451 batched, .444 one text at a time; fp32 .450).
+#: loadtests/eval_requant.py measures these.
 RECIPES: dict[str, Recipe] = {
     "per_channel": Recipe(per_channel=True),
     "per_tensor": Recipe(per_channel=False),
@@ -113,7 +115,6 @@ RECIPES: dict[str, Recipe] = {
         per_channel=True,
         smooth=("ffn_up",),
         alpha=0.7,
-        keep_fp32=(("ffn_down", 0),),
         row_scales=True,
         fuse_gelu=True,
     ),

@@ -53,19 +53,17 @@ def test_builds_a_verified_int8_copy(requantized_cache: Path) -> None:
     assert batch_low >= rq.MIN_BATCH_COSINE and manifest["batch_min_cosine"] >= rq.MIN_BATCH_COSINE
     # It computes in int8: integer matmuls, no per-run activation scale (LayerNorm-fed
     # inputs have fixed ones, the attention and GELU outputs per-token ones);
-    # every FFN up-projection is smoothed, layer 0's down-projection stays fp32.
+    # every FFN up-projection is smoothed; all 36 weight MatMuls run in int8.
     graph = onnx.load(str(copy)).graph
     ops = [n.op_type for n in graph.node]
     assert {"MatMulIntegerToFloat", "QuantizeLinear", "Gelu"} <= set(ops)
     assert "DynamicQuantizeLinear" not in ops and "Erf" not in ops
-    assert ops.count("MatMulIntegerToFloat") == 35 and ops.count("Gelu") == 6
+    assert ops.count("MatMulIntegerToFloat") == 36 and ops.count("Gelu") == 6
     scales = manifest["activation_scales"]
-    assert (len(scales["static"]), len(scales["per_token"])) == (12, 11)
+    assert (len(scales["static"]), len(scales["per_token"])) == (12, 12)
     names = {n.name for n in graph.node}
-    assert len(manifest["smoothed_nodes"]) == 6 and len(manifest["fp32_nodes"]) == 1
+    assert len(manifest["smoothed_nodes"]) == 6 and manifest["fp32_nodes"] == []
     assert {f"{n}_smooth" for n in manifest["smoothed_nodes"]} <= names
-    kept = [n for n in graph.node if n.name in manifest["fp32_nodes"]]
-    assert [n.op_type for n in kept] == ["MatMul"]
     # The GPU still gets the shipped graph.
     assert resolve_onnx(spec, gpu=True) == shipped
 
@@ -223,12 +221,18 @@ def test_another_mode_or_recipe_builds_its_own_copy(
     assert other.manifest["batch_min_cosine"] < 0.9999 < 1 - 1e-5 <= rq.MIN_BATCH_COSINE
     # The default's copy is untouched and still found.
     assert not rq.ensure_quantized_copy(ALL_MINILM_L6_V2_INT8, tmp_path).built
-    # A changed recipe under the same mode name is a new file, not the old copy.
-    changed = dataclasses.replace(rq.RECIPES[MODE], alpha=0.5)
+    # A changed recipe under the same mode name is a new file, not the old copy;
+    # a MatMul kept in fp32 stays a float MatMul beside the rescaled int8 ones.
+    changed = dataclasses.replace(rq.RECIPES[MODE], alpha=0.5, keep_fp32=(("ffn_down", 0),))
     monkeypatch.setitem(rq.RECIPES, MODE, changed)
     rebuilt = rq.ensure_quantized_copy(ALL_MINILM_L6_V2_INT8, tmp_path)
     assert rebuilt.built and rebuilt.path != _files(tmp_path)[0]
     assert rebuilt.manifest["recipe"]["alpha"] == 0.5
+    assert rebuilt.manifest["batch_min_cosine"] >= rq.MIN_BATCH_COSINE
+    graph = onnx.load(str(rebuilt.path)).graph
+    kept = [n for n in graph.node if n.name in rebuilt.manifest["fp32_nodes"]]
+    assert len(rebuilt.manifest["fp32_nodes"]) == 1 and [n.op_type for n in kept] == ["MatMul"]
+    assert [n.op_type for n in graph.node].count("MatMulIntegerToFloat") == 35
 
 
 def test_spec_field_round_trips_and_is_checked() -> None:
