@@ -52,7 +52,7 @@ async def test_duplicate_fact_told_five_times_yields_one_memory(make_harness, fa
         "The user's favourite colour is blue",
         "the user's favourite colour is BLUE.",  # same after normalisation
         "The user's favourite colour is blue",
-        "The user likes the colour blue most",  # paraphrase: merged by similarity
+        "Blue is the user's favourite colour",  # paraphrase: merged by similarity
         "The user's favourite colour is blue!",
     ]
     for i, text in enumerate(variants):

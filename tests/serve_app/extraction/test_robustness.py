@@ -181,11 +181,11 @@ async def test_merge_never_overwrites_a_concurrent_patch(make_harness, fake_llm,
         await h.pipeline.store.update(k.owner, m["id"], {"content": "stale"}, None,
                                       expected_version=1)  # fmt: skip
     # The extractor's merge re-reads the version and keeps the PATCHed importance.
-    fake_llm.enqueue(extraction([memory("The user likes the colour blue most", "preference",
+    fake_llm.enqueue(extraction([memory("Blue is the user's favourite colour", "preference",
                                         importance=0.6)]))  # fmt: skip
     await h.say(k, ("user", "blue, definitely"))
     out = await h.pipeline.process_session(k)
     assert out.merged == 1
     [m] = await h.memories("patchy")
     assert m["importance"] == pytest.approx(0.95) and m["version"] == 3
-    assert m["content"] == "The user likes the colour blue most"
+    assert m["content"] == "Blue is the user's favourite colour"
