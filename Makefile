@@ -46,9 +46,13 @@ locust: $(DEV_STAMP)
 # The Serve config without the launcher (embedded Postgres is attached/started by the app).
 # The same Ray environment as make run: throughput mode, and HAProxy where its binary runs
 # (serve_app.ingress_proxy prints the RAY_* words; MEMSERVE_HAPROXY=false: Python proxy).
+# serve run's shutdown can leave the HAProxy a late reload started (Ray kills its proxy
+# actor before that child): stop whatever still listens on the app's port afterwards.
+SERVE_PORT ?= 8000
 serve-run: $(STAMP)
 	env RAY_SERVE_THROUGHPUT_OPTIMIZED=1 RAY_worker_niceness=0 $$($(PY) -m serve_app.ingress_proxy) \
-		$(VENV)/bin/serve run serve_app/serve_config.yaml
+		$(VENV)/bin/serve run serve_app/serve_config.yaml; \
+	status=$$?; $(PY) -m serve_app.ingress_proxy --reap $(SERVE_PORT); exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -9,7 +9,8 @@ the Python proxy is kept when that fails. The variables are read by every Ray pr
 at import, so they go into the environment before the local Ray node starts.
 
 ``python -m serve_app.ingress_proxy`` prints the same variables as ``NAME=value`` words
-for ``env $(...) serve run`` (see the Makefile's ``serve-run``).
+for ``env $(...) serve run`` (see the Makefile's ``serve-run``); ``--reap PORT`` stops an
+HAProxy that ``serve run`` left listening on PORT after it exited (:func:`reap_orphans`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 
 from serve_app.ports import free_port
 
@@ -153,10 +155,18 @@ def reap_orphans(port: int, timeout_s: float = 5.0) -> list[int]:
     return [p.pid for p in found]
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print the proxy variables; ``--reap PORT``: stop an haproxy left on PORT instead."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # stderr
+    if args[:1] == ["--reap"]:
+        port = int(args[1])
+        stopped = reap_orphans(port)
+        if stopped:
+            log.warning("stopped HAProxy left on port %d by Serve: %s", port, stopped)
+        return
     from serve_app.settings import get_settings
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")  # stderr
     print(" ".join(f"{k}={v}" for k, v in ray_env(get_settings().serving.haproxy).items()))
 
 

@@ -129,3 +129,22 @@ def test_reap_orphans_stops_haproxy_left_on_the_service_port_only(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait(5)
+
+
+def test_reap_command_line_stops_what_is_left(tmp_path):
+    port = free_port()
+    left = _haproxy_on(tmp_path, port)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "serve_app.ingress_proxy", "--reap", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"left on port {port}" in done.stderr and str(left.pid) in done.stderr
+        assert left.wait(5) is not None
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait(5)
