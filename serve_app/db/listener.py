@@ -12,7 +12,6 @@ for ``stale_s``, whatever the socket believes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -63,11 +62,15 @@ class NotifyListener:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Cancel the listening task; a task wedged on a dead connection is abandoned
+        after ``timeout_s`` (shutdown must not wait on a backend that never answers)."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
+            if not done:
+                log.warning("listener on %s did not stop in %.0f s; abandoned", self.channel,
+                            timeout_s)  # fmt: skip
             self._task = None
         self.connected.clear()
 
