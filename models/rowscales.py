@@ -60,25 +60,12 @@ def tensor_ranges(
     source: Path, tensors: Sequence[str], feeds: Iterable[dict[str, np.ndarray]]
 ) -> dict[str, tuple[float, float]]:
     """(min, max) of each of ``tensors`` over runs of ``source`` on ``feeds``, 0 always inside."""
-    import onnx
-    import onnxruntime as ort
+    from models.smoothing import tensor_values
 
-    probe = onnx.load(str(source))
-    for name in tensors:
-        probe.graph.output.append(
-            onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
-        )
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(
-        probe.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
-    )
-    inputs = {i.name for i in session.get_inputs()}
     low = dict.fromkeys(tensors, 0.0)
     high = dict.fromkeys(tensors, 0.0)
-    for feed in feeds:
-        wanted = {k: v for k, v in feed.items() if k in inputs}
-        for name, value in zip(tensors, session.run(list(tensors), wanted), strict=True):
+    for values in tensor_values(source, tensors, feeds):
+        for name, value in zip(tensors, values, strict=True):
             low[name] = min(low[name], float(value.min()))
             high[name] = max(high[name], float(value.max()))
     return {name: (low[name], high[name]) for name in tensors}

@@ -14,7 +14,7 @@ also feeds the residual, so the scale cannot be folded into the LayerNorm.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -87,10 +87,10 @@ def nodes_by_role(
     return [names[i] for i in layers]
 
 
-def input_maxima(
+def tensor_values(
     source: Path, tensors: Sequence[str], feeds: Iterable[dict[str, np.ndarray]]
-) -> dict[str, np.ndarray]:
-    """Per-channel max |value| of ``tensors`` (last axis) over runs of the graph on ``feeds``."""
+) -> Iterator[list[np.ndarray]]:
+    """The values of ``tensors`` (intermediate ones too) in each run of ``source`` on ``feeds``."""
     import onnx
     import onnxruntime as ort
 
@@ -105,10 +105,17 @@ def input_maxima(
         probe.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
     )
     inputs = {i.name for i in session.get_inputs()}
-    maxima: dict[str, np.ndarray] = {}
     for feed in feeds:
-        wanted = {k: v for k, v in feed.items() if k in inputs}
-        for name, value in zip(tensors, session.run(list(tensors), wanted), strict=True):
+        yield session.run(list(tensors), {k: v for k, v in feed.items() if k in inputs})
+
+
+def input_maxima(
+    source: Path, tensors: Sequence[str], feeds: Iterable[dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """Per-channel max |value| of ``tensors`` (last axis) over runs of the graph on ``feeds``."""
+    maxima: dict[str, np.ndarray] = {}
+    for values in tensor_values(source, tensors, feeds):
+        for name, value in zip(tensors, values, strict=True):
             peak = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
             maxima[name] = np.maximum(maxima[name], peak) if name in maxima else peak
     return maxima
