@@ -2,10 +2,11 @@
 
 Drives the plain-Python :class:`serve_app.retrieval.retriever.Retriever` against an
 embedded PostgreSQL with the service's encoder, so retrieval changes can be measured
-on a busy machine in a minute or two. Vectors are cached on disk per model and text
-(``--cache``), so a second run embeds nothing. Settings overrides (``--set
-retrieval.fusion_alpha=0.5``) try variants without editing code. The number that
-counts stays the through-the-API one (``python -m loadtests.eval_retrieval``).
+on a busy machine in a minute or two. Vectors are cached on disk per model (and
+re-quantisation recipe) and text (``--cache``), so a second run embeds nothing.
+Settings overrides (``--set retrieval.fusion_alpha=0.5``) try variants without
+editing code. The number that counts stays the through-the-API one
+(``python -m loadtests.eval_retrieval``).
 
     python -m loadtests.eval_local --sets locomo
     python -m loadtests.eval_local --sets locomo --set retrieval.entity_weight=0
@@ -52,13 +53,22 @@ SLUG = "evallocal"
 TENANT = "eval"
 
 
+def _variant(model: str) -> str:
+    """The model and, for a re-quantised one, its recipe digest: a new recipe, new vectors."""
+    from models.requantize import RECIPES
+    from models.resolve import get_spec
+
+    mode = get_spec(model).requantize
+    return f"{model}-{mode}-{RECIPES[mode].digest()}" if mode else model
+
+
 class Vectors:
     """The service's encoder with an on-disk cache of (model, query?, text) -> vector."""
 
     def __init__(self, model: str, cache: Path) -> None:
         from models import load_encoder
 
-        self.model, self.dir = model, cache / model
+        self.model, self.dir = model, cache / _variant(model)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._encoder = None
         self._load = lambda: load_encoder(model, threads=1)
