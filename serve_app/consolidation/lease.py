@@ -22,14 +22,9 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store.records import Owner
+from serve_app.store.records import Owner, unclaimed
 
 log = logging.getLogger(__name__)
-
-
-def unclaimed(c: str = "") -> str:
-    """No live lease on the owner's consolidation_state row (``c``: alias prefix)."""
-    return f"({c}claimed_until IS NULL OR {c}claimed_until < now())"
 
 
 _WHO = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s"

@@ -17,10 +17,9 @@ from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.consolidation.lease import unclaimed
 from serve_app.store import history
 from serve_app.store.memory_index import using
-from serve_app.store.records import Owner, live
+from serve_app.store.records import Owner, live, unclaimed
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 

@@ -72,6 +72,12 @@ def live(alias: str = "") -> str:
     return f"({alias}expires_at IS NULL OR {alias}expires_at > now())"
 
 
+def unclaimed(alias: str = "") -> str:
+    """SQL for a row no live claim holds (``claimed_until`` unset or past): extraction's
+    claims on turns and consolidation's lease on an owner expire the same way."""
+    return f"({alias}claimed_until IS NULL OR {alias}claimed_until < now())"
+
+
 def column_list(columns: Sequence[str], alias: str | None = None) -> sql.Composed:
     """``a.c1, a.c2, ...`` as quoted identifiers (no column name is ever string-spliced)."""
     if alias is None:

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store import erasure
-from serve_app.store.records import Owner
+from serve_app.store.records import Owner, unclaimed
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,7 @@ _SESSION = "tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"
 
 def _claimable(t: str = "") -> str:
     """Not held by a live claim and not waiting out a retry backoff (``t``: alias prefix)."""
-    return (
-        f"({t}claimed_until IS NULL OR {t}claimed_until < now())"
-        f" AND ({t}retry_at IS NULL OR {t}retry_at <= now())"
-    )
+    return unclaimed(t) + f" AND ({t}retry_at IS NULL OR {t}retry_at <= now())"
 
 
 _CLAIMABLE = _claimable()
