@@ -191,6 +191,9 @@ class LifecycleSettings(BaseSettings):
     access_tracking: bool = True  # count what search/context return (batched, off the path)
     access_flush_s: float = 2.0  # how often the batched access counts are written
     access_max_pending: int = 100_000  # memories counted between flushes (more: dropped)
+    # Time to live (s) of a new memory per type when the write names none, JSON
+    # {"episodic": 2592000}; absent or 0: kept until deleted. Tenants override it.
+    retention_s: dict[str, float] = Field(default_factory=dict)
 
 
 class QuotaSettings(BaseSettings):
@@ -200,6 +203,8 @@ class QuotaSettings(BaseSettings):
 
     max_memories_per_user: int = 0
     max_memories_per_tenant: int = 0
+    max_facts_per_user: int = 0  # active fact keys (a new value of a key is free)
+    max_facts_per_tenant: int = 0
 
 
 class LLMSettings(BaseSettings):
@@ -247,6 +252,11 @@ class ExtractSettings(BaseSettings):
     compress_keep_window: int = Field(10, validation_alias=_env("MEMSERVE_COMPRESS_KEEP_WINDOW"))
     # Turns older than this are dropped once extracted.
     turn_ttl_hours: float = Field(72.0, validation_alias=_env("MEMSERVE_SESSION_TURN_TTL_HOURS"))
+    # Prompt guidance (mem0's names; tenants override). Categories: JSON {"name": "what"}.
+    custom_instructions: str = ""
+    includes: str = ""
+    excludes: str = ""
+    custom_categories: dict[str, str] = Field(default_factory=dict)
 
 
 class ConsolidateSettings(BaseSettings):
