@@ -8,7 +8,8 @@ The contract the app uses::
 spec asks for; ``load_encoder`` calls it, and a bootstrap may call it first.
 """
 
-from models.encoder import Encoder, load_encoder
+from models.encoder import Encoder
+from models.loader import load_encoder
 from models.requantize import RequantizeError, prepare_model
 from models.resolve import ChecksumMismatchError, ModelFileNotFoundError, get_spec
 from models.spec import BUILTIN_SPECS, FileRef, ModelSpec, ModelSpecError

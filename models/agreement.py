@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.encoder import Encoder, load_encoder
+from models.encoder import Encoder
+from models.session import open_encoder
 from models.spec import FileRef, ModelSpec
 
 #: Fixed passages: chat-like memories, short and long texts, punctuation,
@@ -79,10 +80,11 @@ def file_encoder(spec: ModelSpec, file: str | Path) -> Encoder:
     """A one-thread CPU encoder of ``spec`` that runs exactly ``file``.
 
     ``file`` is relative to the spec's directory or absolute; the copy of the
-    spec asks for no re-quantisation, so the file runs as it is.
+    spec asks for no re-quantisation and :func:`models.session.open_encoder` does
+    none, so the file runs as it is (and this module needs no re-quantiser).
     """
     variant = dataclasses.replace(spec, onnx=(FileRef(str(file)),), onnx_gpu=(), requantize=None)
-    return load_encoder(variant, device="cpu", threads=1)
+    return open_encoder(variant, device="cpu", threads=1)
 
 
 def compare(spec: ModelSpec, file_a: str | Path, file_b: str | Path) -> tuple[float, float]:

@@ -1,11 +1,12 @@
 """Sentence encoder on ONNX Runtime + Hugging Face tokenizers (no torch at run time).
 
-Plain Python, no Ray: :mod:`deployments.embedder` wraps it for Serve.
+Plain Python, no Ray: :mod:`deployments.embedder` wraps it for Serve. Building one from
+files is :mod:`models.session` (a graph as it is) and :mod:`models.loader` (a spec, its
+verified int8 copy included); this module imports neither, so both can import it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -16,10 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from models.batching import plan_batches, spread_batches
-from models.resolve import get_spec, resolve_onnx, resolve_tokenizer
 from models.spec import ModelSpec, Pooling
-
-log = logging.getLogger(__name__)
 
 Device = Literal["auto", "cpu", "cuda"]
 CPU_EP = "CPUExecutionProvider"
@@ -260,94 +258,3 @@ class Encoder:
         """Run a short and a full-length batch so the first request pays no allocation."""
         self.encode(["warm-up"] * 4)
         self.encode(["warm " * self.spec.max_tokens] * 2, is_query=True)
-
-
-def load_encoder(
-    name_or_dir: str | os.PathLike[str] | ModelSpec,
-    device: str = "auto",
-    threads: int | None = None,
-    *,
-    models_dir: Path | None = None,
-    max_batch_tokens: int | None = None,
-    max_batch_size: int = 64,
-    spinning: bool | None = None,
-    parallel_runs: bool = True,
-) -> Encoder:
-    """Build an :class:`Encoder` from a spec name, a model directory or a spec.
-
-    Files are resolved and sha256-checked (see :mod:`models.resolve`); nothing
-    is downloaded. On CPU a spec with ``requantize`` runs its verified int8 copy
-    from the models cache, built on first use (:func:`models.requantize.prepare_model`).
-    ``threads`` defaults to the CPUs this process may use.
-    ``max_batch_tokens`` (padded tokens per run) defaults to
-    :data:`CPU_BATCH_TOKENS` on CPU and :data:`GPU_BATCH_TOKENS` on CUDA.
-    ``spinning=False`` stops idle ONNX Runtime threads from busy-waiting, which
-    leaves the CPU to the replica's event loop and to other processes.
-    On CPU the ``threads`` run sub-batches side by side on a single-threaded
-    session (see :class:`Encoder`); ``parallel_runs=False`` gives them to ONNX
-    Runtime's intra-op pool instead (one run at a time, as on CUDA).
-    """
-    import onnxruntime as ort
-    from tokenizers import Tokenizer
-
-    spec = (
-        name_or_dir
-        if isinstance(name_or_dir, ModelSpec)
-        else get_spec(name_or_dir, models_dir=models_dir)
-    )
-    providers = select_providers(device, ort.get_available_providers(), gpu_visible())
-    on_gpu = providers[0] != CPU_EP
-    if spec.requantize is not None and not on_gpu:
-        from models.requantize import prepare_model  # imports this module
-
-        spec = prepare_model(spec, models_dir=models_dir)
-    onnx_path = resolve_onnx(spec, gpu=on_gpu, models_dir=models_dir)
-    tokenizer_path = resolve_tokenizer(spec, models_dir=models_dir)
-
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    tokenizer.no_padding()  # we pad per length-sorted sub-batch ourselves
-    tokenizer.enable_truncation(max_length=spec.max_tokens)
-
-    cpus = int(threads) if threads else default_threads()
-    parallel = cpus if parallel_runs and not on_gpu else 1
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.intra_op_num_threads = 1 if parallel > 1 else cpus
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    if spinning is not None:
-        flag = "1" if spinning else "0"
-        options.add_session_config_entry("session.intra_op.allow_spinning", flag)
-    session = ort.InferenceSession(str(onnx_path), sess_options=options, providers=providers)
-    used = session.get_providers()
-    actual = "cuda" if CUDA_EP in used else "cpu"
-    if device == "cuda" and actual != "cuda":
-        raise DeviceUnavailableError(f"CUDA requested but ONNX Runtime runs on {used}")
-    if on_gpu and actual != "cuda":
-        log.warning("CUDA EP could not start for %s; running on CPU", spec.name)
-    if actual == "cuda" and ("int8" in onnx_path.name or "quantized" in onnx_path.name):
-        log.warning(
-            "%s runs an int8 (CPU-oriented) graph on CUDA; export an fp16 graph for GPUs: "
-            "python -m models export <checkpoint> --fp16",
-            spec.name,
-        )
-    log.info(
-        "encoder %s on %s (%s), %d threads, %d parallel runs",
-        spec.name,
-        actual,
-        onnx_path,
-        cpus,
-        parallel,
-    )
-    return Encoder(
-        spec,
-        session,
-        tokenizer,
-        device=actual,
-        max_batch_tokens=max_batch_tokens
-        or (GPU_BATCH_TOKENS if actual == "cuda" else CPU_BATCH_TOKENS),
-        max_batch_size=max_batch_size,
-        onnx_path=onnx_path,
-        parallel=parallel,
-    )
