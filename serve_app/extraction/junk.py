@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from serve_app.text import normalize
 
@@ -60,6 +61,7 @@ class Turn:
     role: str
     content: str
     turn_index: int = 0
+    occurred_at: datetime | None = None  # when it was said (the prompt shows the day)
 
 
 def clean_turns(turns: Sequence[Turn]) -> list[Turn]:
@@ -70,5 +72,5 @@ def clean_turns(turns: Sequence[Turn]) -> list[Turn]:
             continue
         content = strip_context(t.content)
         if content:
-            out.append(Turn(t.role, content, t.turn_index))
+            out.append(replace(t, content=content))
     return out

@@ -7,6 +7,8 @@ LLM) can tell the two kinds of call apart.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.junk import Turn
@@ -44,10 +46,18 @@ one of identity, preference, constraint, instruction and a short snake_case
 key (name, location, language, diet, timezone, ...). Use the same key for the
 same attribute; a new value for a key replaces the old one.
 
+Dates: the conversation gives the session's date and the day each turn was said.
+Resolve every relative date against the day of its turn and write the date itself
+("last Tuesday" said on Thu 2026-11-19 becomes "on 2026-11-17"); never store
+"yesterday", "next week" or a weekday alone. "valid_from" (YYYY-MM-DD, optional) is
+when a memory or fact became true if the conversation says so ("I moved here in
+March 2024" -> "2024-03-01"); leave it out otherwise (the turn's day is used).
+
 Answer with one JSON object and nothing else:
 {{"memories": [{{"type": "...", "content": "...", "importance": 0.0, "confidence": 0.0,
-"tags": ["..."]}}], "facts": [{{"category": "...", "key": "...", "value": "...",
-"confidence": 0.0, "importance": 0.0}}]}}
+"tags": ["..."], "valid_from": "YYYY-MM-DD"}}], "facts": [{{"category": "...",
+"key": "...", "value": "...", "confidence": 0.0, "importance": 0.0,
+"valid_from": "YYYY-MM-DD"}}]}}
 Either list may be empty. A fact's importance (0..1) says how much it should shape
 every answer (a name, a diet or a standing instruction: high; trivia: low)."""
 
@@ -60,12 +70,32 @@ was not said.
 Answer with one JSON object and nothing else: {{"summary": "..."}}"""
 
 
+def day(when: datetime) -> str:
+    """``Thu 2026-11-19``: the weekday lets the model resolve "last Tuesday"."""
+    return when.astimezone(UTC).strftime("%a %Y-%m-%d")
+
+
 def format_turns(turns: Sequence[Turn]) -> str:
-    return "\n".join(f"[{t.turn_index}] {t.role}: {t.content}" for t in turns)
+    """``[n] role: text``, with the day in front whenever it differs from the turn
+    before (each turn's date at the cost of one date per day, not per turn)."""
+    lines, shown = [], None
+    for t in turns:
+        when = day(t.occurred_at) if t.occurred_at is not None else None
+        stamp = f"({when}) " if when is not None and when != shown else ""
+        shown = when or shown
+        lines.append(f"[{t.turn_index}] {stamp}{t.role}: {t.content}")
+    return "\n".join(lines)
+
+
+def session_date(turns: Sequence[Turn]) -> datetime | None:
+    """The conversation's "today": the day of its latest dated turn."""
+    return max((t.occurred_at for t in turns if t.occurred_at is not None), default=None)
 
 
 def extraction_user_prompt(turns: Sequence[Turn]) -> str:
-    return "Conversation:\n" + format_turns(turns)
+    today = session_date(turns)
+    head = f"Session date: {day(today)}\n" if today is not None else ""
+    return head + "Conversation:\n" + format_turns(turns)
 
 
 def summary_user_prompt(turns: Sequence[Turn]) -> str:
@@ -91,13 +121,14 @@ def chunk_turns(
     so "context too long" cannot happen by construction."""
     per_turn = max(16, min(max_turn_tokens, max_prompt_tokens - 16))
     chunks: list[list[Turn]] = [[]]
-    used = count_tokens("Conversation:")
+    head = count_tokens("Session date: Thu 2026-11-19\nConversation:")
+    used = head
     for t in turns:
-        t = Turn(t.role, truncate_tokens(t.content, per_turn), t.turn_index)
+        t = replace(t, content=truncate_tokens(t.content, per_turn))
         cost = count_tokens(format_turns([t])) + 1
         if chunks[-1] and used + cost > max_prompt_tokens:
             chunks.append([])
-            used = count_tokens("Conversation:")
+            used = head
         chunks[-1].append(t)
         used += cost
     return [c for c in chunks if c]

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.retrieval.lexical import or_tsquery, parse_tsvector
 from serve_app.retrieval.query import SearchQuery, item_filters
-from serve_app.store.records import MEMORY_COLUMNS, column_list, live
+from serve_app.store.records import MEMORY_COLUMNS, column_list, live, valid
 from serve_app.store.vectors import table_name
 
 _ITEM_COLS = column_list(MEMORY_COLUMNS, "i")
@@ -111,7 +111,8 @@ class PgVectorSearch:
         return probe
 
     async def load_owner(self, tenant_id: str, owner: str) -> OwnerRows:
-        """The owner's active rows, vectors and lexemes with the version of the same snapshot."""
+        """The owner's active rows valid now, vectors and lexemes with the version of the
+        same snapshot (retiring a memory bumps the version, so no stale entry survives)."""
         key = {"tenant_id": tenant_id, "owner": owner}
         async with self.pool.connection() as conn:
             await conn.set_isolation_level(3)  # REPEATABLE READ: one snapshot for both reads
@@ -131,6 +132,8 @@ class PgVectorSearch:
                             " AND i.status = 'active'"
                             " AND "
                             + live("i.")
+                            + " AND "
+                            + valid("i.")
                             + " ORDER BY i.seq"  # write order: neighbours are context
                         ).format(cols=_ITEM_COLS, v=self.vectors),
                         key,

@@ -9,7 +9,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from serve_app.store.records import live
+from serve_app.store.records import live, valid
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,19 @@ class SearchQuery:
     # e.g. (user_id, "@agent:a1", "@org") searches their union.
     owners: tuple[str, ...] = ()
     include_archived: bool = False  # archived memories too (never cached: answered cold)
+    # Validity (event time): by default only memories valid now; ``as_of`` those valid
+    # then; ``include_invalidated`` retired ones too (audits). Either is answered cold.
+    as_of: datetime | None = None
+    include_invalidated: bool = False
 
     @property
     def owner_keys(self) -> tuple[str, ...]:
         return self.owners or (self.user_id,)
+
+    @property
+    def current(self) -> bool:
+        """Asks for what is valid now (what the hot cache holds)."""
+        return self.as_of is None and not self.include_invalidated
 
     @property
     def filtered(self) -> bool:
@@ -54,7 +63,8 @@ def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, dict
 
     Named parameters (``%(tenant_id)s``, ``%(owners)s``, ...) so a caller can merge them
     with its own; a name used again elsewhere in the statement must carry the same value.
-    ``owner`` is the generated owner-key column of migration 0004.
+    ``owner`` is the generated owner-key column of migration 0004. Date filters compare
+    event time (``valid_from``) where it is known, else the created time.
     """
     a = sql.Identifier(alias)
     parts: list[sql.Composable] = [
@@ -64,16 +74,25 @@ def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, dict
         sql.SQL(live(f"{alias}.")),
     ]
     params: dict[str, Any] = {"tenant_id": q.tenant_id, "owners": list(q.owner_keys)}
+    if q.as_of is not None:
+        parts.append(sql.SQL(valid(f"{alias}.", "%(as_of)s")))
+        params["as_of"] = q.as_of
+    elif not q.include_invalidated:
+        parts.append(sql.SQL(valid(f"{alias}.")))
+    event_time = f"coalesce({alias}.valid_from, {alias}.created_at)"
     for name, column, op, value in (
         ("types", "type", "= ANY(%(types)s)", list(q.types) if q.types else None),
         ("tags", "tags", "&& %(tags)s", list(q.tags) if q.tags else None),
         ("agent_id", "agent_id", "= %(agent_id)s", q.agent_id),
         ("session_id", "session_id", "= %(session_id)s", q.session_id),
-        ("created_after", "created_at", ">= %(created_after)s", q.created_after),
+        ("created_after", None, ">= %(created_after)s", q.created_after),
         ("metadata", "metadata", "@> %(metadata)s", Jsonb(q.metadata) if q.metadata else None),
-        ("created_before", "created_at", "< %(created_before)s", q.created_before),
+        ("created_before", None, "< %(created_before)s", q.created_before),
     ):
         if value is not None:
-            parts.append(sql.SQL("{}.{} " + op).format(a, sql.Identifier(column)))
+            if column is None:  # a date filter: event time
+                parts.append(sql.SQL(event_time + " " + op))
+            else:
+                parts.append(sql.SQL("{}.{} " + op).format(a, sql.Identifier(column)))
             params[name] = value
     return sql.SQL(" AND ").join(parts), params

@@ -84,8 +84,9 @@ class Retriever:
             want_terms=want_lex,
             allowed_cap=self.c.filter_max_ids if self.cache.enabled else 0,
         )
-        # The cache holds active memories only: archived ones are searched in PostgreSQL.
-        hot = self.cache.enabled and not q.include_archived
+        # The cache holds active memories valid now: archived ones, retired ones and
+        # another time's (as_of) are searched in PostgreSQL.
+        hot = self.cache.enabled and not q.include_archived and q.current
         entries = await self._entries(q, probe) if hot else None
         if entries is not None:
             self.metrics.lookup("hot")
@@ -297,6 +298,8 @@ class Retriever:
                 continue
             if row["expires_at"] is not None and row["expires_at"] <= now:
                 continue  # expired since it was cached (expiry bumps no version)
+            if q.current and row["valid_until"] is not None and row["valid_until"] <= now:
+                continue  # a planned end of validity passed since it was cached
             row = dict(row)
             row["similarity"] = sims.get(i)
             row["relevance"] = relevance[i]

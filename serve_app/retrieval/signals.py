@@ -6,9 +6,10 @@ kept in the cache entry next to its vectors and BM25 postings:
 - entities: proper nouns of each memory (:func:`serve_app.text.entity_candidates`),
   as postings name -> rows, so a query naming "Caroline" or "Becoming Nicole" scores
   every memory naming it in one lookup, weighted by rarity (idf);
-- referenced time: the day a memory talks about, from ``metadata.session_date``
-  (when it was said) or the created time, shifted by a relative expression in the
-  text ("last year", "two weeks ago"), see :mod:`serve_app.retrieval.temporal`;
+- referenced time: the day a memory talks about, from its event time ``valid_from``,
+  ``metadata.session_date`` (when it was said) or the created time, shifted by a
+  relative expression in the text ("last year", "two weeks ago"), see
+  :mod:`serve_app.retrieval.temporal`;
 - session group: ``session_id``, else ``metadata.session_date``'s day; memories of
   unrelated documents have none, so nothing groups them.
 """

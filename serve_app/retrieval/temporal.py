@@ -1,7 +1,9 @@
 """Time in retrieval: when a memory was said, the day it refers to, what a question asks.
 
-A memory's *said* day is ``metadata.session_date`` (ISO 8601, when the conversation
-took place, as a chat platform records it) or else its created time. Its *referenced*
+A memory's *said* day is its event time ``valid_from`` (the date of the turn it was
+extracted from, or a date the client or the model gave), else ``metadata.session_date``
+(ISO 8601, when the conversation took place, as a chat platform records it), else its
+created time. Its *referenced*
 day shifts that by a relative expression in the text: "last year" said on 2023-05-08
 refers to about 2022-05-08. A question asks about time when it says "when", names a
 period ("in 2022", "in May 2023") or asks for the latest ("recently", "last time");
@@ -55,7 +57,11 @@ def day_number(d: date) -> float:
 
 
 def said_day(row: dict[str, Any]) -> float:
-    """``metadata.session_date`` as a day number, else the created time's; NaN if neither."""
+    """Event time (``valid_from``) as a day number, else ``metadata.session_date``'s,
+    else the created time's; NaN if none."""
+    event = row.get("valid_from")
+    if isinstance(event, datetime):
+        return day_number(event.astimezone(UTC).date())
     when = (row.get("metadata") or {}).get("session_date")
     if isinstance(when, str):
         try:

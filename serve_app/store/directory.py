@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.history import HISTORY_COLUMNS
-from serve_app.store.records import MEMORY_COLUMNS, Owner, column_list, live
+from serve_app.store.records import MEMORY_COLUMNS, Owner, column_list, live, valid
 
 _LIVE = live()
 _MAX_OFFSET = 2**62
@@ -58,8 +58,8 @@ class MemoryDirectory:
         agent_id: str | None = None,
         session_id: str | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
-        """The owner's live memories (None: the tenant's shared ones), newest first, from
-        ``offset``, and how many the whole list holds: one statement.
+        """The owner's live memories valid now (None: the tenant's shared ones), newest
+        first, from ``offset``, and how many the whole list holds: one statement.
 
         A page that ends the list gives the count (offset + its rows); only a page with
         more after it, or one past the end, counts the list (mem0's numbered pages).
@@ -67,6 +67,7 @@ class MemoryDirectory:
         where = [
             sql.SQL("tenant_id = %(tenant_id)s"),
             sql.SQL(_LIVE),
+            sql.SQL(valid()),
             sql.SQL("user_id IS NULL" if owner.user_id is None else "user_id = %(user_id)s"),
         ]
         params: dict[str, Any] = {

@@ -1,5 +1,7 @@
 """Lookups over ``memory_items`` for write decisions (extraction's dedup and junk guard).
 
+Only memories valid now count: a retired memory is history, not a duplicate.
+
 Dedup is exact normalised hash, then embedding similarity. Lookups go straight
 to PostgreSQL (the source of truth), not a cache: a write decision must see
 every memory of the user, including ones written a moment ago.
@@ -17,7 +19,7 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store.records import Owner, column_list, live
+from serve_app.store.records import Owner, column_list, live, valid
 from serve_app.store.vectors import table_name
 from serve_app.text import dedupe_hash
 
@@ -62,7 +64,7 @@ NEAREST_SQL = (
     "WITH mine AS MATERIALIZED (SELECT {cols}, v.embedding <=> %(vec)s AS distance"
     " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
     " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
-    " AND i.status = 'active' AND " + live("i.") + "{tf})"
+    " AND i.status = 'active' AND " + live("i.") + " AND " + valid("i.") + "{tf})"
     " SELECT *, 1 - distance AS similarity FROM mine ORDER BY distance LIMIT %(k)s"
 )
 
@@ -72,7 +74,7 @@ BEST_SQL = (
     "WITH mine AS MATERIALIZED (SELECT v.embedding"
     " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
     " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
-    " AND i.status = 'active' AND " + live("i.") + ")"
+    " AND i.status = 'active' AND " + live("i.") + " AND " + valid("i.") + ")"
     " SELECT q.ord, 1 - (SELECT min(m.embedding <=> q.vec) FROM mine m) AS similarity"
     " FROM unnest(%(vecs)s::vector[]) WITH ORDINALITY AS q(vec, ord) ORDER BY q.ord"
 )
@@ -94,7 +96,7 @@ class MemoryIndex:
                 "SELECT id FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s"
                 " AND (dedupe_hash = %(hash)s OR data->'aliases' ? %(hash)s)"
-                " AND status = 'active' AND " + live() + " LIMIT 1",
+                " AND status = 'active' AND " + live() + " AND " + valid() + " LIMIT 1",
                 {
                     "tenant_id": owner.tenant_id,
                     "user_id": owner.user_id,
@@ -173,7 +175,11 @@ class MemoryIndex:
             cur = await conn.execute(
                 "SELECT content FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s AND status = 'active' AND source <> 'turn'"
-                " AND " + live() + " ORDER BY importance DESC, updated_at DESC LIMIT %(limit)s",
+                " AND "
+                + live()
+                + " AND "
+                + valid()
+                + " ORDER BY importance DESC, updated_at DESC LIMIT %(limit)s",
                 {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "limit": limit},
             )
             return [r["content"] for r in await cur.fetchall()]

@@ -37,6 +37,11 @@ class NewMemory:
     confidence: float = 1.0
     source: str = "api"
     expires_at: datetime | None = None
+    # Event time: when what it states became true (None: unknown, reads use created_at).
+    valid_from: datetime | None = None
+    # Ids of the owner's memories this one retires (their valid_until becomes its
+    # valid_from or now, their superseded_by its id), in the same statement as the add.
+    supersedes: list[Any] = field(default_factory=list)
 
 
 # The memory_items columns every read returns (and the API shows).
@@ -60,6 +65,10 @@ MEMORY_COLUMNS: tuple[str, ...] = (
     "status",  # active | archived (archived: out of search and context)
     "access_count",  # times returned by search/context (batched, see services.access)
     "last_accessed_at",
+    "valid_from",  # event time: when it became true (None: unknown, see ``valid``)
+    "valid_until",  # when it stopped being true (None: still valid); retired, not deleted
+    "supersedes",  # ids this memory retired
+    "superseded_by",  # the memory that retired this one
 )
 
 
@@ -70,6 +79,20 @@ def live(alias: str = "") -> str:
     expiry cannot be forgotten in one of them.
     """
     return f"({alias}expires_at IS NULL OR {alias}expires_at > now())"
+
+
+def valid(alias: str = "", at: str | None = None) -> str:
+    """SQL for a memory (or fact) row that is true now, or at timestamp ``at`` (a SQL
+    expression such as ``"%(as_of)s"``).
+
+    Now: not retired (``valid_until`` unset or still ahead). At a past time: it had
+    become true by then (``valid_from``, unknown: ``created_at``) and was not retired
+    yet. The one spelling of validity for lists, searches, cache loads and dedup.
+    """
+    until = f"({alias}valid_until IS NULL OR {alias}valid_until > {at or 'now()'})"
+    if at is None:
+        return until
+    return f"(coalesce({alias}valid_from, {alias}created_at) <= {at} AND {until})"
 
 
 def unclaimed(alias: str = "") -> str:

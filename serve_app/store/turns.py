@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from psycopg.errors import UniqueViolation
@@ -75,11 +76,11 @@ WITH base AS (
     FROM session_turns WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s
 ), ins AS (
     INSERT INTO session_turns (tenant_id, user_id, session_id, agent_id, turn_index, role,
-                               content, expires_at, meta)
+                               content, expires_at, meta, occurred_at)
     SELECT %(t)s, %(u)s, %(s)s, %(agent)s, base.n + m.ord, m.role, m.content,
-           now() + %(ttl)s::interval, %(meta)s
-    FROM base, unnest(%(roles)s::text[], %(contents)s::text[])
-         WITH ORDINALITY AS m(role, content, ord)
+           now() + %(ttl)s::interval, %(meta)s, coalesce(m.occurred_at, now())
+    FROM base, unnest(%(roles)s::text[], %(contents)s::text[], %(occurred)s::timestamptz[])
+         WITH ORDINALITY AS m(role, content, occurred_at, ord)
     RETURNING role
 ), reopen AS (  -- a data-modifying CTE runs to completion even though nothing reads it
     UPDATE session_state SET ended_at = NULL, updated_at = now()
@@ -110,8 +111,12 @@ class TurnStore:
         agent_id: str | None,
         ttl_hours: float,
         meta: dict[str, Any] | None = None,
+        occurred_at: Sequence[datetime | None] | None = None,
     ) -> Appended:
         """Append (role, content) messages with consecutive turn indexes.
+
+        ``occurred_at``: when each message was said (the client's clock, per message;
+        None: the server's), shown to extraction so relative dates can be resolved.
 
         One statement (one round trip: this is the chat path): next indexes, the
         insert, the pending count (extraction's trigger) and re-opening an ended
@@ -120,12 +125,15 @@ class TurnStore:
         """
         roles = [r for r, _ in messages]
         contents = [c for _, c in messages]
+        occurred = list(occurred_at) if occurred_at is not None else [None] * len(messages)
+        if len(occurred) != len(messages):
+            raise ValueError(f"{len(messages)} messages but {len(occurred)} occurred_at")
         for attempt in range(5):
             try:
                 async with self.pool.connection() as conn:
                     cur = await conn.execute(_APPEND_SQL, key.params(
                         agent=agent_id, roles=roles, contents=contents,
-                        ttl=f"{ttl_hours} hours", meta=Jsonb(meta or {}),
+                        ttl=f"{ttl_hours} hours", meta=Jsonb(meta or {}), occurred=occurred,
                     ))  # fmt: skip
                     row = await cur.fetchone()
                 break
@@ -175,7 +183,7 @@ class TurnStore:
                 + " AND extracted_at IS NULL AND " + _CLAIMABLE
                 + " ORDER BY turn_index LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
                 " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta,"
-                " claim_token, now() AS read_at",
+                " claim_token, occurred_at, now() AS read_at",
                 key.params(lease=lease_s, limit=limit),
             )  # fmt: skip
             rows = await cur.fetchall()
@@ -263,7 +271,8 @@ class TurnStore:
         """Turns not yet summarised, oldest first (extracted ones only: extraction goes first)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id, turn_index, role, content, extracted_at, dead_at, now() AS read_at"
+                "SELECT id, turn_index, role, content, extracted_at, dead_at, occurred_at,"
+                " now() AS read_at"
                 " FROM session_turns WHERE " + _SESSION + " AND compressed_at IS NULL"
                 " ORDER BY turn_index",
                 key.params(),
