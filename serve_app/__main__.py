@@ -1,4 +1,4 @@
-"""Command line: `python -m serve_app run|migrate|create-key|stop-db|mcp|export|import`."""
+"""Command line: `python -m serve_app run|migrate|create-key|tenant|stop-db|mcp|export|import`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import asyncio
 
 from serve_app.cli import portability as portability_cli
+from serve_app.cli import tenants as tenants_cli
 from serve_app.mcp import stdio as mcp_cli
 from serve_app.settings import get_settings
 
@@ -22,6 +23,7 @@ def main() -> None:
     key.add_argument("--user-id", default=None)
     mcp_cli.add_parser(sub)
     portability_cli.add_parsers(sub)
+    tenants_cli.add_parsers(sub)
     args = parser.parse_args()
 
     if args.command == "run":
@@ -43,6 +45,8 @@ def main() -> None:
         mcp_cli.main(args)
     elif args.command in ("export", "import"):
         portability_cli.main(args)
+    elif args.command == "tenant":
+        tenants_cli.main(args)
 
 
 def _dsn() -> str:

@@ -1,0 +1,97 @@
+"""/v1/admin/tenant/settings: the admin key's own tenant's settings, and their history.
+
+GET shows the overrides the tenant set, its version, and the effective document
+(the environment's defaults with the overrides on top). PUT replaces the overrides;
+PATCH is a JSON merge patch of them (null: back to the environment's value). Both
+validate strictly (422 naming the field), take an optional ``If-Match: "<version>"``
+(409 when the settings moved on), record who changed what in the history, and reach
+every replica at once (NOTIFY).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Header, Query
+from pydantic import BaseModel
+
+from serve_app.api.admin import Admin
+from serve_app.api.deps import Svc
+from serve_app.api.memories import parse_if_match
+from serve_app.tenancy import TenantSettings
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/admin/tenant", tags=["admin"])
+IfMatch = Annotated[str | None, Header(description='the settings version: "3"')]
+
+
+class TenantSettingsView(BaseModel):
+    tenant_id: str
+    version: int  # 0: never changed (the environment's values throughout)
+    updated_at: datetime | None
+    updated_by: UUID | None  # the admin key; None: the operator's CLI
+    settings: dict[str, Any]  # what the tenant set
+    effective: TenantSettings  # what applies: the environment's values with those on top
+
+
+class SettingsChange(BaseModel):
+    version: int
+    changed_at: datetime
+    changed_by: UUID | None
+    actor: str
+    changes: list[dict[str, Any]]  # [{"field": "quotas.max_memories_per_user", "old", "new"}]
+    old: dict[str, Any]
+    new: dict[str, Any]
+
+
+class SettingsHistory(BaseModel):
+    changes: list[SettingsChange]
+
+
+@router.get("/settings", response_model=TenantSettingsView)
+async def get_settings(caller: Admin, services: Svc):
+    return await services.tenants.read(caller.tenant_id)
+
+
+@router.put("/settings", response_model=TenantSettingsView)
+async def put_settings(
+    caller: Admin, services: Svc, body: Annotated[TenantSettings, Body()], if_match: IfMatch = None
+):
+    """Replace the tenant's overrides with ``body`` (what it leaves out: the environment's)."""
+    doc = body.model_dump(exclude_none=True)
+    out = await services.tenants.replace(
+        caller.tenant_id, doc, caller, parse_if_match(if_match, None)
+    )
+    log.info("tenant %s settings replaced by %s (v%d)", caller.tenant_id, caller.key_id,
+             out["version"])  # fmt: skip
+    return out
+
+
+@router.patch("/settings", response_model=TenantSettingsView)
+async def patch_settings(
+    caller: Admin, services: Svc, body: Annotated[dict[str, Any], Body()], if_match: IfMatch = None
+):
+    """A JSON merge patch (RFC 7386) of the overrides: ``{"quotas": {"max_memories_per_user":
+    100}}`` sets one value, ``null`` returns a value (or a group) to the environment's."""
+    out = await services.tenants.patch(
+        caller.tenant_id, body, caller, parse_if_match(if_match, None)
+    )
+    log.info("tenant %s settings patched by %s (v%d)", caller.tenant_id, caller.key_id,
+             out["version"])  # fmt: skip
+    return out
+
+
+@router.get("/settings/history", response_model=SettingsHistory)
+async def settings_history(
+    caller: Admin,
+    services: Svc,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    before: Annotated[int | None, Query(ge=1, description="versions older than this")] = None,
+):
+    """Every change, newest first: who (the admin key, or ``cli``), when, and each field's
+    old and new value."""
+    rows = await services.tenants.history(caller.tenant_id, limit=limit, before_version=before)
+    return {"changes": rows}
