@@ -24,7 +24,7 @@ CREATE TABLE tenant_settings_history (
     version     bigint NOT NULL,
     changed_at  timestamptz NOT NULL DEFAULT now(),
     changed_by  uuid,
-    actor       text NOT NULL,  -- the key's prefix, or 'cli'
+    actor       text NOT NULL,  -- 'admin:<key id>', or 'cli' (python -m serve_app)
     old_settings jsonb NOT NULL,
     new_settings jsonb NOT NULL
 );
