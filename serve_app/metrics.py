@@ -69,6 +69,14 @@ EXTRACT_SUCCESSES = _c("extract_successes", (), "Extractions that were stored.")
 EXTRACT_ERRORS = _c("extract_errors", ("kind",), "Failed extractions by kind (turns stay queued).")
 EXTRACT_MEMORIES = _c("extract_memories", _OUTCOME, "Extracted memories by outcome.")
 EXTRACT_FACTS = _c("extract_facts", _OUTCOME, "Extracted facts by outcome.")
+RECONCILE_DECISIONS = _c(
+    "reconcile_decisions", _OUTCOME, "Reconcile decisions applied (add, update, invalidate, ...)."
+)
+RECONCILE_REJECTED = _c(
+    "reconcile_rejected_aliases",
+    ("reason",),
+    "Decisions ignored: alias not shown (unknown) or naming another owner's row (foreign).",
+)
 CONSOLIDATE_OUTCOMES = _c(
     "consolidate_outcomes", _OUTCOME, "Consolidation work by outcome (merged, insights, ...)."
 )
@@ -220,6 +228,8 @@ class ExtractionMetrics(MetricSet):
         self.errors = self.add(LocalCounter(EXTRACT_ERRORS))
         self.memories = self.add(LocalCounter(EXTRACT_MEMORIES))
         self.facts = self.add(LocalCounter(EXTRACT_FACTS))
+        self.decisions = self.add(LocalCounter(RECONCILE_DECISIONS))
+        self.rejected_aliases = self.add(LocalCounter(RECONCILE_REJECTED))
         self.latency = self.add(LocalHistogram(EXTRACT_LATENCY_MS))
 
     def attempt(self) -> None:
@@ -243,6 +253,16 @@ class ExtractionMetrics(MetricSet):
     def fact(self, outcome: str) -> None:
         self.counts[f"facts_{outcome}"] += 1
         self.facts.inc((outcome,))
+
+    def decision(self, outcome: str) -> None:
+        """One reconcile decision's outcome (add, update, invalidate, noop, conflict, ...)."""
+        self.counts[f"reconcile_{outcome}"] += 1
+        self.decisions.inc((outcome,))
+
+    def rejected(self, reason: str) -> None:
+        """An alias the model answered that was not shown (unknown) or is not the owner's."""
+        self.counts[f"reconcile_rejected_{reason}"] += 1
+        self.rejected_aliases.inc((reason,))
 
 
 class ConsolidationMetrics(MetricSet):

@@ -231,6 +231,8 @@ class HistoryEvent(BaseModel):
     new_content: str | None
     actor: str | None
     created_at: datetime
+    # Why (extraction's reconcile): decision, the model's reason, source turns, chain ids.
+    new_data: dict[str, Any] | None = None
 
 
 class HistoryResponse(BaseModel):

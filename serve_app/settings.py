@@ -245,6 +245,14 @@ class ExtractSettings(BaseSettings):
     scan_interval_s: float = 10.0  # re-scan of the durable queue (pending turns)
     idle_s: float = 300.0  # pending turns this old are extracted below N
     lease_s: float = 180.0  # claim on turns being extracted (crash recovery)
+    # Reconcile on write (serve_app/extraction/reconcile.py): the extraction prompt shows
+    # the owner's nearest live memories and facts under aliases; off: today's prompt.
+    reconcile: bool = True
+    reconcile_per_turn: int = 5  # nearest memories per user turn (dense, and lexical)
+    reconcile_max_memories: int = 12  # shown in one prompt, deduplicated
+    reconcile_max_facts: int = 8
+    reconcile_max_tokens: int = 400  # the known block's budget in the prompt
+    reconcile_min_similarity: float = 0.2  # weaker dense neighbours are not shown
     # Uncompressed turns that trigger an episodic summary; newest turns left out of it.
     compress_every_m_turns: int = Field(
         20, validation_alias=_env("MEMSERVE_COMPRESS_EVERY_M_TURNS")

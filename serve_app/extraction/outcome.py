@@ -18,6 +18,8 @@ class Outcome:
     summaries: int = 0
     junk_dropped: int = 0
     error: str | None = None
+    # mem0's event list: {id, memory, event: ADD|UPDATE|DELETE|NONE, previous_memory?}
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -36,4 +38,5 @@ class Outcome:
             summaries=self.summaries + other.summaries,
             junk_dropped=self.junk_dropped + other.junk_dropped,
             error=other.error,
+            events=self.events + other.events,
         )

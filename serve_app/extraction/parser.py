@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
 FACT_CATEGORIES = ("identity", "preference", "constraint", "instruction")
@@ -21,11 +22,32 @@ _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 # NUL (PostgreSQL text cannot hold it) and the other C0 controls except tab/newline.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 MAX_TAG_CHARS = 64
+MAX_REASON_CHARS = 300
+# Reconcile events (serve_app/extraction/reconcile.py); mem0's names are accepted too.
+EVENTS = ("ADD", "UPDATE", "INVALIDATE", "NOOP")
+_EVENT_SYNONYMS = {"DELETE": "INVALIDATE", "NONE": "NOOP"}
 
 
 def clean_text(value: str, limit: int) -> str:
     """An LLM-produced string made safe to store: no control characters, at most ``limit``."""
     return _CONTROL.sub("", value).strip()[:limit].strip()
+
+
+def event_time(value: Any) -> datetime | None:
+    """A model-given date (``valid_from``) or None: ISO 8601 date or date-time, naive read
+    as UTC, years 1900..now+10. Anything else ("last Tuesday") is dropped, not fatal:
+    the memory then takes its source turn's date."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    if not 1900 <= when.year <= datetime.now(UTC).year + 10:
+        return None
+    return when
 
 
 class BadOutput(ValueError):
@@ -34,10 +56,67 @@ class BadOutput(ValueError):
 
 class ExtractedMemory(BaseModel):
     type: Literal["fact", "semantic", "preference", "procedural", "episodic", "insight"]
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    content: str = Field(default="", max_length=MAX_CONTENT_CHARS)
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
     tags: list[str] = Field(default_factory=list, max_length=16)
+    # When it became true, if the conversation says (else: its source turn's date).
+    valid_from: datetime | None = None
+    # Reconcile (only when the prompt listed known memories): what to do with them.
+    event: Literal["ADD", "UPDATE", "INVALIDATE", "NOOP"] = "ADD"
+    target: str | None = Field(default=None, max_length=64)  # a shown alias (m1, f2)
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+    turns: list[int] = Field(default_factory=list, max_length=64)  # source turn indexes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_only(cls, v: Any) -> Any:
+        """An INVALIDATE/NOOP item may omit ``type`` (it writes no new memory)."""
+        if isinstance(v, dict) and "type" not in v:
+            event = cls._event(v.get("event"))
+            if event in ("INVALIDATE", "NOOP"):
+                return {**v, "type": "fact"}
+        return v
+
+    @field_validator("event", mode="before")
+    @classmethod
+    def _event(cls, v: Any) -> Any:
+        if v is None:
+            return "ADD"
+        if isinstance(v, str):
+            v = v.strip().upper()
+            return _EVENT_SYNONYMS.get(v, v)
+        return v
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _target(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)
+        return clean_text(v, 64) or None if isinstance(v, str) else None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason(cls, v: Any) -> Any:
+        return clean_text(v, MAX_REASON_CHARS) if isinstance(v, str) else ""
+
+    @field_validator("turns", mode="before")
+    @classmethod
+    def _turns(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            return []
+        return [int(t) for t in v if isinstance(t, int) and not isinstance(t, bool)][:64]
+
+    @model_validator(mode="after")
+    def _needs_content(self) -> ExtractedMemory:
+        """ADD and UPDATE write ``content``; INVALIDATE and NOOP only name a target."""
+        if self.event in ("ADD", "UPDATE") and not self.content:
+            raise ValueError(f"{self.event} needs content")
+        if self.event in ("INVALIDATE", "NOOP") and not self.target:
+            raise ValueError(f"{self.event} needs a target")
+        return self
+
+    _valid_from = field_validator("valid_from", mode="before")(event_time)
 
     @field_validator("type", mode="before")
     @classmethod
@@ -64,6 +143,9 @@ class ExtractedFact(BaseModel):
     value: str = Field(min_length=1, max_length=500)
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
     importance: float = Field(default=0.5, ge=0.0, le=1.0)  # context keeps >= 0.5 first
+    valid_from: datetime | None = None  # when this value became true (else: the turn's date)
+
+    _valid_from = field_validator("valid_from", mode="before")(event_time)
 
     @field_validator("category", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from psycopg import AsyncConnection, sql
+from psycopg.types.json import Jsonb
 
 from serve_app.store.records import column_list
 
@@ -22,6 +23,7 @@ HISTORY_COLUMNS: tuple[str, ...] = (
     "new_content",
     "actor",
     "created_at",
+    "new_data",  # why (reconcile: decision, reason, source turns, supersedes/superseded_by)
 )
 
 
@@ -46,6 +48,20 @@ def forget_cte(name: str, ids: sql.Composable) -> sql.Composed:
         " old_data = NULL, new_data = NULL"
         " WHERE tenant_id = %(tenant_id)s AND memory_id IN ({ids}))"
     ).format(name=sql.Identifier(name), ids=ids)
+
+
+async def annotate(
+    conn: AsyncConnection, tenant_id: str, memory_id: uuid.UUID, data: dict[str, Any]
+) -> None:
+    """Merge ``data`` into ``new_data`` of the memory's latest event: why a write was
+    made (extraction's reconcile decision, the model's reason, the source turns).
+    Call it in the write's own transaction, right after the write."""
+    await conn.execute(
+        "UPDATE memory_history SET new_data = coalesce(new_data, '{}'::jsonb) || %(data)s"
+        " WHERE id = (SELECT max(id) FROM memory_history"
+        " WHERE tenant_id = %(tenant_id)s AND memory_id = %(memory_id)s)",
+        {"tenant_id": tenant_id, "memory_id": memory_id, "data": Jsonb(data)},
+    )
 
 
 async def events(

@@ -7,6 +7,9 @@ process such as the e2e service) decides what it answers:
   answers (optionally only for one kind of call and a limited number of times);
 - a queue of scripted answers, used before the rules;
 - a rule may answer an HTTP error instead (``status``, e.g. 400: a content filter);
+- responders (in-process only): a function of the request's messages that answers
+  (or returns None to pass), e.g. a reconcile answer decided from the memories the
+  prompt shows; ``on_request`` runs before answering (a test's concurrent edit);
 - ``max_prompt_chars``: longer requests get HTTP 400 "context too long";
 - failure modes: ``malformed`` (content that is not JSON), ``http500``,
   ``delay`` (answer after ``delay_s``; with a short client timeout: a timeout),
@@ -24,14 +27,18 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from serve_app.consolidation.prompts import DIGEST_MARKER, INSIGHT_MARKER
 from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
+from serve_app.extraction.reconcile import KNOWN_HEADER
 
 DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."
+# (kind, messages) -> the answer's content, or None to let the next responder/rule answer
+Responder = Callable[[str, list[dict[str, Any]]], str | None]
 
 
 @dataclass
@@ -60,6 +67,28 @@ def kind_of(messages: list[dict[str, Any]]) -> str:
 def extraction(memories: list[dict] | None = None, facts: list[dict] | None = None) -> str:
     """An answer that follows the extraction contract."""
     return json.dumps({"memories": memories or [], "facts": facts or []})
+
+
+def shown(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """The aliases an extraction prompt showed (``m1: text`` / ``f1: cat/key = value``
+    lines after the reconcile header), as a reconciling model reads them."""
+    user = str(messages[-1].get("content", "")) if messages else ""
+    if KNOWN_HEADER not in user:
+        return {}
+    out = {}
+    for line in user.split(KNOWN_HEADER, 1)[1].splitlines():
+        alias, sep, text = line.partition(": ")
+        if sep and alias[:1] in ("m", "f") and alias[1:].isdigit():
+            out[alias] = text
+    return out
+
+
+def decision(event: str, target: str, content: str = "", reason: str = "", **extra: Any):
+    """A memory item with a reconcile event (UPDATE, INVALIDATE, NOOP) on an alias."""
+    item = {"event": event, "target": target, "reason": reason, **extra}
+    if content:
+        item.update(type="fact", content=content, importance=0.7, confidence=0.9)
+    return item
 
 
 def memory(content: str, type: str = "fact", importance: float = 0.7, confidence: float = 0.9):
@@ -133,6 +162,8 @@ class FakeLLM:
             self.delay_s = 0.0
             self.requests: list[dict[str, Any]] = []
             self.max_prompt_chars: int | None = None
+            self.responders: list[Responder] = []
+            self.on_request: Callable[[str, list[dict[str, Any]]], None] | None = None
 
     def add_rule(
         self,
@@ -145,6 +176,12 @@ class FakeLLM:
     ) -> None:
         with self._lock:
             self.rules.append(Rule(contains, answer, kind, times, status, message))
+
+    def add_responder(self, fn: Responder) -> None:
+        """``fn(kind, messages)`` answers a call (a string) or passes (None); tried in
+        order after the queue and before the rules."""
+        with self._lock:
+            self.responders.append(fn)
 
     def remove_rules(self, contains: str) -> int:
         """Drop every rule matching on ``contains``; how many."""
@@ -212,8 +249,11 @@ class FakeLLM:
             status, message = 200, "scripted failure"
             if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
                 return 400, "context too long"
+            hook, responders = self.on_request, list(self.responders)
             if kind == "extract" and self.queue:
                 content = self.queue.pop(0)
+            elif any((content := fn(kind, messages)) is not None for fn in responders):
+                pass
             else:
                 for rule in self.rules:
                     if (rule.kind in (None, kind)) and rule.contains in text:
@@ -223,6 +263,8 @@ class FakeLLM:
                             if rule.times <= 0:
                                 self.rules.remove(rule)
                         break
+        if hook is not None:
+            hook(kind, messages)
         if mode == "delay" and delay:
             time.sleep(delay)
         if status != 200:
