@@ -188,6 +188,9 @@ class LifecycleSettings(BaseSettings):
     purge_batch: int = 1000  # rows per purge statement
     purge_max_batches: int = 50  # statements per purge round (the rest waits for the next)
     erasure_keep_s: float = 86400.0  # finished erasure records kept (extraction leases << this)
+    # A running forget renews its erasure's lease between chunks (each chunk << this); an
+    # erasure left unfinished by a dead replica stops blocking new work after it.
+    erasure_lease_s: float = 60.0
     access_tracking: bool = True  # count what search/context return (batched, off the path)
     access_flush_s: float = 2.0  # how often the batched access counts are written
     access_max_pending: int = 100_000  # memories counted between flushes (more: dropped)

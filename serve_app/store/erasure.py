@@ -1,7 +1,10 @@
 """Erasure records, and the guard that keeps extraction in flight from undoing a forget.
 
 A forget writes a ``memory_erasures`` row when it starts and stamps ``finished_at``
-when it is done. Extraction work is marked when it reads its turns
+when it is done, also when it fails (:class:`Erasure`). While it runs it renews a lease
+(``lease_until``) between its chunks; an erasure left unfinished by a forget that died
+counts as finished at its lease expiry (:data:`VOIDS`), so it stops blocking new work
+instead of blocking it for ever. Extraction work is marked when it reads its turns
 (``TurnStore.claim_pending``/``uncompressed`` call :func:`begin_work` with the
 database's clock); every memory or fact write made afterwards in the same asyncio
 task carries :func:`guard` in its own statement: it writes nothing when a forget of
@@ -12,12 +15,25 @@ guarded: data sent after a forget is new data.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
+
+log = logging.getLogger(__name__)
+
+# Erasure ``e`` voids work begun at the moment that follows: it was running then or ran
+# after it (unfinished with a live lease, finished later, or its lease ran out later).
+# The one spelling of that rule: the write guard and consolidation's lease both use it.
+VOIDS = "coalesce(e.finished_at, e.lease_until) > "
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,7 @@ def clause(agent_col: sql.Composable | None = None) -> sql.Composable:
         " AND (e.user_id IS NULL OR e.user_id = %(erasure_user)s)"
         " AND (e.session_id = '' OR e.session_id = %(erasure_session)s)"
         " AND (e.agent_id = ''{agent})"
-        " AND (e.finished_at IS NULL OR e.finished_at > %(erasure_since)s))"
+        " AND " + VOIDS + "%(erasure_since)s)"
     ).format(agent=agent)
 
 
@@ -76,33 +92,120 @@ def params() -> dict[str, Any]:
     }
 
 
-async def start(
-    conn: AsyncConnection,
-    tenant_id: str,
-    user_id: str | None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-) -> int:
-    """Record a forget as running (committed before any delete: work racing it stops)."""
-    cur = await conn.execute(
-        "INSERT INTO memory_erasures (tenant_id, user_id, agent_id, session_id)"
-        " VALUES (%(t)s, %(u)s, %(a)s, %(s)s) RETURNING id",
-        {"t": tenant_id, "u": user_id, "a": agent_id or "", "s": session_id or ""},
-    )
-    return (await cur.fetchone())["id"]
+# ---------- the erasure's lifecycle (one forget) ----------
+
+_START = (
+    # Same scope: an unfinished row whose lease ran out is finished at its expiry (what
+    # the guard already treats it as); a live one (a forget still running, or one whose
+    # client gave up) is taken over under a new token; else a new row.
+    "WITH same AS (SELECT id, lease_until FROM memory_erasures WHERE tenant_id = %(t)s"
+    " AND user_id IS NOT DISTINCT FROM %(u)s AND agent_id = %(a)s AND session_id = %(s)s"
+    " AND finished_at IS NULL FOR UPDATE),"
+    " expired AS (UPDATE memory_erasures e SET finished_at = e.lease_until FROM same"
+    " WHERE e.id = same.id AND same.lease_until <= now()),"
+    " taken AS (UPDATE memory_erasures e SET claim_token = %(token)s,"
+    " lease_until = now() + %(lease)s * interval '1 second'"
+    " WHERE e.id = (SELECT max(id) FROM same WHERE lease_until > now()) RETURNING e.id),"
+    " new AS (INSERT INTO memory_erasures (tenant_id, user_id, agent_id, session_id,"
+    " lease_until, claim_token) SELECT %(t)s, %(u)s, %(a)s, %(s)s,"
+    " now() + %(lease)s * interval '1 second', %(token)s"
+    " WHERE NOT EXISTS (SELECT 1 FROM taken) RETURNING id)"
+    " SELECT id FROM taken UNION ALL SELECT id FROM new"
+)
+_HELD = "id = %(id)s AND claim_token = %(token)s AND finished_at IS NULL"
+_RENEW = (
+    "UPDATE memory_erasures SET lease_until = greatest(lease_until,"
+    " now() + %(lease)s * interval '1 second') WHERE " + _HELD + " RETURNING id"
+)
+_FINISH = "UPDATE memory_erasures SET finished_at = clock_timestamp() WHERE " + _HELD
+_closing: set[asyncio.Task[None]] = set()  # finishes running shielded from cancellation
 
 
-async def finish(conn: AsyncConnection, erasure_id: int) -> None:
-    await conn.execute(
-        "UPDATE memory_erasures SET finished_at = clock_timestamp() WHERE id = %(id)s",
-        {"id": erasure_id},
+class Erasure:
+    """One forget's hold on its erasure row: started before any delete, renewed between
+    chunks, finished at the end, also when the forget fails or is cancelled.
+
+    Only the holder (``token``) renews or finishes the row: a retried forget of the same
+    scope that took it over finishes it instead; this one then goes on deleting (that
+    is harmless) without touching the row.
+    """
+
+    def __init__(self, erasure_id: int, token: uuid.UUID, lease_s: float) -> None:
+        self.id, self.token, self.lease_s = erasure_id, token, lease_s
+        self.held = True  # False once finished, or once another forget took the row over
+        self._renewed = time.monotonic()
+
+    def _params(self) -> dict[str, Any]:
+        return {"id": self.id, "token": self.token, "lease": self.lease_s}
+
+    @classmethod
+    async def start(
+        cls,
+        conn: AsyncConnection,
+        tenant_id: str,
+        user_id: str | None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        *,
+        lease_s: float,
+    ) -> Erasure:
+        """Record a forget as running (committed before any delete: work racing it stops)."""
+        token = uuid.uuid4()
+        cur = await conn.execute(_START, {"t": tenant_id, "u": user_id, "a": agent_id or "",
+                                          "s": session_id or "", "token": token,
+                                          "lease": lease_s})  # fmt: skip
+        return cls((await cur.fetchone())["id"], token, lease_s)
+
+    async def heartbeat(self, conn: AsyncConnection) -> None:
+        """Renew the lease once a third of it has passed (call between chunks)."""
+        if not self.held or time.monotonic() - self._renewed < self.lease_s / 3:
+            return
+        cur = await conn.execute(_RENEW, self._params())
+        self._renewed = time.monotonic()
+        if await cur.fetchone() is None:
+            self.held = False
+            log.warning("erasure %d was taken over by a retried forget of its scope", self.id)
+
+    async def finish(self, conn: AsyncConnection) -> None:
+        """Stamp ``finished_at`` (if this forget still holds the row)."""
+        if self.held:
+            await conn.execute(_FINISH, self._params())
+            self.held = False
+
+    async def close(self, pool: AsyncConnectionPool) -> None:
+        """Finish after a failure: on a fresh connection (the forget's may be broken) and
+        shielded from cancellation (a client that hangs up must not leave the row
+        running). If the database cannot be reached the lease runs out instead."""
+        if not self.held:
+            return
+        task = asyncio.ensure_future(self._finish_on(pool))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+        await asyncio.shield(task)
+
+    async def _finish_on(self, pool: AsyncConnectionPool) -> None:
+        try:
+            async with pool.connection() as conn:
+                await self.finish(conn)
+        except psycopg.Error as exc:  # PoolTimeout is one too
+            log.warning("finishing erasure %d failed (its lease runs out): %s", self.id, exc)
+
+
+def voided_owner(since: str) -> str:
+    """SQL: an erasure of the owner ``%(tenant_id)s``/``%(user_id)s`` (the whole user, one
+    agent or session of theirs, or the tenant) voids work begun at ``since`` (SQL)."""
+    return (
+        "EXISTS (SELECT 1 FROM memory_erasures e WHERE e.tenant_id = %(tenant_id)s"
+        " AND (e.user_id IS NULL OR e.user_id = %(user_id)s) AND " + VOIDS + since + ")"
     )
 
 
 async def prune(conn: AsyncConnection, keep_s: float) -> int:
-    """Drop finished erasure records older than ``keep_s`` (work that old has lost its lease)."""
+    """Drop erasure records that stopped voiding work ``keep_s`` ago (finished, or their
+    lease ran out); work that old has lost its own lease long since."""
     cur = await conn.execute(
-        "DELETE FROM memory_erasures WHERE finished_at < now() - %(keep)s * interval '1 second'",
+        "DELETE FROM memory_erasures"
+        " WHERE coalesce(finished_at, lease_until) < now() - %(keep)s * interval '1 second'",
         {"keep": keep_s},
     )
     return cur.rowcount

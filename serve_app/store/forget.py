@@ -6,6 +6,12 @@ instead of one that can never finish. A memory chunk deletes the items, their
 vectors (the active model's table explicitly, other models' by cascade), their
 history rows, and bumps the owners' versions with a NOTIFY (caches on every
 retriever replica stop using the owner's entry at once and drop it on the NOTIFY).
+
+Crash-safe: the erasure record is renewed between chunks and finished however the
+forget ends (error, cancellation); one left by a dead replica stops blocking when its
+lease runs out (:class:`serve_app.store.erasure.Erasure`). A retry of the same scope
+takes an unfinished record over and deletes what is left. Consolidation's lease on the
+owner is revoked before anything is deleted, so a run in flight writes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store import erasure
+from serve_app.store.erasure import Erasure
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
@@ -75,37 +81,68 @@ def _rows_chunk(table: str, key: str, where: sql.Composable) -> sql.Composed:
     ).format(t=t, k=k, w=where)
 
 
+# Consolidation's lease on the scope's owners (a whole tenant: all of them), revoked:
+# the UPDATE waits for a write that holds the lease row (``Lease.hold``) to commit, so
+# it lands before the deletes; later writes of that run find their token gone.
+_REVOKE = (
+    "UPDATE consolidation_state SET claimed_until = NULL, claim_token = NULL"
+    " WHERE tenant_id = %(tenant_id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)"
+    " AND claim_token IS NOT NULL"
+)
+
+
 class ForgetStore:
     """Chunked deletes of everything the service keeps about a user, session or tenant."""
 
-    def __init__(self, pool: AsyncConnectionPool, model_slug: str, *, batch: int = 2000) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        model_slug: str,
+        *,
+        batch: int = 2000,
+        lease_s: float = 60.0,
+    ) -> None:
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
         self.batch = batch
+        self.lease_s = lease_s  # the erasure's lease (renewed between chunks)
 
     async def forget(self, scope: Scope) -> dict[str, int]:
         """Delete the scope's data; counts per kind (see ``KINDS``)."""
         counts = dict.fromkeys(KINDS, 0)
-        async with self.pool.connection() as conn:
-            erasure_id = await erasure.start(
-                conn, scope.tenant_id, scope.user_id, scope.agent_id, scope.session_id
-            )
-            # The queue first: nothing of the scope is picked up for extraction meanwhile.
-            where, params = scope.where(("user_id", "agent_id", "session_id"))
-            counts["turns"] = await self._rows(conn, "session_turns", "id", where, params)
-            counts["sessions"] = await self._sessions(conn, scope)
-            await self._memories(conn, scope, counts)
-            counts["history"] += await self._history(conn, scope)
-            counts["facts"] = await self._facts(conn, scope)
-            await self._bump_scope(conn, scope)
-            await erasure.finish(conn, erasure_id)
+        held: Erasure | None = None
+        try:
+            async with self.pool.connection() as conn:
+                held = await Erasure.start(conn, scope.tenant_id, scope.user_id, scope.agent_id,
+                                           scope.session_id, lease_s=self.lease_s)  # fmt: skip
+                await self._erase(conn, scope, held, counts)
+                await held.finish(conn)
+        finally:
+            if held is not None:
+                await held.close(self.pool)  # failed or cancelled: finish it all the same
         return counts
 
-    async def _memories(self, conn: AsyncConnection, scope: Scope, counts: dict[str, int]) -> None:
+    async def _erase(
+        self, conn: AsyncConnection, scope: Scope, held: Erasure, counts: dict[str, int]
+    ) -> None:
+        await conn.execute(_REVOKE, {"tenant_id": scope.tenant_id, "user_id": scope.user_id})
+        # The queue first: nothing of the scope is picked up for extraction meanwhile.
+        where, params = scope.where(("user_id", "agent_id", "session_id"))
+        counts["turns"] = await self._rows(conn, held, "session_turns", "id", where, params)
+        counts["sessions"] = await self._sessions(conn, scope)
+        await self._memories(conn, held, scope, counts)
+        counts["history"] += await self._history(conn, held, scope)
+        counts["facts"] = await self._facts(conn, held, scope)
+        await self._bump_scope(conn, scope)
+
+    async def _memories(
+        self, conn: AsyncConnection, held: Erasure, scope: Scope, counts: dict[str, int]
+    ) -> None:
         where, params = scope.where(("user_id", "agent_id", "session_id"))
         query = _memory_chunk(self.vectors, where)
         params.update(batch=self.batch, channel=CHANGES_CHANNEL)
         while True:
+            await held.heartbeat(conn)
             cur = await conn.execute(query, params)
             row = await cur.fetchone()
             for kind in ("memories", "vectors", "history"):
@@ -116,6 +153,7 @@ class ForgetStore:
     async def _rows(
         self,
         conn: AsyncConnection,
+        held: Erasure,
         table: str,
         key: str,
         where: sql.Composable,
@@ -123,6 +161,7 @@ class ForgetStore:
     ) -> int:
         query, total = _rows_chunk(table, key, where), 0
         while True:
+            await held.heartbeat(conn)
             cur = await conn.execute(query, {**params, "batch": self.batch})
             n = (await cur.fetchone())["n"]
             total += n
@@ -136,19 +175,19 @@ class ForgetStore:
         )
         return cur.rowcount
 
-    async def _history(self, conn: AsyncConnection, scope: Scope) -> int:
+    async def _history(self, conn: AsyncConnection, held: Erasure, scope: Scope) -> int:
         """Events left by memories deleted earlier (whole user or tenant only)."""
         if scope.agent_id is not None or scope.session_id is not None:
             return 0
         where, params = scope.where(("user_id",))
-        return await self._rows(conn, "memory_history", "id", where, params)
+        return await self._rows(conn, held, "memory_history", "id", where, params)
 
-    async def _facts(self, conn: AsyncConnection, scope: Scope) -> int:
+    async def _facts(self, conn: AsyncConnection, held: Erasure, scope: Scope) -> int:
         """A user's facts; a session forget drops the facts learnt in that session."""
         if scope.agent_id is not None:
             return 0  # facts belong to the user, not to an agent
         where, params = scope.where(("user_id", "session_id"))
-        return await self._rows(conn, "facts", "id", where, params)
+        return await self._rows(conn, held, "facts", "id", where, params)
 
     async def _bump_scope(self, conn: AsyncConnection, scope: Scope) -> None:
         """Bump (and NOTIFY) the scope's owners even if no memory was left to delete."""

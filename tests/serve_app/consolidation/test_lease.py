@@ -1,6 +1,6 @@
 """The consolidation lease: no connection or transaction held across LLM calls, one run
 per user at a time, a crashed run's lease taken over, a run that lost its lease writes
-nothing."""
+nothing, a forget of the user stops a run in flight."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 from serve_app.consolidation.job import Consolidator, run_due
 from serve_app.consolidation.lease import Lease, LeaseLost
 from serve_app.store import Owner
+from serve_app.store.erasure import Erasure
+from serve_app.store.forget import ForgetStore, Scope
 
 ALICE = Owner("t1", "alice")
 BOB = Owner("t1", "bob")
@@ -118,3 +120,34 @@ async def test_a_run_that_lost_its_lease_during_the_llm_call_writes_nothing(make
     insights = [m for m in await env.active("alice") if m["type"] == "insight"]
     assert len(insights) == 1  # the slow run's answer was never written
     assert len(fake_llm.calls("insight")) == 2
+
+
+async def test_a_forget_during_the_llm_call_revokes_the_lease_and_the_run_writes_nothing(
+    make_env, fake_llm
+):
+    env = await make_env(fake_llm.url, cluster_similarity=0.35)
+    await _hiker(env)
+    fake_llm.set_mode("delay", 1.2)
+    run = asyncio.create_task(env.job.run(ALICE))
+    await _until_llm_called(fake_llm)  # the run holds the lease and waits for its insight
+    counts = await ForgetStore(env.pool, env.slug).forget(Scope("t1", "alice"))
+    assert counts["memories"] == 3
+    assert (await _state(env, ALICE))["claim_token"] is None  # revoked by the forget
+    report = await run
+    assert report["skipped"] == "lease lost to another run" and report["insights"] == 0
+    # Nothing built from the forgotten memories appeared after the forget answered.
+    assert await env.sql("SELECT content FROM memory_items WHERE user_id = 'alice'") == []
+
+
+async def test_a_run_claiming_while_a_forget_of_the_user_runs_writes_nothing(make_env, fake_llm):
+    env = await make_env(fake_llm.url, cluster_similarity=0.35)
+    await _hiker(env)
+    async with env.pool.connection() as conn:  # a forget of one session of alice, running
+        forget = await Erasure.start(conn, "t1", "alice", session_id="s9", lease_s=60)
+    report = await env.job.run(ALICE)  # claims after the forget revoked the old lease
+    assert report["skipped"] == "lease lost to another run" and report["insights"] == 0
+    assert [m for m in await env.active("alice") if m["type"] == "insight"] == []
+    async with env.pool.connection() as conn:
+        await forget.finish(conn)
+    report = await env.job.run(ALICE)  # claimed after the forget finished: writes again
+    assert "skipped" not in report and report["insights"] == 1
