@@ -6,7 +6,10 @@ timeout (:mod:`serve_app.store.forget`). Extraction work in flight for the owner
 writes nothing afterwards (:mod:`serve_app.store.erasure`). Caches: every chunk
 and a final statement bump the owners' versions, so from the moment the call
 returns every retriever replica's version check refuses the old entry, and the
-NOTIFY of the same commit drops it from each replica's memory.
+NOTIFY of the same commit drops it from each replica's memory. Crash-safe: a forget
+that fails or is cut finishes its erasure (or its lease runs out), so it blocks nothing
+afterwards; calling it again deletes what is left (see docs/operations.md, "What
+forget guarantees under faults").
 """
 
 from __future__ import annotations
