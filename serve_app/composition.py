@@ -24,6 +24,7 @@ from serve_app.extraction.trigger import ExtractionTrigger, Submit
 from serve_app.metrics import start_pool_metrics
 from serve_app.services.auth import Authenticator, authenticator, key_store
 from serve_app.services.chat import ChatService
+from serve_app.services.chat_caps import allowed_models
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
@@ -33,6 +34,7 @@ from serve_app.services.maintenance import MaintenanceService
 from serve_app.services.memories import Embed, MemoryService, Search
 from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
+from serve_app.services.tenants import TenantService, tenant_service
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore
 from serve_app.store.chat_usage import ChatUsageStore
@@ -72,6 +74,7 @@ class Services:
     portability: PortabilityService  # export/import
     maintenance: MaintenanceService | None = None  # dead letters, consolidation (admin)
     lifecycle: Lifecycle | None = None  # forget, access tracking, expiry purge, quotas
+    tenants: TenantService | None = None  # per-tenant settings over the env defaults
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -101,6 +104,10 @@ async def build_services(
 
         keys, key_listener = key_store(pool, dsn, settings.auth)
         closers.append(key_listener.stop)
+        tenants, tenant_listener = tenant_service(
+            pool, dsn, settings, allowed_models(settings.chat, settings.llm.model)
+        )
+        closers.append(tenant_listener.stop)
 
         lifecycle = build_lifecycle(pool, settings, model.table_slug)
         closers.extend(lifecycle.closers)
@@ -134,6 +141,7 @@ async def build_services(
                 flush_s=settings.chat.usage_flush_s,
                 max_pending=settings.chat.usage_max_pending,
             ),
+            models_for=tenants.chat_models,
         )
         closers.append(chat.aclose)
         directory = MemoryDirectory(pool)
@@ -167,6 +175,7 @@ async def build_services(
             directory=directory,
             portability=portability,
             maintenance=maintenance,
+            tenants=tenants,
             _closers=closers,
         )
     except BaseException:

@@ -18,6 +18,7 @@ from serve_app.api import (
     portability,
     search,
     sessions,
+    tenants,
 )
 from serve_app.api.gate import StrangerGate
 from serve_app.api.limits import BodySizeLimit
@@ -55,6 +56,7 @@ ROUTERS = (
     sessions,
     facts,
     portability,
+    tenants,
     mem0,
 )
 

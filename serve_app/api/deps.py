@@ -55,7 +55,10 @@ async def principal(request: Request, services: Svc) -> Principal:
     client = request.client.host if request.client is not None else None
     caller = await auth.principal(request.headers.get("authorization"), client)
     user, units = await request_work(request)
-    auth.charge(caller, user, units)
+    tenant = (
+        None if services.tenants is None else await services.tenants.effective(caller.tenant_id)
+    )
+    auth.charge(caller, user, units, tenant)  # the tenant's rate limits (settings)
     return caller
 
 

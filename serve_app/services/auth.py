@@ -20,6 +20,7 @@ from serve_app.ratelimit import RateLimiter, retry_after_header
 from serve_app.settings import AuthSettings
 from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
 from serve_app.store.keys import KeyStore
+from serve_app.tenancy import Effective
 
 MAX_END_USER_CHARS = 128
 
@@ -93,16 +94,24 @@ class Authenticator:
             return _too_many("too many invalid API keys from this address; retry later", wait)
         return None
 
-    def charge(self, caller: Principal, end_user: str | None, units: float) -> None:
-        """Spend ``units`` of work for ``end_user`` (a user key: its own user), or 429."""
+    def charge(
+        self, caller: Principal, end_user: str | None, units: float, tenant: Effective | None = None
+    ) -> None:
+        """Spend ``units`` of work for ``end_user`` (a user key: its own user), or 429.
+
+        Rates: the key's own, else its ``tenant``'s settings (which default to the env's)."""
         user = caller.user_id if caller.role == "user" else end_user
         bucket = f"{caller.key_id}\x00{(user or '')[:MAX_END_USER_CHARS]}"
-        wait = self.limiter.acquire(bucket, caller.rate_limit_per_s, units)
+        rate = caller.rate_limit_per_s
+        if rate is None and tenant is not None:
+            rate = tenant.rate_per_user
+        wait = self.limiter.acquire(bucket, rate, units)
         if wait > 0:
             self.refused["user_rate"] += 1
             raise _too_many("too many requests for this user of the API key; retry later", wait)
         if self.key_limiter is not None:
-            wait = self.key_limiter.acquire(caller.key_id, None, units)
+            per_key = tenant.rate_per_key if tenant is not None else None
+            wait = self.key_limiter.acquire(caller.key_id, per_key, units)
             if wait > 0:
                 self.refused["key_rate"] += 1
                 raise _too_many("too many requests for this API key; retry later", wait)
@@ -133,11 +142,8 @@ def authenticator(keys: KeyStore, s: AuthSettings) -> Authenticator:
     return Authenticator(
         keys,
         RateLimiter(s.rate_limit_per_s, s.rate_limit_burst, **bounded),
-        key_limiter=(
-            RateLimiter(s.key_rate_limit_per_s, key_burst, **bounded)
-            if s.key_rate_limit_per_s > 0
-            else None
-        ),
+        # Always there (rate 0: off, free): a tenant's settings may turn it on.
+        key_limiter=RateLimiter(s.key_rate_limit_per_s, key_burst, **bounded),
         bad_keys=(
             RateLimiter(s.bad_key_per_s, s.bad_key_burst, **bounded)
             if s.bad_key_per_s > 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,7 @@ class ChatService:
         *,
         caps: ChatSettings | None = None,
         usage: ChatUsageMeter | None = None,
+        models_for: Callable[[str], Awaitable[frozenset[str]]] | None = None,
     ) -> None:
         self.llm = llm
         self.limits = limits
@@ -93,6 +94,7 @@ class ChatService:
         self.sessions = sessions
         self.caps = caps or ChatSettings()
         self.models = allowed_models(self.caps, llm.model)
+        self.models_for = models_for  # a tenant's allowed models (its settings), else ^
         self.usage = usage or ChatUsageMeter(None)
         self._http: httpx.AsyncClient | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -156,8 +158,9 @@ class ChatService:
                 503, "unavailable", "no upstream LLM is configured (MEMSERVE_LLM_BASE_URL)"
             )
         tenant = call.owner.tenant_id
+        models = await self.models_for(tenant) if self.models_for else self.models
         try:
-            check_caps(call.payload, self.caps, self.models)
+            check_caps(call.payload, self.caps, models)
         except ApiError:
             self.usage.count(call.key_id, tenant, Usage(refused=1))
             raise
@@ -168,7 +171,8 @@ class ChatService:
             # Without a limit the upstream would answer up to the model's context:
             # the cap is then the default, so every forwarded call is bounded.
             payload[self.caps.default_tokens_field] = self.caps.max_tokens
-        payload["model"] = payload.get("model") or u.model
+        # No model named: the configured one, unless the tenant's list leaves it out.
+        payload["model"] = payload.get("model") or (u.model if u.model in models else min(models))
         url = u.base_url.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}
         if u.api_key:

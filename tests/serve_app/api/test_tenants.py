@@ -1,0 +1,169 @@
+"""/v1/admin/tenant/settings in-process (no Ray): real Postgres, encoder and retriever
+behind the app, the scripted fake LLM as the chat upstream. Admin keys only; a tenant's
+value wins over the environment's for that tenant alone; bad input is a 4xx that
+changes nothing; rate limits and chat models follow the settings at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_app.api import create_app
+from serve_app.bootstrap import bootstrap
+from serve_app.settings import Settings
+from tests.fakes.llm_server import FakeLLM
+from tests.serve_app.inprocess import bearer_client, in_process_services
+
+SERVICE = "msk_tenant_api_service_key_0123456789"
+ADMIN = "msk_tenant_api_admin_key_0123456789ab"
+URL = "/v1/admin/tenant/settings"
+
+
+@pytest.fixture
+def llm():
+    fake = FakeLLM().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+async def api(fresh_db, encoder, llm):
+    """(clients by name, services): the default tenant's admin and service keys, and
+    tenant acme's (created the way `tenant create` does)."""
+    settings = Settings(database_url=fresh_db, bootstrap_key=SERVICE, admin_key=ADMIN).with_(
+        llm={"base_url": llm.url, "model": "fake"},
+        quota={"max_memories_per_user": 50},
+    )
+    boot = bootstrap(settings, fresh_db)
+    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
+        assert await services.tenants.store.create("acme")
+        acme_admin, _ = await services.keys.create("acme", "admin")
+        acme_service, _ = await services.keys.create("acme", "service")
+        acme_user, _ = await services.keys.create("acme", "user", user_id="u1")
+        app = create_app(settings, services)
+        keys = {
+            "admin": ADMIN,
+            "service": SERVICE,
+            "acme_admin": acme_admin,
+            "acme_service": acme_service,
+            "acme_user": acme_user,
+        }
+        clients = {name: bearer_client(app, key) for name, key in keys.items()}
+        try:
+            yield clients, services
+        finally:
+            for c in clients.values():
+                await c.aclose()
+
+
+async def test_only_admin_keys_and_only_their_own_tenant(api):
+    c, _ = api
+    for name in ("service", "acme_service", "acme_user"):
+        for method, path in (("GET", URL), ("GET", URL + "/history")):
+            r = await c[name].request(method, path)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", r.text
+        r = await c[name].patch(URL, json={"chat_models": ["x"]})
+        assert r.status_code == 403, r.text
+        r = await c[name].put(URL, json={"chat_models": ["x"]})
+        assert r.status_code == 403, r.text
+    acme = (await c["acme_admin"].get(URL)).json()
+    assert acme["tenant_id"] == "acme" and acme["version"] == 0 and acme["settings"] == {}
+    assert acme["effective"]["quotas"]["max_memories_per_user"] == 50  # the environment's
+    assert acme["effective"]["chat_models"] == ["fake"]
+
+    r = await c["acme_admin"].patch(URL, json={"quotas": {"max_memories_per_user": 2}})
+    assert r.status_code == 200, r.text
+    assert r.json()["effective"]["quotas"]["max_memories_per_user"] == 2
+    mine = (await c["admin"].get(URL)).json()  # the default tenant: untouched
+    assert mine["tenant_id"] == "default" and mine["version"] == 0
+    assert mine["effective"]["quotas"]["max_memories_per_user"] == 50
+
+
+async def test_bad_input_is_a_4xx_that_changes_nothing_and_history_audits(api):
+    c, services = api
+    admin = c["acme_admin"]
+    for body in (
+        {"quotas": {"max_memories_per_user": "2"}},
+        {"quotas": {"max_memories_per_user": -1}},
+        {"quota": {}},
+        {"retention": {"episodic": -5}},
+        {"chat_models": []},
+        {"extraction": {"custom_categories": {"travel": "trips"}}},
+    ):
+        for method in ("PUT", "PATCH"):
+            r = await admin.request(method, URL, json=body)
+            assert r.status_code == 422, (method, body, r.text)
+            assert r.json()["error"]["code"] == "invalid_request", r.text
+    r = await admin.patch(URL, content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = await admin.patch(URL, json=["not", "an", "object"])
+    assert r.status_code == 422, r.text
+    assert (await admin.get(URL)).json()["version"] == 0
+
+    r = await admin.put(URL, json={"extraction": {"excludes": "health"}})
+    assert r.status_code == 200 and r.json()["version"] == 1, r.text
+    r = await admin.patch(
+        URL,
+        json={"chat_models": ["m"], "extraction": {"excludes": None}},
+        headers={"If-Match": '"1"'},
+    )
+    assert r.status_code == 200 and r.json()["settings"] == {"chat_models": ["m"]}, r.text
+    stale = await admin.put(URL, json={"chat_models": ["n"]}, headers={"If-Match": '"1"'})
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "conflict"
+    assert (await admin.get(URL)).json()["settings"] == {"chat_models": ["m"]}
+
+    history = (await admin.get(URL + "/history")).json()["changes"]
+    assert [h["version"] for h in history] == [2, 1]
+    key_id = next(k["id"] for k in await services.keys.list("acme") if k["role"] == "admin")
+    assert history[0]["changed_by"] == str(key_id) and history[0]["actor"] == f"admin:{key_id}"
+    assert history[0]["changes"] == [
+        {"field": "chat_models", "old": None, "new": ["m"]},
+        {"field": "extraction.excludes", "old": "health", "new": None},
+    ]
+    assert history[1]["old"] == {} and history[1]["new"] == {"extraction": {"excludes": "health"}}
+    page = (await admin.get(URL + "/history", params={"before": 2})).json()["changes"]
+    assert [h["version"] for h in page] == [1]
+    assert (await c["admin"].get(URL + "/history")).json()["changes"] == []  # not acme's
+
+
+async def test_chat_models_follow_the_tenants_list(api, llm):
+    c, _ = api
+    ask = {"user": "ann", "messages": [{"role": "user", "content": "hi"}]}
+    assert (await c["acme_service"].post("/v1/chat/completions", json=ask)).status_code == 200
+    r = await c["acme_admin"].patch(URL, json={"chat_models": ["small-model", "big-model"]})
+    assert r.status_code == 200, r.text
+
+    r = await c["acme_service"].post("/v1/chat/completions", json={**ask, "model": "fake"})
+    assert r.status_code == 422 and "not allowed" in r.json()["error"]["message"], r.text
+    assert "big-model, small-model" in r.json()["error"]["message"]
+    r = await c["acme_service"].post("/v1/chat/completions", json={**ask, "model": "big-model"})
+    assert r.status_code == 200, r.text
+    assert llm.calls("chat")[-1]["body"]["model"] == "big-model"
+    r = await c["acme_service"].post("/v1/chat/completions", json=ask)  # none named
+    assert r.status_code == 200 and llm.calls("chat")[-1]["body"]["model"] == "big-model"
+    # another tenant keeps the environment's list
+    r = await c["service"].post("/v1/chat/completions", json={**ask, "model": "big-model"})
+    assert r.status_code == 422, r.text
+    assert (await c["service"].post("/v1/chat/completions", json=ask)).status_code == 200
+
+
+async def test_rate_limits_follow_the_tenants_settings(api):
+    c, _ = api
+    body = {"user_id": "ann", "query": "anything"}
+    for _ in range(5):
+        assert (await c["acme_service"].post("/v1/search", json=body)).status_code == 200
+    r = await c["acme_admin"].patch(URL, json={"rate_limits": {"per_user_per_s": 0.5}})
+    assert r.status_code == 200, r.text
+    codes = [(await c["acme_service"].post("/v1/search", json=body)).status_code for _ in range(4)]
+    assert 429 in codes, codes
+    refused = await c["acme_service"].post("/v1/search", json=body)
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    # the default tenant's keys keep the environment's rate
+    for _ in range(5):
+        assert (await c["service"].post("/v1/search", json=body)).status_code == 200
+    # per key: the aggregate over all end users
+    await c["acme_admin"].patch(URL, json={"rate_limits": {"per_user_per_s": None,
+                                                           "per_key_per_s": 0.5}})  # fmt: skip
+    codes = [
+        (await c["acme_user"].post("/v1/search", json={"query": "x"})).status_code for _ in range(4)
+    ]
+    assert 429 in codes, codes
