@@ -75,6 +75,7 @@ class Ingress:
             embed=functools.partial(self._embed, model=model),
             search=functools.partial(self._search, model=model),
             submit_extraction=self._submit if self.extractor is not None else None,
+            run_extraction=self._run_now if self.extractor is not None else None,
             probes={
                 "embedder": self._probe_embedder,
                 "extraction": self._probe_extraction,
@@ -116,6 +117,10 @@ class Ingress:
     def _submit(self, tenant: str, user: str, session: str, force: bool):
         assert self.extractor is not None
         return self.extractor.process.remote(tenant, user, session, force)
+
+    def _run_now(self, tenant: str, user: str, session: str, force: bool):
+        assert self.extractor is not None
+        return self.extractor.process_now.remote(tenant, user, session, force)
 
     async def _probe_extraction(self) -> str:
         return await extraction_probe(self.settings, self.extractor)

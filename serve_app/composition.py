@@ -20,7 +20,7 @@ from serve_app.bootstrap import ModelFacts
 from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
-from serve_app.extraction.trigger import ExtractionTrigger, Submit
+from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
 from serve_app.metrics import start_pool_metrics
 from serve_app.services.auth import Authenticator, authenticator, key_store
 from serve_app.services.chat import ChatService
@@ -54,6 +54,7 @@ class Backends:
     embed: Embed
     search: Search
     submit_extraction: Submit | None = None
+    run_extraction: Run | None = None  # extract now and answer the outcome (mem0 add)
     probes: Mapping[str, Probe] = field(default_factory=dict)
 
 
@@ -122,6 +123,7 @@ async def build_services(
             backends.submit_extraction,
             enabled=bool(settings.llm.base_url),
             every_n=settings.extract.every_n_turns,
+            run=backends.run_extraction,
         )
         sessions = SessionService(
             TurnStore(pool), trigger, turn_ttl_hours=settings.extract.turn_ttl_hours

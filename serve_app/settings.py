@@ -256,6 +256,8 @@ class ExtractSettings(BaseSettings):
     reconcile_max_facts: int = 8
     reconcile_max_tokens: int = 400  # the known block's budget in the prompt
     reconcile_min_similarity: float = 0.2  # weaker dense neighbours are not shown
+    # /mem0 add with infer waits this long for the extraction's event list (then: PENDING)
+    sync_wait_s: float = 20.0
     # Uncompressed turns that trigger an episodic summary; newest turns left out of it.
     compress_every_m_turns: int = Field(
         20, validation_alias=_env("MEMSERVE_COMPRESS_EVERY_M_TURNS")

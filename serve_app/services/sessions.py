@@ -87,7 +87,9 @@ class SessionService:
             "ended": await self.turns.is_ended(key),
         }
 
-    async def queue_inference(self, owner: Owner, item: MemoryFields) -> dict[str, Any]:
+    async def queue_inference(
+        self, owner: Owner, item: MemoryFields, *, fire: bool = True
+    ) -> dict[str, Any]:
         """``infer: true``: the content becomes a one-turn extraction job (``infer-<hex>``).
 
         It survives LLM outages like any turn; its status is ``GET /v1/sessions/{job_id}``.
@@ -110,6 +112,17 @@ class SessionService:
             meta=meta,
         )
         await self.turns.end(key, item.agent_id)
-        if self.trigger is not None:
+        if self.trigger is not None and fire:
             self.trigger.fire(key, force=True)
         return {"status": "queued", "job_id": job}
+
+    async def infer_now(
+        self, owner: Owner, item: MemoryFields, wait_s: float
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``infer: true`` answered synchronously (mem0's add): the job, and the outcome
+        of its extraction (with the event list) if it finished within ``wait_s``; else
+        None and the job goes on in the background like any queued one."""
+        job = await self.queue_inference(owner, item, fire=False)
+        assert self.trigger is not None and owner.user_id is not None
+        key = SessionKey(owner.tenant_id, owner.user_id, job["job_id"])
+        return job, await self.trigger.run_now(key, wait_s)

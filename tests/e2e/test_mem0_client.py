@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.fakes.llm_server import extraction, memory
+from tests.fakes.llm_server import decision, extraction, memory, shown
 
 pytestmark = pytest.mark.e2e
 
@@ -124,12 +124,49 @@ def test_bad_key_is_refused_at_construction(client_for):
         client_for("msk_not_a_key_" + secrets.token_hex(8))
 
 
-def test_infer_queues_extraction(client_for, keys, fake_llm, uid):
+def test_infer_reports_mem0_event_list(client_for, keys, fake_llm, uid):
+    """mem0's add with inference answers its event list: ADD, then UPDATE (with
+    previous_memory) and DELETE decided by the model against the memories it was shown."""
+    c = client_for(keys.service)
+    home, moved = f"The user lives in Paris-{uid}", f"The user lives in Berlin-{uid}"
+    trip = f"The user plans a trip to Rome-{uid}"
+    fake_llm.add_rule(f"paris-{uid}", extraction([memory(home), memory(trip)]))
+    added = c.add([{"role": "user", "content": f"I live in paris-{uid}, Rome trip in May"}],
+                  user_id=uid)  # fmt: skip
+    assert added["status"] == "SUCCEEDED" and added["event_id"]
+    ids = {r["memory"]: r["id"] for r in added["results"]}
+    assert [r["event"] for r in added["results"]] == ["ADD", "ADD"] and set(ids) == {home, trip}
+
+    def reconcile(kind: str, messages: list[dict]) -> str | None:
+        aliases = {text: alias for alias, text in shown(messages).items()}
+        if kind != "extract" or home not in aliases:
+            return None
+        return extraction([decision("UPDATE", aliases[home], moved, "moved"),
+                           decision("INVALIDATE", aliases[trip], reason="cancelled")])  # fmt: skip
+
+    fake_llm.add_responder(reconcile)
+    changed = c.add(f"I moved to berlin-{uid} and cancelled Rome", user_id=uid)
+    assert changed["status"] == "SUCCEEDED"
+    by_event = {r["event"]: r for r in changed["results"]}
+    assert set(by_event) == {"UPDATE", "DELETE"}
+    assert by_event["UPDATE"]["memory"] == moved
+    assert by_event["UPDATE"]["previous_memory"] == home
+    assert by_event["DELETE"]["id"] == ids[trip]
+    current = [m["memory"] for m in c.get_all(filters={"user_id": uid})["results"]]
+    assert current == [moved]  # retired memories are not current
+    assert c.history(ids[trip])[-1]["event"] == "DELETE"
+
+
+def test_infer_with_the_llm_down_answers_pending_then_extracts(client_for, keys, fake_llm, uid):
     fake_llm.add_rule(f"ukulele-{uid}", extraction([memory(f"Plays the ukulele-{uid}")]))
     c = client_for(keys.service)
-    queued = c.add([{"role": "user", "content": f"I play the ukulele-{uid} every day"}],
-                   user_id=uid)  # fmt: skip
-    assert queued["status"] == "PENDING" and queued["event_id"]
+    fake_llm.down()
+    try:
+        queued = c.add([{"role": "user", "content": f"I play the ukulele-{uid} every day"}],
+                       user_id=uid)  # fmt: skip
+    finally:
+        fake_llm.up()
+    assert queued["status"] == "PENDING" and queued["event_id"] and queued["results"] == []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         got = c.get_all(filters={"user_id": uid})["results"]

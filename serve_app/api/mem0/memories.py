@@ -45,9 +45,12 @@ def _too_many(n: int, limit: int) -> None:
 
 @router.post("/v3/memories/add/", response_model=m.AddResponse)
 async def add(body: m.AddRequest, caller: Caller, services: Svc):
-    """``infer`` (mem0's default) with an LLM configured queues one extraction job
-    (``status: PENDING``, ``event_id`` = job id); otherwise each non-system message is
-    stored verbatim as a memory (``SUCCEEDED`` with the new ids)."""
+    """``infer`` (mem0's default) with an LLM configured runs one extraction job and
+    waits for it up to ``MEMSERVE_EXTRACT_SYNC_WAIT_S``: ``SUCCEEDED`` with mem0's event
+    list (ADD / UPDATE with ``previous_memory`` / DELETE / NONE, with ids), or, when it
+    takes longer or the LLM is unavailable, mem0's async shape (``status: PENDING``,
+    ``event_id`` = the job, ``GET /v1/sessions/{event_id}``) while it goes on.
+    Otherwise each non-system message is stored verbatim (``SUCCEEDED``, ADD events)."""
     scope = parse_filters(body.filters or {})
     for key in ("user_id", "agent_id", "run_id", "app_id"):
         scope.set_entity(key, getattr(body, key))
@@ -66,7 +69,11 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
             msgs[0].content if len(msgs) == 1 else "\n".join(f"{x.role}: {x.content}" for x in msgs)
         )
         fields = _validated(MemoryFields, content=text, infer=True, **common)
-        job = await services.sessions.queue_inference(owner, fields)
+        wait_s = services.settings.extract.sync_wait_s
+        job, outcome = await services.sessions.infer_now(owner, fields, wait_s)
+        if outcome and outcome.get("error") is None and outcome.get("turns_extracted"):
+            return {"status": "SUCCEEDED", "event_id": job["job_id"], "message": "ok",
+                    "results": [m.from_event(e) for e in outcome.get("events", [])]}  # fmt: skip
         return {"status": "PENDING", "event_id": job["job_id"], "message": QUEUED, "results": []}
     texts = [x.content for x in body.messages if x.role != "system"]
     if not texts:

@@ -119,9 +119,19 @@ class Mem0Page(BaseModel):
 
 class AddedMemory(BaseModel):
     id: UUID
-    event: str = "ADD"
+    event: str = "ADD"  # ADD | UPDATE | DELETE | NONE (mem0's event list)
     memory: str
     data: dict[str, str]
+    previous_memory: str | None = None  # UPDATE: the text it replaced
+
+
+def from_event(event: dict[str, Any]) -> dict[str, Any]:
+    """An extraction event (``Outcome.events``) in mem0's add-result shape."""
+    out = {"id": event["id"], "event": event["event"], "memory": event["memory"],
+           "data": {"memory": event["memory"]}}  # fmt: skip
+    if event.get("previous_memory") is not None:
+        out["previous_memory"] = event["previous_memory"]
+    return out
 
 
 class AddResponse(BaseModel):
@@ -205,7 +215,10 @@ def to_mem0(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-HISTORY_EVENTS = {"ADD": "ADD", "UPDATE": "UPDATE", "DELETE": "DELETE", "MERGE": "UPDATE"}
+HISTORY_EVENTS = {
+    "ADD": "ADD", "UPDATE": "UPDATE", "DELETE": "DELETE", "MERGE": "UPDATE",
+    "INVALIDATE": "DELETE",  # retired (valid_until), kept for audits and as_of
+}  # fmt: skip
 
 
 def to_history(event: dict[str, Any], user_id: str | None) -> dict[str, Any]:
@@ -217,7 +230,8 @@ def to_history(event: dict[str, Any], user_id: str | None) -> dict[str, Any]:
         "new_memory": event["new_content"],
         "user_id": user_id,
         "event": HISTORY_EVENTS.get(event["event"], "UPDATE"),
-        "metadata": {"actor": event["actor"], "memserve_event": event["event"]},
+        "metadata": {"actor": event["actor"], "memserve_event": event["event"],
+                     **({"why": event["new_data"]} if event.get("new_data") else {})},  # fmt: skip
         "created_at": event["created_at"],
         "updated_at": event["created_at"],
     }
