@@ -57,7 +57,8 @@ async def seed(h, encoder, user: str, n: int) -> None:  # noqa: F811
 
 
 async def fault_on_chunk(h, n: int, action: str) -> None:
-    """Run ``action`` (PL/pgSQL) in the ``n``-th DELETE statement on memory_items."""
+    """Run ``action`` (PL/pgSQL) in the ``n``-th DELETE statement on memory_items (once:
+    a retry's chunks come later)."""
     await run(h.pool, "CREATE SEQUENCE fault_chunks")
     await run(
         h.pool,
@@ -69,10 +70,6 @@ async def fault_on_chunk(h, n: int, action: str) -> None:
         "CREATE TRIGGER fault BEFORE DELETE ON memory_items"
         " FOR EACH STATEMENT EXECUTE FUNCTION fault()",
     )
-
-
-async def no_fault(h) -> None:
-    await run(h.pool, "DROP TRIGGER fault ON memory_items")
 
 
 async def sleeping_backend(h) -> int:
@@ -117,69 +114,55 @@ async def harness(make_harness, fake_llm):  # noqa: F811
     return await make_harness(settings_for(fake_llm.url))
 
 
-async def test_a_db_error_mid_chunk_finishes_the_erasure_and_a_retry_deletes_the_rest(
-    make_harness,  # noqa: F811
-    fake_llm,  # noqa: F811
-    encoder,  # noqa: F811
-):
-    h = await harness(make_harness, fake_llm)
-    await seed(h, encoder, "alice", 7)
-    await fault_on_chunk(h, 2, "RAISE EXCEPTION 'injected fault'")
-    store = ForgetStore(h.pool, encoder.spec.table_slug, batch=3, lease_s=60)
+async def _db_error(h, forget) -> None:
     with pytest.raises(psycopg.errors.RaiseException):
-        await store.forget(ALICE)
-    assert len(await memories(h)) == 4  # the first chunk committed, the second failed
-    [row] = await erasures(h)
-    assert row["finished_at"] is not None  # finished although the forget failed
-    assert await extracted(h, fake_llm, "s-after-error") != []  # not blocked
-    await no_fault(h)
-    counts = await store.forget(ALICE)  # the retry deletes the rest and says how much
-    assert counts["memories"] == 4 + 1 and await memories(h) == []
-    assert all(r["finished_at"] is not None for r in await erasures(h))
+        await forget
 
 
-async def test_a_forget_whose_connection_is_terminated_mid_chunk_finishes_on_another(
-    make_harness,  # noqa: F811
-    fake_llm,  # noqa: F811
-    encoder,  # noqa: F811
-):
-    h = await harness(make_harness, fake_llm)
-    await seed(h, encoder, "alice", 7)
-    await fault_on_chunk(h, 2, "PERFORM pg_sleep(4)")
-    store = ForgetStore(h.pool, encoder.spec.table_slug, batch=3, lease_s=60)
-    task = asyncio.create_task(store.forget(ALICE))
-    pid = await sleeping_backend(h)
-    await run(h.pool, "SELECT pg_terminate_backend(%s)", pid)
-    with pytest.raises(psycopg.OperationalError):
+async def _connection_terminated(h, forget) -> None:
+    task = asyncio.create_task(forget)
+    await run(h.pool, "SELECT pg_terminate_backend(%s)", await sleeping_backend(h))
+    with pytest.raises(psycopg.OperationalError):  # the erasure is finished on another
         await task
-    [row] = await erasures(h)
-    assert row["finished_at"] is not None  # on a fresh connection: the forget's one died
-    assert await extracted(h, fake_llm, "s-after-terminate") != []
-    counts = await store.forget(ALICE)
-    assert counts["memories"] == 4 + 1 and await memories(h) == []
 
 
-async def test_a_cancelled_forget_finishes_its_erasure_and_a_retry_completes(
-    make_harness,  # noqa: F811
-    fake_llm,  # noqa: F811
-    encoder,  # noqa: F811
-):
-    """The caller cut mid-forget (an HTTP client that hangs up cancels the request's task)."""
-    h = await harness(make_harness, fake_llm)
-    await seed(h, encoder, "alice", 7)
-    await fault_on_chunk(h, 2, "PERFORM pg_sleep(4)")
-    store = ForgetStore(h.pool, encoder.spec.table_slug, batch=3, lease_s=60)
-    task = asyncio.create_task(store.forget(ALICE))
+async def _caller_cancelled(h, forget) -> None:
+    """An HTTP client that hangs up: the request's task is cancelled."""
+    task = asyncio.create_task(forget)
     await sleeping_backend(h)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+@pytest.mark.parametrize(
+    ("fault", "cut"),
+    [
+        ("RAISE EXCEPTION 'injected fault'", _db_error),
+        ("PERFORM pg_sleep(4)", _connection_terminated),
+        ("PERFORM pg_sleep(4)", _caller_cancelled),
+    ],
+    ids=["db-error", "connection-terminated", "caller-cancelled"],
+)
+async def test_an_interrupted_forget_finishes_its_erasure_and_a_retry_completes(
+    make_harness,  # noqa: F811
+    fake_llm,  # noqa: F811
+    encoder,  # noqa: F811
+    fault,
+    cut,
+):
+    h = await harness(make_harness, fake_llm)
+    await seed(h, encoder, "alice", 7)
+    await fault_on_chunk(h, 2, fault)
+    store = ForgetStore(h.pool, encoder.spec.table_slug, batch=3, lease_s=60)
+    await cut(h, store.forget(ALICE))
+    assert len(await memories(h)) == 4  # the first chunk committed, the second did not
     [row] = await erasures(h)
-    assert row["finished_at"] is not None  # finished, shielded from the cancellation
-    assert len(await memories(h)) == 4  # the cancelled chunk did not commit
-    assert await extracted(h, fake_llm, "s-after-cancel") != []
-    counts = await store.forget(ALICE)
+    assert row["finished_at"] is not None  # finished although the forget was cut
+    assert await extracted(h, fake_llm, "s-after") != []  # new work is not blocked
+    counts = await store.forget(ALICE)  # the retry deletes the rest and says how much
     assert counts["memories"] == 4 + 1 and await memories(h) == []
+    assert all(r["finished_at"] is not None for r in await erasures(h))
 
 
 # A forget in a process of its own, killed mid-chunk (a replica that dies): its
@@ -236,7 +219,6 @@ async def test_a_dead_forgets_erasure_stops_blocking_when_its_lease_runs_out(
     # Work begun after the lease ran out is not blocked, with no retry needed.
     assert await extracted(h, fake_llm, "s-after-lease") != []
     # A retry finishes the dead erasure at its lease expiry and deletes what is left.
-    await no_fault(h)
     counts = await ForgetStore(h.pool, encoder.spec.table_slug, batch=3).forget(ALICE)
     assert counts["memories"] == 4 + 1 and await memories(h) == []
     dead, retry = await erasures(h)
@@ -254,7 +236,6 @@ async def test_a_retry_takes_over_a_dead_forgets_live_erasure(
     await seed(h, encoder, "alice", 7)
     await fault_on_chunk(h, 2, "PERFORM pg_sleep(4)")
     await kill_a_forget_mid_chunk(h, fresh_db, encoder.spec.table_slug)
-    await no_fault(h)
     store = ForgetStore(h.pool, encoder.spec.table_slug, batch=3, lease_s=60)
     counts = await store.forget(ALICE)  # at once, while the dead one's lease is live
     assert counts["memories"] == 4 and await memories(h) == []
