@@ -44,7 +44,9 @@ from serve_app.model_facts import ModelFacts
 from serve_app.periodic import Periodic
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
+from serve_app.services.tenants import TenantService
 from serve_app.settings import get_settings
+from serve_app.store.tenants import TenantStore
 from serve_app.store.turns import SessionKey
 
 log = logging.getLogger("ray.serve")
@@ -70,6 +72,8 @@ class Extractor:
         self.models = ModelView(
             self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
         )
+        # Tenant settings (the prompt's guidance), read once per batch: no cache to keep honest.
+        self.tenants = TenantService(TenantStore(self.pool), settings)
         self.pipeline = self._pipeline(model)
         ex = settings.extract
         self.scheduler = SessionScheduler(
@@ -99,7 +103,13 @@ class Extractor:
     def _pipeline(self, model: ModelFacts) -> ExtractionPipeline:
         embed = functools.partial(self._embed, model=model)  # its vectors go with its table
         return ExtractionPipeline(
-            self.pool, model.table_slug, embed, self.llm, self.settings, self.metrics
+            self.pool,
+            model.table_slug,
+            embed,
+            self.llm,
+            self.settings,
+            self.metrics,
+            guidance=self.tenants.guidance,
         )
 
     def _consolidator(self, model: ModelFacts) -> Consolidator:

@@ -14,11 +14,22 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from serve_app.tenancy import ExtractionGuidance
+from serve_app.settings import Settings
+from serve_app.tenancy import ExtractionGuidance, environment, resolve
 
 # The tenant's guidance (the extractor reads it once per batch).
 GuidanceFor = Callable[[str], Awaitable[ExtractionGuidance]]
 META_CATEGORIES = "custom_categories"  # a turn's meta: the request's own categories
+
+
+def from_env(settings: Settings) -> GuidanceFor:
+    """Every tenant gets the environment's guidance (no tenant settings at hand)."""
+    fixed = resolve({}, environment(settings)).guidance
+
+    async def same(_: str) -> ExtractionGuidance:
+        return fixed
+
+    return same
 
 
 def for_request(guidance: ExtractionGuidance, meta: Mapping[str, Any]) -> ExtractionGuidance:

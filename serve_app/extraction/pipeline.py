@@ -26,6 +26,7 @@ import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.extraction.guidance import GuidanceFor, for_request, from_env, guidance_prompt
 from serve_app.extraction.junk import CONTEXT_OPEN, Turn, clean_turns, contained, sentences
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.outcome import Outcome
@@ -50,6 +51,7 @@ from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.facts import FactStore
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.turns import SessionKey, TurnStore
+from serve_app.tenancy import ExtractionGuidance
 from serve_app.text import dedupe_hash
 
 log = logging.getLogger(__name__)
@@ -72,8 +74,11 @@ class ExtractionPipeline:
         llm: LLMClient | None,
         settings: Settings,
         metrics: ExtractionMetrics | None = None,
+        guidance: GuidanceFor | None = None,
     ) -> None:
         self.settings = settings
+        # The tenant's guidance for the prompt (the extractor reads its settings), else the env's.
+        self.guidance = guidance or from_env(settings)
         self.embed = embed
         self.llm = llm
         self.turns = TurnStore(pool)
@@ -130,8 +135,9 @@ class ExtractionPipeline:
             if not any(t.role == "user" for t in cleaned):
                 out.turns_extracted += await self.turns.mark_extracted(ids, claim=claim)
                 return True
-            memories, facts = await self._ask(cleaned)
             meta = rows[0].get("meta") or {}
+            guidance = for_request(await self.guidance(key.tenant_id), meta)
+            memories, facts = await self._ask(cleaned, guidance)
             await self._save_memories(key, rows, memories, meta, out)
             await self._save_facts(key, meta, facts, out)
         except LLMUnavailable as exc:
@@ -167,17 +173,23 @@ class ExtractionPipeline:
         )
         return cleaned
 
-    async def _ask(self, turns: list[Turn]) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
-        """One LLM call per token-capped chunk; any failure fails the whole batch."""
+    async def _ask(
+        self, turns: list[Turn], guidance: ExtractionGuidance
+    ) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
+        """One LLM call per token-capped chunk, the tenant's guidance after the contract
+        (tags kept only where they name one of its categories); any failure fails the batch."""
         assert self.llm is not None
         s = self.settings.extract
         memories: list[ExtractedMemory] = []
         facts: list[ExtractedFact] = []
         for chunk in chunk_turns(turns, s.max_prompt_tokens, s.max_turn_tokens):
             self.metrics.attempt()
-            answer = await self.llm.complete_json(EXTRACT_SYSTEM, extraction_user_prompt(chunk))
+            system = EXTRACT_SYSTEM + guidance_prompt(guidance)
+            answer = await self.llm.complete_json(system, extraction_user_prompt(chunk))
             parsed = parse_extraction(answer)
-            memories += parsed.memories
+            memories += [
+                m.model_copy(update={"tags": guidance.pick(m.tags)}) for m in parsed.memories
+            ]
             facts += parsed.facts
         return memories, facts
 
