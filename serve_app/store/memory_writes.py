@@ -12,6 +12,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from serve_app.store import history
+from serve_app.store import supersede as supersede_sql
 from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, column_list, owner_key
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 from serve_app.text import dedupe_hash
@@ -34,36 +35,46 @@ _ADD_INPUT: tuple[tuple[str, str], ...] = (
     ("dedupe_hash", "text"),
     ("source", "text"),
     ("expires_at", "timestamptz"),
+    ("valid_from", "timestamptz"),
+    ("supersedes", "jsonb"),  # ids as a JSON array (ragged, like tags)
     ("owner", "text"),  # vector table only (memory_items computes its own)
     ("embedding", "vector"),  # vector table only
 )
 _ITEM_INPUT = tuple(c for c, _ in _ADD_INPUT if c not in ("owner", "embedding"))
+# Columns inserted from a JSON array (the rest go in as they are).
+_ARRAY_OF = {
+    "tags": sql.SQL("ARRAY(SELECT jsonb_array_elements_text(s.tags))"),
+    "supersedes": sql.SQL("ARRAY(SELECT jsonb_array_elements_text(s.supersedes)::uuid)"),
+}
 
 
-def add_statement(vectors: sql.Identifier, gate: sql.Composable) -> sql.Composed:
+def add_statement(
+    vectors: sql.Identifier, gate: sql.Composable, *, supersede: bool = False
+) -> sql.Composed:
     """One statement for a whole batch: items (in input order: ``seq`` is write order),
     vectors, ADD history and the owner bump, fed by column arrays unnested together.
-    ``gate`` (quota, erasure guard) false: the statement writes nothing."""
+    ``gate`` (quota, erasure guard) false: the statement writes nothing. ``supersede``:
+    the items retire the memories they name (:mod:`serve_app.store.supersede`), all of
+    which must pass its gate too, and those memories' owners are bumped as well."""
+    if supersede:
+        gate = sql.SQL("{} AND {}").format(gate, supersede_sql.GATE)
     arrays = sql.SQL(", ").join(
         sql.SQL("{}::{}[]").format(sql.Placeholder(c), sql.SQL(t)) for c, t in _ADD_INPUT
     )
     names = column_list([c for c, _ in _ADD_INPUT])
-    values = sql.SQL(", ").join(
-        sql.SQL("ARRAY(SELECT jsonb_array_elements_text(s.tags))")
-        if c == "tags"
-        else sql.Identifier("s", c)
-        for c in _ITEM_INPUT
-    )
+    values = sql.SQL(", ").join(_ARRAY_OF.get(c, sql.Identifier("s", c)) for c in _ITEM_INPUT)
     return sql.SQL(
-        "WITH src AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS s({names}, ord)"
+        "WITH {targets} src AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS s({names}, ord)"
         " WHERE {gate}),"
         " items AS (INSERT INTO memory_items (tenant_id, {item_cols})"
         " SELECT %(tenant_id)s, {values} FROM src s ORDER BY s.ord RETURNING {returning}),"
         " vecs AS (INSERT INTO {v} (item_id, tenant_id, owner, embedding)"
         " SELECT s.id, %(tenant_id)s, s.owner, s.embedding FROM src s),"
-        " {log}"
+        " {retire} {log}"
         " SELECT items.*, {notified} AS notified FROM items"
     ).format(
+        targets=supersede_sql.TARGETS if supersede else sql.SQL(""),
+        retire=supersede_sql.RETIRE if supersede else sql.SQL(""),
         arrays=arrays,
         names=names,
         gate=gate,
@@ -71,14 +82,31 @@ def add_statement(vectors: sql.Identifier, gate: sql.Composable) -> sql.Composed
         values=values,
         returning=column_list(MEMORY_COLUMNS),
         v=vectors,
-        log=log_and_bump("src", "ADD", "content", order="ord"),
+        log=log_and_bump(
+            "src",
+            "ADD",
+            "content",
+            order="ord",
+            more_owners=supersede_sql.RETIRED_OWNERS if supersede else None,
+        ),
         notified=NOTIFIED,
     )
 
 
-def log_and_bump(rows: str, event: str, new_content: str, *, order: str = "id") -> sql.Composed:
+def log_and_bump(
+    rows: str,
+    event: str,
+    new_content: str,
+    *,
+    order: str = "id",
+    more_owners: sql.Composable | None = None,
+) -> sql.Composed:
     """CTEs logging ``event`` for each row of CTE ``rows`` (no old content) and bumping
-    the owners of those rows (``rows`` has ``id, user_id, owner`` and ``new_content``)."""
+    the owners of those rows (``rows`` has ``id, user_id, owner`` and ``new_content``)
+    and those ``more_owners`` (a query of one ``owner`` column) yields."""
+    owners = sql.SQL("SELECT owner FROM {}").format(sql.Identifier(rows))
+    if more_owners is not None:
+        owners = sql.SQL("{} UNION ALL {}").format(owners, more_owners)
     events = sql.SQL(
         "SELECT id AS memory_id, user_id, {event}::text AS event, NULL::text AS old_content,"
         " {new}::text AS new_content FROM {rows} ORDER BY {order}"
@@ -90,7 +118,7 @@ def log_and_bump(rows: str, event: str, new_content: str, *, order: str = "id") 
     )
     return sql.SQL("{}, {}").format(
         history.record_cte("hist", events),
-        bump_ctes(sql.SQL("SELECT owner FROM {}").format(sql.Identifier(rows))),
+        bump_ctes(owners),
     )
 
 
@@ -115,6 +143,8 @@ def add_params(owner: Owner, items: Sequence[NewMemory], embeddings: Any) -> dic
             "dedupe_hash": dedupe_hash(item.content),
             "source": item.source,
             "expires_at": item.expires_at,
+            "valid_from": item.valid_from,
+            "supersedes": Jsonb([str(i) for i in item.supersedes]),
             "owner": owner_key(user_id, item.scope, item.agent_id),
             "embedding": np.asarray(vector, dtype=np.float32),
         }
