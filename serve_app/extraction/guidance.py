@@ -5,7 +5,8 @@ The guidance goes after the extraction contract in the system prompt, so the
 contract (and its marker line) stays first and the JSON shape never changes:
 categories are asked for in each memory's ``tags``, and only the listed names are
 kept (:meth:`ExtractionGuidance.pick`). A request's own ``custom_categories``
-(``/mem0`` add) replace the tenant's for that request, as in mem0.
+(``/mem0`` add, kept in the memories' metadata) replace the tenant's for that
+request, as in mem0.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from serve_app.tenancy import ExtractionGuidance, environment, resolve
 
 # The tenant's guidance (the extractor reads it once per batch).
 GuidanceFor = Callable[[str], Awaitable[ExtractionGuidance]]
-META_CATEGORIES = "custom_categories"  # a turn's meta: the request's own categories
+META_CATEGORIES = "custom_categories"  # metadata key: the request's own categories
 
 
 def from_env(settings: Settings) -> GuidanceFor:
@@ -33,11 +34,18 @@ def from_env(settings: Settings) -> GuidanceFor:
 
 
 def for_request(guidance: ExtractionGuidance, meta: Mapping[str, Any]) -> ExtractionGuidance:
-    """The tenant's guidance with the request's own categories, when it sent any."""
-    own: Sequence[Mapping[str, str]] = meta.get(META_CATEGORIES) or ()
-    if not own:
+    """The tenant's guidance with the request's own categories (its metadata's
+    ``custom_categories``, validated by /mem0; anything malformed is ignored)."""
+    own = (meta.get("metadata") or {}).get(META_CATEGORIES)
+    if not isinstance(own, list):
         return guidance
-    return replace(guidance, categories=ExtractionGuidance.categories_of(own))
+    entries: Sequence[Mapping[str, str]] = [
+        {k: v} for e in own if isinstance(e, dict) for k, v in e.items()
+        if isinstance(k, str) and k.strip() and isinstance(v, str)
+    ]  # fmt: skip
+    if not entries:
+        return guidance
+    return replace(guidance, categories=ExtractionGuidance.categories_of(entries))
 
 
 def guidance_prompt(g: ExtractionGuidance) -> str:

@@ -21,8 +21,10 @@ from serve_app.api.mem0.scope import (
     scope_owner,
 )
 from serve_app.errors import ApiError
+from serve_app.extraction.guidance import META_CATEGORIES
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields, MemoryPatch, check_content
+from serve_app.tenancy import Guidance
 
 router = APIRouter(tags=["mem0"])
 QUEUED = "Memory processing has been queued for background execution"
@@ -50,17 +52,24 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
     list (ADD / UPDATE with ``previous_memory`` / DELETE / NONE, with ids), or, when it
     takes longer or the LLM is unavailable, mem0's async shape (``status: PENDING``,
     ``event_id`` = the job, ``GET /v1/sessions/{event_id}``) while it goes on.
-    Otherwise each non-system message is stored verbatim (``SUCCEEDED``, ADD events)."""
+    Otherwise each non-system message is stored verbatim (``SUCCEEDED``, ADD events).
+
+    ``custom_categories`` go in the memories' metadata (``custom_categories``), and
+    extraction tags each memory with those it fits (its mem0 ``categories``) instead
+    of the tenant's categories."""
     scope = parse_filters(body.filters or {})
     for key in ("user_id", "agent_id", "run_id", "app_id"):
         scope.set_entity(key, getattr(body, key))
     owner = scope_owner(caller, scope)
     _too_many(len(body.messages), services.settings.limits.batch_items)
+    categories = _validated(Guidance, custom_categories=body.custom_categories).custom_categories
     shared = owner.user_id is None
     common = {
         "agent_id": scope.agent_id,
         "session_id": scope.run_id,
-        "metadata": body.metadata,
+        "metadata": {**(body.metadata or {}), META_CATEGORIES: categories}
+        if categories
+        else body.metadata,
         "scope": "agent" if shared else None,
     }
     if body.infer and not shared and services.sessions.inference_enabled:

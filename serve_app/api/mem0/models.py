@@ -1,8 +1,8 @@
 """Bodies of the mem0 routes, in the shapes the official ``mem0ai`` client sends and reads.
 
-Requests are lenient like mem0's (unknown options such as ``rerank`` or
-``custom_categories`` are accepted and ignored); what memserve stores is still
-validated by its own models (content, tags, metadata limits).
+Requests are lenient like mem0's (unknown options such as ``rerank`` are accepted
+and ignored); what memserve stores is still validated by its own models (content,
+tags, metadata limits). ``custom_categories`` on add is honoured (see the add route).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class AddRequest(EntityFields):
     metadata: dict[str, Any] | None = None
     infer: bool = True
     expiration_date: date | None = None
+    # mem0's [{"name": "description"}]: the categories extraction tags memories with
+    # (instead of the tenant's); validated like the tenant settings' (422).
+    custom_categories: list[Any] | None = None
 
 
 class SearchRequest(Lenient):

@@ -77,7 +77,7 @@ async def test_a_requests_own_categories_replace_the_tenants(harness, fake_llm):
         "sushi", extraction([{**memory("The user loves sushi"), "tags": ["cuisine", "travel"]}])
     )
     k = SessionKey("acme", "cy", "infer-0123456789abcdef")
-    meta = {"custom_categories": [{"cuisine": "kinds of food"}]}
+    meta = {"metadata": {"custom_categories": [{"cuisine": "kinds of food"}]}}
     await h.say(k, ("user", "I love sushi"), meta=meta)
     assert (await h.pipeline.process_session(k, force=True)).saved == 1
     prompt = system_prompt(fake_llm.calls("extract")[-1])
@@ -91,4 +91,6 @@ def test_no_guidance_adds_nothing_to_the_prompt():
     g = ExtractionGuidance(categories=(("a", ""),))
     assert "- a\n" in guidance_prompt(g) + "\n"
     assert for_request(g, {}) is g
-    assert for_request(g, {"custom_categories": [{"b": "B"}]}).categories == (("b", "B"),)
+    own = {"metadata": {"custom_categories": [{"b": "B"}, "junk", {"": "x"}]}}
+    assert for_request(g, own).categories == (("b", "B"),)
+    assert for_request(g, {"metadata": {"custom_categories": "junk"}}) is g
