@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -52,9 +51,8 @@ from typing import Any
 import numpy as np
 from ray import serve
 
-from models import Encoder, load_encoder
-from models.encoder import default_threads
-from models.encoder_set import EncoderSet
+from deployments.encoders import replica_encoders, replica_threads
+from models import Encoder
 from serve_app.metrics import EmbedMetrics, Flusher
 from serve_app.settings import EmbedSettings, get_settings
 
@@ -68,22 +66,6 @@ DEFAULT_MAX_ONGOING_REQUESTS = 2 * DEFAULT_MAX_BATCH_SIZE
 OWN_RUN_MIN_TEXTS = 8  # embed_many lists this long run alone rather than text by text
 
 
-def replica_threads(configured: int | None = None) -> int:
-    """ONNX Runtime threads for this replica: setting, else its Ray CPUs, else the OS's."""
-    if configured:
-        return int(configured)
-    try:
-        import ray
-
-        if ray.is_initialized():
-            cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-            if cpus:
-                return max(1, math.floor(cpus + 1e-9))
-    except Exception:  # not in a Ray worker
-        pass
-    return default_threads()
-
-
 @serve.deployment(max_ongoing_requests=DEFAULT_MAX_ONGOING_REQUESTS)
 class Embedder:
     """Texts to vectors for the configured model (``MEMSERVE_EMBED_MODEL``)."""
@@ -93,11 +75,12 @@ class Embedder:
     ) -> None:
         settings = get_settings()
         self._threads = replica_threads(settings.embed.threads)
-        self._device = device or settings.embed.device
-        self.encoder: Encoder = self._load(model or settings.embed.model)
-        self.encoders = EncoderSet(self.encoder, self._load, model or settings.embed.model)
-        for ref in preload:  # a model change: the active and the filling model
-            self.encoders.get(ref)
+        started = time.perf_counter()
+        # The configured model first, then the active and filling ones of a model change.
+        self.encoders = replica_encoders(
+            settings, [model or settings.embed.model, *preload], device
+        )
+        self.encoder: Encoder = self.encoders.default
         # One worker thread: batches run one at a time off the event loop, so
         # the next batch keeps filling while this one computes.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
@@ -113,25 +96,12 @@ class Embedder:
         self._flusher = Flusher([self.metrics])  # starts with the first run (needs the loop)
         self._batches = 0
         self._texts = 0
-        started = time.perf_counter()
-        for encoder in self.encoders.loaded():
-            encoder.warmup()
         log.info(
-            "embedder %s ready on %s, %d threads, warm-up %.0f ms",
+            "embedder %s ready on %s, %d threads, load and warm-up %.0f ms",
             self.encoder.spec.name,
             self.encoder.device,
             self._threads,
             (time.perf_counter() - started) * 1000,
-        )
-
-    def _load(self, ref: str) -> Encoder:
-        settings = get_settings()
-        return load_encoder(
-            ref,
-            device=self._device,
-            threads=self._threads,
-            max_batch_tokens=settings.embed.max_batch_tokens,
-            spinning=settings.embed.spinning,
         )
 
     async def _ensure(self, model: str | None) -> None:

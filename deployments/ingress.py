@@ -11,6 +11,10 @@ and search callables bound to it, so a request embeds and writes with one model 
 start to end. When the registry's active model changes (:class:`ModelView`) the replica
 builds services for the new model, hands them to new requests, and closes the old ones
 once the requests in flight on them are done.
+
+A search is one Serve call by default: the Retriever embeds the query text itself
+(``MEMSERVE_QUERY_EMBED=retriever``, issue 23); with ``embedder`` the Ingress gets the
+vector from the Embedder first (batched there, e.g. on a GPU), then calls the Retriever.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI
@@ -33,6 +38,7 @@ from serve_app.extraction.probe import extraction_probe
 from serve_app.model_facts import ModelFacts
 from serve_app.reembed.view import ModelView
 from serve_app.retrieval.query import SearchQuery
+from serve_app.retrieval.query_embed import search_texts
 from serve_app.retrieval.shards import shard_key
 from serve_app.settings import get_settings
 from serve_app.store.model_registry import describe
@@ -108,11 +114,30 @@ class Ingress:
         vectors = await self.embedder.embed_many.remote(list(texts), is_query, ref)
         return np.asarray(vectors, dtype=np.float32)
 
-    async def _search(self, q: SearchQuery, vector: np.ndarray, *, model: ModelFacts) -> list[dict]:
-        # Route by shard so the user's cache stays warm on one retriever replica.
+    async def _search(
+        self, queries: Sequence[SearchQuery], *, model: ModelFacts
+    ) -> list[list[dict[str, Any]]]:
+        """Queries by text, embedded with ``model`` and searched in its table."""
+        if not queries:
+            return []
+        if self.settings.retrieval.query_embed == "retriever":  # one hop: the Retriever embeds
+            handle = self._retriever_for(queries[0])  # one user's searches: one shard
+            return await handle.search_text.remote(
+                list(queries), model.ref or None, model.table_slug
+            )
+
+        async def embed(texts: list[str]) -> np.ndarray:
+            return await self._embed(texts, is_query=True, model=model)
+
+        async def search(q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]:
+            return await self._retriever_for(q).search.remote(q, vector, model.table_slug)
+
+        return await search_texts(queries, embed, search)
+
+    def _retriever_for(self, q: SearchQuery) -> DeploymentHandle:
+        """Routed by shard so the user's cache stays warm on one retriever replica."""
         shard = shard_key(q, self.settings.retrieval.retrieval_shards)
-        handle = self.retriever.options(multiplexed_model_id=shard)
-        return await handle.search.remote(q, vector, model.table_slug)
+        return self.retriever.options(multiplexed_model_id=shard)
 
     def _submit(self, tenant: str, user: str, session: str, force: bool):
         assert self.extractor is not None

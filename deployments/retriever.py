@@ -11,15 +11,26 @@ to (``model``); the replica follows the registry (:class:`ModelView`) and, when 
 model's table becomes active, builds a fresh core over it (an empty hot cache that
 loads the new vectors) in place of the old one. A search still embedded with the old
 model (a caller that has not switched yet) is answered from the old table, uncached.
+
+Query embedding (issue 23): ``search_text`` takes the query text and embeds it here, with
+the Embedder's verified model loaded through the same factory
+(:func:`deployments.encoders.replica_encoders`), so a search is one Serve call. Every
+model the registry serves is loaded at start (a model change: the active and the filling
+one), and a search names the model (``ref``) whose table (``model``) it reads. With
+``MEMSERVE_QUERY_EMBED=embedder`` nothing is loaded and the Ingress calls ``search``
+with the Embedder's vector.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 from ray import serve
 
+from deployments.encoders import replica_encoders
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.metrics import Flusher, start_pool_metrics
@@ -27,6 +38,7 @@ from serve_app.model_facts import ModelFacts
 from serve_app.reembed.view import ModelView
 from serve_app.retrieval.listener import ChangeListener
 from serve_app.retrieval.query import SearchQuery
+from serve_app.retrieval.query_embed import QueryEmbedder, search_texts
 from serve_app.retrieval.retriever import Retriever as RetrieverCore
 from serve_app.retrieval.shards import shard_of
 from serve_app.settings import get_settings
@@ -58,6 +70,11 @@ class Retriever:
             self.pool, "retriever", settings.db.metrics_interval_s
         )
         self.slug = model.table_slug
+        self.queries = (  # query embedding here, every model the registry serves (None: off)
+            QueryEmbedder(await asyncio.to_thread(replica_encoders, settings, model.refs))
+            if settings.retrieval.query_embed == "retriever"
+            else None
+        )
         self.core = RetrieverCore(self.pool, self.slug, settings)
         self._foreign: dict[str, RetrieverCore] = {}  # other tables, uncached
         self.listener = ChangeListener(dsn, self._invalidate)
@@ -108,6 +125,26 @@ class Retriever:
         core = await self._core_for(model)
         return await core.search(q, vector)
 
+    async def search_text(
+        self, queries: Sequence[SearchQuery], ref: str | None = None, model: str | None = None
+    ) -> list[list[dict]]:
+        """Each query's text embedded here with ``ref`` (the model whose table ``model`` is;
+        None: the active one), then searched: one Serve call per search (or per context)."""
+        shard_id = serve.get_multiplexed_model_id()
+        if shard_id:
+            await self.shard(shard_id)
+        if self.queries is None:  # routed to the Embedder by setting, yet asked: load now
+            refs = [ref] if ref else []
+            settings = self.settings
+            self.queries = QueryEmbedder(await asyncio.to_thread(replica_encoders, settings, refs))
+        core = await self._core_for(model)
+        embedder = self.queries
+
+        async def embed(texts: list[str]) -> np.ndarray:
+            return await embedder.embed(texts, ref)
+
+        return await search_texts(queries, embed, core.search)
+
     async def stats(self) -> dict:
         """Cache counters of this replica (tests, debugging)."""
         import os
@@ -118,6 +155,11 @@ class Retriever:
             **self.core.served,
             "notifications": self.listener.received,
             "model": self.slug,
+            "query_models": (
+                sorted({e.spec.name for e in self.queries.encoders.loaded()})
+                if self.queries
+                else []
+            ),
         }
 
     async def __del__(self) -> None:
@@ -127,3 +169,5 @@ class Retriever:
         await self.listener.stop()
         await self.core.close()
         await self.pool.close()
+        if self.queries is not None:
+            self.queries.close()

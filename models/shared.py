@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from models.encoder import Encoder
 from models.encoder_set import EncoderSet
 from models.loader import load_encoder
+from models.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,13 @@ class EncoderOptions:
 
 
 _lock = threading.Lock()  # one load at a time: a second caller waits and gets the same object
-_loaded: dict[tuple[str, EncoderOptions], Encoder] = {}
+_loaded: dict[tuple[str | ModelSpec, EncoderOptions], Encoder] = {}
 
 
-def shared_encoder(ref: str, options: EncoderOptions) -> Encoder:
-    """The encoder of ``ref`` (spec name or model directory) under ``options``, loaded once."""
-    key = (str(ref), options)
+def shared_encoder(ref: str | ModelSpec, options: EncoderOptions) -> Encoder:
+    """The encoder of ``ref`` (spec name, model directory or spec) under ``options``,
+    loaded once."""
+    key = (ref, options)
     with _lock:
         found = _loaded.get(key)
         if found is None:
@@ -48,16 +50,17 @@ def shared_encoder(ref: str, options: EncoderOptions) -> Encoder:
         return found
 
 
-def encoder_set(refs: Sequence[str], options: EncoderOptions) -> EncoderSet:
+def encoder_set(refs: Sequence[str | ModelSpec], options: EncoderOptions) -> EncoderSet:
     """``refs[0]`` as the default, the others (a model change: the filling one) loaded now;
     a model named later loads through the same factory."""
     if not refs:
         raise ValueError("encoder_set needs at least one model reference")
 
-    def load(ref: str) -> Encoder:
+    def load(ref: str | ModelSpec) -> Encoder:
         return shared_encoder(ref, options)
 
-    encoders = EncoderSet(load(refs[0]), load, refs[0])
+    first = refs[0]
+    encoders = EncoderSet(load(first), load, first if isinstance(first, str) else None)
     for ref in refs[1:]:
         encoders.get(ref)
     return encoders

@@ -129,7 +129,7 @@ async def build_services(
             TurnStore(pool), trigger, turn_ttl_hours=settings.extract.turn_ttl_hours
         )
         context = ContextService(
-            ContextBuilder(memories.embed, memories.search_vector, FactStore(pool).active),
+            ContextBuilder(memories.search_many, FactStore(pool).active),
             settings.context,
         )
         chat = ChatService(

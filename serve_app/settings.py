@@ -162,6 +162,9 @@ class RetrievalSettings(BaseSettings):
     expand_session_weight: float = 0.6  # flat bonus for a seed's session
     session_cap: int = 0  # at most this many results per session before others (0: off)
     mmr_penalty: float = 0.0  # x max cosine to better hits (maximal marginal relevance)
+    # Who embeds a search's query (issue 23): the Retriever replica (one Serve hop per search)
+    # or the Embedder (batched with others; GPU clusters). MEMSERVE_QUERY_EMBED.
+    query_embed: Literal["retriever", "embedder"] = "retriever"
 
 
 class RankSettings(BaseSettings):

@@ -1,9 +1,9 @@
 """POST /v1/context without HTTP: facts + memories across scopes -> a prompt block.
 
-Flow: facts (deterministic lookup) and, unless the message is a greeting, one
-embedding of the (expanded) query searched over the union of the user's,
-the agent's and the organisation's memories, plus the current session's
-memories; results are merged, de-duplicated, and cut to the token budget.
+Flow: facts (deterministic lookup) and, unless the message is a greeting, the
+(expanded) query searched over the union of the user's, the agent's and the
+organisation's memories, plus the current session's memories, in one backend call
+that embeds the text once; results are merged, de-duplicated, and cut to the token budget.
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from serve_app.context.expand import expand_query
 from serve_app.context.format import format_context
 from serve_app.context.prefilter import is_greeting
 from serve_app.retrieval.query import SearchQuery
 from serve_app.text import normalize
 
-EmbedFn = Callable[..., Awaitable[np.ndarray]]
-SearchFn = Callable[[SearchQuery, np.ndarray], Awaitable[list[dict[str, Any]]]]
+# Queries searched by their text (the backend embeds it once): MemoryService.search_many.
+SearchFn = Callable[[Sequence[SearchQuery]], Awaitable[list[list[dict[str, Any]]]]]
 FactsFn = Callable[[str, str, int], Awaitable[list[dict[str, Any]]]]
 _WORDS = re.compile(r"\w+")
 NEAR_DUPLICATE_JACCARD = 0.9
@@ -93,8 +91,7 @@ def visible_in_session(m: dict[str, Any], session_id: str | None) -> bool:
 
 
 class ContextBuilder:
-    def __init__(self, embed: EmbedFn, search: SearchFn, facts: FactsFn) -> None:
-        self.embed = embed
+    def __init__(self, search: SearchFn, facts: FactsFn) -> None:
         self.search = search
         self.facts = facts
 
@@ -113,7 +110,6 @@ class ContextBuilder:
         return ContextResult(block.text, block.memories, block.facts, text, block.tokens)
 
     async def _memories(self, req: ContextRequest, text: str) -> list[dict[str, Any]]:
-        vector = (await self.embed([text], is_query=True))[0]
         broad = SearchQuery(
             tenant_id=req.tenant_id,
             user_id=req.user_id,
@@ -122,7 +118,7 @@ class ContextBuilder:
             text=text,
             owners=owners_for(req.user_id, req.agent_id),
         )
-        searches = [self.search(broad, vector)]
+        searches = [broad]
         if req.session_id:
             session = SearchQuery(
                 tenant_id=req.tenant_id,
@@ -132,8 +128,8 @@ class ContextBuilder:
                 session_id=req.session_id,
                 text=text,
             )
-            searches.append(self.search(session, vector))
-        found = [m for batch in await asyncio.gather(*searches) for m in batch]
+            searches.append(session)
+        found = [m for batch in await self.search(searches) for m in batch]
         found = [m for m in found if visible_in_session(m, req.session_id)]
         found.sort(key=lambda m: (-float(m.get("score") or 0.0), str(m["id"])))
         return dedupe(found)[: req.top_k]

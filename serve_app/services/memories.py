@@ -1,7 +1,9 @@
 """Memory use cases (create, read, list, update, delete, search), independent of HTTP and Ray.
 
 Embedding and search arrive as callables (``Embed``/``Search``): in the Ingress
-they are Ray handle calls, in unit tests in-process objects.
+they are Ray handle calls, in unit tests in-process objects. A search goes by its text:
+the ``Search`` backend embeds it (in the Retriever or the Embedder: ``MEMSERVE_QUERY_EMBED``,
+serve_app/retrieval/query_embed.py), so this layer never holds a query vector.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ class Embed(Protocol):
 
 
 class Search(Protocol):
-    async def __call__(self, q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]: ...
+    """Queries searched by their ``text`` (embedded as a query, once per distinct text);
+    one result list per query, in order."""
+
+    async def __call__(self, queries: Sequence[SearchQuery]) -> list[list[dict[str, Any]]]: ...
 
 
 def write_owner(caller: Principal, user_id: str | None, items: Sequence[NewMemory]) -> Owner:
@@ -190,12 +195,12 @@ class MemoryService:
         return events
 
     async def search(self, q: SearchQuery) -> list[dict[str, Any]]:
-        vector = (await self.embed([q.text], is_query=True))[0]
-        return self._accessed(q, await self._search(q, vector))
+        return (await self.search_many([q]))[0]
 
-    async def search_vector(self, q: SearchQuery, vector: np.ndarray) -> list[dict[str, Any]]:
-        """Search with an embedding the caller already has (context: one embed, two searches)."""
-        return self._accessed(q, await self._search(q, vector))
+    async def search_many(self, queries: Sequence[SearchQuery]) -> list[list[dict[str, Any]]]:
+        """Several searches in one backend call (context: one text, broad and session)."""
+        found = await self._search(queries)
+        return [self._accessed(q, rows) for q, rows in zip(queries, found, strict=True)]
 
     def _accessed(self, q: SearchQuery, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.access is not None and rows:

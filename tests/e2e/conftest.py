@@ -43,6 +43,8 @@ E2E_LLM_ENV = {
     # Lifecycle (test_lifecycle.py): purge expired memories and write access counts quickly.
     "MEMSERVE_LIFECYCLE_PURGE_INTERVAL_S": "1",
     "MEMSERVE_LIFECYCLE_ACCESS_FLUSH_S": "0.5",
+    # test_forget_faults.py: a dead replica's erasure stops blocking after 3 s.
+    "MEMSERVE_LIFECYCLE_ERASURE_LEASE_S": "3",
 }
 
 

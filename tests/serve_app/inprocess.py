@@ -1,6 +1,8 @@
 """The app's services without Ray, for in-process API tests: the composition root over
 real Postgres, the real ONNX encoder and the real retriever (what the Ingress builds,
-with the Embedder and Retriever deployments replaced by direct calls)."""
+with the Embedder and Retriever deployments replaced by direct calls). Searches take the
+route ``settings.retrieval.query_embed`` names: the retriever's own query embedder, or
+the embed callable (the Embedder's role); one encoder object serves both."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import numpy as np
 from fastapi import FastAPI
 
 from models.encoder import Encoder
+from models.encoder_set import EncoderSet
 from serve_app.api import create_app
 from serve_app.composition import Backends, Services, build_services
 from serve_app.db.pool import open_pool
 from serve_app.model_facts import ModelFacts
+from serve_app.retrieval.query import SearchQuery
+from serve_app.retrieval.query_embed import QueryEmbedder, search_texts
 from serve_app.retrieval.retriever import Retriever
 from serve_app.services.health import Probe
 from serve_app.settings import Settings
@@ -28,15 +33,29 @@ async def in_process_services(
     dsn: str,
     encoder: Encoder,
     probes: Mapping[str, Probe] | None = None,
+    embedded: list[tuple[list[str], bool]] | None = None,
 ) -> AsyncIterator[Services]:
-    """Services built by the composition root; closes them, the retriever and its pool."""
+    """Services built by the composition root; closes them, the retriever and its pool.
+    ``embedded`` collects (texts, is_query) of each call to the embed backend."""
 
     async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        if embedded is not None:
+            embedded.append((list(texts), is_query))
         return encoder.encode(list(texts), is_query=is_query)
+
+    async def embed_queries(texts: list[str]) -> np.ndarray:
+        return await embed(texts, is_query=True)
+
+    queries = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder))
+
+    async def search(batch: Sequence[SearchQuery]) -> list[list[dict]]:
+        if settings.retrieval.query_embed == "retriever":
+            return await search_texts(batch, queries.embed, retriever.search)
+        return await search_texts(batch, embed_queries, retriever.search)
 
     pool = await open_pool(dsn, settings, min_size=1)
     retriever = Retriever(pool, model.table_slug, settings)
-    backends = Backends(embed, retriever.search, probes=dict(probes or {}))
+    backends = Backends(embed, search, probes=dict(probes or {}))
     services = await build_services(settings, model, dsn, backends)
     try:
         yield services
@@ -44,6 +63,7 @@ async def in_process_services(
         await services.aclose()
         await retriever.close()
         await pool.close()
+        queries.close()
 
 
 def bearer_client(app: FastAPI, key: str) -> httpx.AsyncClient:
@@ -63,10 +83,11 @@ async def in_process_api(
     encoder: Encoder,
     key: str,
     probes: Mapping[str, Probe] | None = None,
+    embedded: list[tuple[list[str], bool]] | None = None,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
     """:func:`in_process_services` behind the app, with a client authenticated by ``key``."""
     async with (
-        in_process_services(settings, model, dsn, encoder, probes) as services,
+        in_process_services(settings, model, dsn, encoder, probes, embedded) as services,
         bearer_client(create_app(settings, services), key) as client,
     ):
         yield client, services

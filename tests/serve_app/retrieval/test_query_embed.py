@@ -1,0 +1,135 @@
+"""Searching by query text (issue 23), on both routes (MEMSERVE_QUERY_EMBED), with the real
+int8 MiniLM, the real retriever and real PostgreSQL.
+
+The retriever route embeds in the retriever (QueryEmbedder); the embedder route asks the
+embed callable (the Embedder's role). Both must give the same answers; a context's two
+searches embed their one text once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.encoder import Encoder
+from models.encoder_set import EncoderSet
+from serve_app.bootstrap import bootstrap
+from serve_app.db.pool import open_pool
+from serve_app.retrieval.query import SearchQuery
+from serve_app.retrieval.query_embed import QueryEmbedder, search_texts
+from serve_app.retrieval.retriever import Retriever
+from serve_app.settings import Settings
+from tests.serve_app.inprocess import in_process_api
+
+KEY = "msk_query_embed_test_key_0123456789"
+FACTS = [
+    "My daughter Mia starts violin lessons on Thursdays",
+    "I am allergic to peanuts",
+    "We are flying to Lisbon in May",
+]
+DIM = 384
+
+
+class Counting:
+    """The real encoder's texts, counted per call (what each route asks it to embed)."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder = encoder
+        self.calls: list[list[str]] = []
+
+    async def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return self.encoder.encode(texts, is_query=True)
+
+
+def q(text: str, **kw) -> SearchQuery:
+    return SearchQuery(tenant_id="default", user_id="alice", top_k=3, text=text, **kw)
+
+
+async def write_facts(client) -> list[str]:
+    """FACTS for alice through the API (the last two in session s1); their ids."""
+    items = [{"content": c} | ({"session_id": "s1"} if i else {}) for i, c in enumerate(FACTS)]
+    r = await client.post("/v1/memories/batch", json={"user_id": "alice", "items": items})
+    assert r.status_code == 201, r.text
+    return [m["id"] for m in r.json()["memories"]]
+
+
+async def test_each_distinct_text_is_embedded_once_and_results_keep_query_order(
+    fresh_db, encoder
+) -> None:
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    boot = bootstrap(settings, fresh_db)
+    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY) as (client, _):
+        ids = await write_facts(client)
+    pool = await open_pool(fresh_db, settings, min_size=1)
+    retriever = Retriever(pool, boot.model.table_slug, settings)
+    try:
+        embed = Counting(encoder)
+        text = "when is the kid's music class?"
+        broad, session = q(text), q(text, session_id="s1")
+        found = await search_texts([broad, session, q("peanuts")], embed, retriever.search)
+        assert embed.calls == [[text, "peanuts"]]  # one call, one row per distinct text
+        assert str(found[0][0]["id"]) == ids[0]  # the violin lesson
+        assert ids[0] not in [str(m["id"]) for m in found[1]]  # not in session s1
+        assert str(found[2][0]["id"]) == ids[1]
+        vector = encoder.encode([text], is_query=True)[0]
+        by_vector = await retriever.search(broad, vector)  # as a search by vector
+        assert [m["id"] for m in found[0]] == [m["id"] for m in by_vector]
+        assert await search_texts([], embed, retriever.search) == []
+    finally:
+        await retriever.close()
+        await pool.close()
+
+
+async def test_query_embedder_gives_the_encoders_query_vectors(encoder) -> None:
+    embedder = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder))
+    texts = ["what am I allergic to?", "ok"]
+    got = await embedder.embed(texts)
+    assert got.shape == (2, DIM) and got.dtype == np.float32
+    np.testing.assert_allclose(got, encoder.encode(texts, is_query=True), atol=1e-6)
+    embedder.close()
+
+
+@pytest.mark.parametrize("route", ["retriever", "embedder"])
+async def test_search_and_context_answer_alike_on_both_routes(fresh_db, encoder, route) -> None:
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY).with_(
+        retrieval={"query_embed": route}
+    )
+    assert settings.retrieval.query_embed == route
+    boot = bootstrap(settings, fresh_db)
+    embedded: list[tuple[list[str], bool]] = []
+    api = in_process_api(settings, boot.model, fresh_db, encoder, KEY, embedded=embedded)
+    async with api as (client, _):
+        ids = await write_facts(client)
+        r = await client.post(
+            "/v1/search", json={"user_id": "alice", "query": "when is the kid's music class?"}
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["results"][0]["id"] == ids[0]
+        r = await client.post("/v1/search", json={"user_id": "bob", "query": "violin"})
+        assert r.json()["results"] == []  # one user never sees another's memories
+        r = await client.post(
+            "/v1/context",
+            json={"user_id": "alice", "query": "what food must I avoid?", "session_id": "s1"},
+        )
+        assert r.status_code == 200, r.text
+        assert "peanuts" in r.json()["context"]
+    queries = [texts for texts, is_query in embedded if is_query]
+    assert [texts for texts, is_query in embedded if not is_query] == [FACTS]  # the write
+    if route == "retriever":
+        assert queries == []  # the retriever embedded every query itself
+    else:  # the embed backend (the Embedder) got each query, the context's once
+        assert queries == [
+            ["when is the kid's music class?"],
+            ["violin"],
+            [r.json()["search_query"]],
+        ]
+
+
+def test_the_route_setting_reads_memserve_query_embed(monkeypatch) -> None:
+    assert Settings().retrieval.query_embed == "retriever"  # the default: one hop
+    monkeypatch.setenv("MEMSERVE_QUERY_EMBED", "embedder")
+    assert Settings().retrieval.query_embed == "embedder"
+    monkeypatch.setenv("MEMSERVE_QUERY_EMBED", "gpu")
+    with pytest.raises(ValueError):
+        Settings()
