@@ -46,6 +46,7 @@ from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.services.tenants import TenantService
 from serve_app.settings import get_settings
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.tenants import TenantStore
 from serve_app.store.turns import SessionKey
 
@@ -114,8 +115,10 @@ class Extractor:
 
     def _consolidator(self, model: ModelFacts) -> Consolidator:
         embed = functools.partial(self._embed, model=model)
+        writer = GuardedWriter.from_settings(self.pool, model.table_slug, self.settings)
         return Consolidator(self.pool, model.table_slug, embed, self.llm,
-                            self.settings.consolidate, self.consolidation_metrics)  # fmt: skip
+                            self.settings.consolidate, self.consolidation_metrics,
+                            writer=writer)  # fmt: skip
 
     def _switch(self, model: ModelFacts) -> None:
         """The active model changed: new work reads and writes its table (work in flight

@@ -36,10 +36,10 @@ from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
 from serve_app.services.tenants import TenantService, tenant_service
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore
 from serve_app.store.chat_usage import ChatUsageStore
 from serve_app.store.directory import MemoryDirectory
 from serve_app.store.facts import FactStore
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.keys import KeyStore
 from serve_app.store.turns import TurnStore
 
@@ -112,8 +112,10 @@ async def build_services(
 
         lifecycle = build_lifecycle(pool, settings, model.table_slug)
         closers.extend(lifecycle.closers)
+        # The one write path of memories and facts (guards, quotas, validation, history).
+        writer = GuardedWriter.from_settings(pool, model.table_slug, settings)
         memories = MemoryService(
-            MemoryStore(pool, model.table_slug, lifecycle.quota),
+            writer,
             backends.embed,
             backends.search,
             session_ttl_s=settings.context.session_ttl_s,
@@ -148,7 +150,7 @@ async def build_services(
         closers.append(chat.aclose)
         directory = MemoryDirectory(pool)
         portability = PortabilityService(
-            memories, FactStore(pool), directory, batch_items=settings.limits.batch_items
+            memories, writer, directory, max_records=settings.limits.import_records
         )
         maintenance = MaintenanceService(
             TurnStore(pool),
@@ -159,6 +161,7 @@ async def build_services(
                 memories.embed,
                 consolidation_llm(settings),
                 settings.consolidate,
+                writer=writer,
             ),  # fmt: skip
         )
         if maintenance.consolidator.llm is not None:
@@ -169,7 +172,7 @@ async def build_services(
             keys=keys,
             memories=memories,
             sessions=sessions,
-            facts=FactService(FactStore(pool)),
+            facts=FactService(writer),
             context=context,
             chat=chat,
             health=HealthService(pool, backends.probes),

@@ -81,6 +81,7 @@ class LimitSettings(BaseSettings):
 
     content_chars: int = 8000
     batch_items: int = 100
+    import_records: int = 5000  # records per POST /v1/import (413 beyond; the CLI splits)
     top_k: int = 100
     list_limit: int = 200
     body_bytes: int = 1_048_576

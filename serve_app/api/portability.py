@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -35,14 +37,18 @@ async def export(caller: Caller, services: Svc, user_id: UserQuery = None):
 
 @router.post("/import")
 async def import_(request: Request, caller: Caller, services: Svc, user_id: UserQuery = None):
-    """Load an export (ours, or mem0's ``get_all`` output) into the user: memories are
-    re-embedded, active facts upserted, history skipped. All records are validated first;
-    a bad one is a 422 that writes nothing. Larger files go in several calls (the CLI
-    splits them under the body limit)."""
+    """Load an export (ours, or mem0's ``get_all`` output) into the user, all or nothing:
+    every record is validated first (a bad one is a 422 naming its line), then memories
+    (re-embedded, with their scope, expiry, status, timestamps, validity and history)
+    and facts (every version) are written in one transaction; a quota (403) or a running
+    forget (409) writes nothing either. At most ``MEMSERVE_MAX_IMPORT_RECORDS`` records
+    per call (413 beyond; the CLI splits larger files); charged one unit per record."""
     owner = resolve_owner(caller, user_id)
     try:
         text = (await request.body()).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ApiError(400, "invalid_request", "the body must be UTF-8 JSON") from exc
-    batch = parse(text)
-    return await services.portability.load(owner, batch, caller.actor)
+    portability = services.portability
+    batch = await asyncio.to_thread(parse, text, portability.max_records)  # off the loop
+    services.auth.charge(caller, owner.user_id, batch.records)
+    return await portability.load(owner, batch, caller.actor)

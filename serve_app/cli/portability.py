@@ -2,8 +2,9 @@
 
 Export streams ``GET /v1/export`` to a file (or stdout). Import reads our JSON Lines or
 mem0's ``get_all`` output and posts it to ``POST /v1/import`` in chunks under the body
-limit; each chunk is validated whole before it writes, and the first failing chunk stops
-the run (the ones before it stay imported, as the summary says).
+limit and the per-request record limit; each memory travels with its history events and
+each fact with its other versions. Each chunk is all or nothing; the first failing chunk
+stops the run (the ones before it stay imported, as the summary says).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 
 CHUNK_BYTES = 512 * 1024  # well under the default 1 MiB body limit
+CHUNK_RECORDS = 2000  # under the default MEMSERVE_MAX_IMPORT_RECORDS (5000)
 
 
 def add_parsers(sub: Any) -> None:
@@ -78,15 +80,45 @@ def records(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def chunks(lines: list[str], limit: int) -> Iterator[str]:
+def groups(lines: list[str]) -> list[list[str]]:
+    """Lines that must go in one request: a memory and its history events (the import
+    attributes them to the memory's new id), a fact's versions; anything else alone."""
+    out: list[list[str]] = []
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None  # the server names the bad line
+        if not isinstance(record, dict):
+            out.append([line])
+            continue
+        kind = record.get("kind")
+        if kind == "memory" and record.get("id"):
+            by_key[("memory", str(record["id"]))] = group = [line]
+            out.append(group)
+        elif kind == "history" and ("memory", str(record.get("memory_id"))) in by_key:
+            by_key[("memory", str(record.get("memory_id")))].append(line)
+        elif kind == "fact":
+            key = ("fact", f"{record.get('category')}/{record.get('key')}")
+            if key not in by_key:
+                by_key[key] = []
+                out.append(by_key[key])
+            by_key[key].append(line)
+        else:
+            out.append([line])
+    return out
+
+
+def chunks(lines: list[str], limit: int, max_records: int = CHUNK_RECORDS) -> Iterator[str]:
     batch: list[str] = []
     size = 0
-    for line in lines:
-        n = len(line.encode()) + 1
-        if batch and size + n > limit:
+    for group in groups(lines):
+        n = sum(len(line.encode()) + 1 for line in group)
+        if batch and (size + n > limit or len(batch) + len(group) > max_records):
             yield "\n".join(batch) + "\n"
             batch, size = [], 0
-        batch.append(line)
+        batch.extend(group)
         size += n
     if batch:
         yield "\n".join(batch) + "\n"

@@ -16,7 +16,10 @@ lease row, :mod:`serve_app.consolidation.lease`: no connection or transaction is
 across LLM calls, and a crashed replica's lease runs out); without an LLM only merge
 and decay run. Every write checks the row version it read, so a concurrent PATCH wins
 over consolidation, and runs in a short transaction that renews the lease, so a run
-that lost its lease writes nothing.
+that lost its lease writes nothing. Memory writes go through the
+:class:`GuardedWriter` as erasure-guarded work begun when the run read the memories:
+a forget of the owner that runs or finishes after that voids them (nothing built from
+deleted memories is inserted), and quotas and validation hold as for any producer.
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.parser import BadOutput, clean_text, load_json_object
 from serve_app.metrics import ConsolidationMetrics
 from serve_app.settings import ConsolidateSettings, Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store import NewMemory, Owner, erasure
+from serve_app.store.guarded import GuardedWriter, ValidationError
 from serve_app.store.memory_index import VersionConflict
+from serve_app.store.quota import QuotaExceeded
 from serve_app.text import dedupe_hash
 
 log = logging.getLogger(__name__)
@@ -95,10 +100,13 @@ class Consolidator:
         llm: LLMClient | None,
         settings: ConsolidateSettings,
         metrics: ConsolidationMetrics | None = None,
+        *,
+        writer: GuardedWriter | None = None,
     ) -> None:
+        """``writer``: the replica's (quotas); None: one without quotas (tests)."""
         self.pool = pool
         self.db = ConsolidationStore(pool, model_slug)
-        self.memories = MemoryStore(pool, model_slug)
+        self.memories = writer or GuardedWriter(pool, model_slug)
         self.embed = embed
         self.llm = llm
         self.s = settings
@@ -114,6 +122,7 @@ class Consolidator:
             self.metrics.outcome("busy")
             return {**report, "skipped": "another run in progress"}
         try:
+            await self._begin_work(owner)
             await self._steps(owner, lease, report, started)
             report["ms"] = _ms(started)
             async with lease.hold() as conn:
@@ -123,11 +132,19 @@ class Consolidator:
             self.metrics.outcome("lease_lost")
             return {**report, "skipped": "lease lost to another run"}
         finally:
+            erasure.end_work()
             await lease.release()
         for outcome in ("merged", "archived", "insights", "digests", "decayed", "conflicts"):
             self.metrics.outcome(outcome, report[outcome])
         self.metrics.run(report["ms"])
         return report
+
+    async def _begin_work(self, owner: Owner) -> None:
+        """Mark this task as work on the owner's memories from now (database clock), before
+        they are read: a forget of the owner after this voids every write of the run."""
+        async with self.pool.connection() as conn:
+            now = (await (await conn.execute("SELECT now() AS t")).fetchone())["t"]
+        erasure.begin_work(owner.tenant_id, owner.user_id or "", "", now)
 
     async def _steps(
         self, owner: Owner, lease: Lease, report: dict[str, Any], started: float
@@ -194,9 +211,12 @@ class Consolidator:
         }
         try:  # the survivor's MERGE and the others' archiving commit together
             async with lease.hold() as conn:
-                await self.memories.update(owner, keep["id"], changes, None, actor=ACTOR,
-                                           event="MERGE", expected_version=keep["version"],
-                                           conn=conn)  # fmt: skip
+                merged = await self.memories.update(
+                    owner, keep["id"], changes, None, actor=ACTOR, event="MERGE",
+                    expected_version=keep["version"], conn=conn,
+                )  # fmt: skip
+                if merged is None:  # gone meanwhile, or voided by a forget
+                    raise VersionConflict(keep["version"])
                 n = await self.db.archive(
                     owner,
                     {o["id"]: o["version"] for o in others},
@@ -258,8 +278,8 @@ class Consolidator:
             )  # fmt: skip
             vectors = await self.embed([text], is_query=False)
             async with lease.hold() as conn:
-                await self.memories.add(owner, [item], vectors, actor=ACTOR, conn=conn)
-            report["insights"] += 1
+                added = await self._add(owner, item, vectors, conn, report)
+            report["insights"] += bool(added)
 
     # ---------- digest (LLM) ----------
 
@@ -287,15 +307,32 @@ class Consolidator:
                              data={"sources": ids})  # fmt: skip
             vectors = await self.embed([summary], is_query=False)
             async with lease.hold() as conn:  # the digest and its sources' archiving: together
-                [row] = await self.memories.add(owner, [item], vectors, actor=ACTOR, conn=conn)
+                added = await self._add(owner, item, vectors, conn, report)
+                if not added:
+                    continue
                 await self.db.archive(
                     owner,
                     {r["id"]: r["version"] for r in batch},
-                    row["id"],
+                    added[0]["id"],
                     "summarised_into",
                     conn,
                 )
             report["digests"] += 1
+
+    async def _add(
+        self, owner: Owner, item: NewMemory, vectors: np.ndarray, conn: Any, report: dict
+    ) -> list[dict[str, Any]]:
+        """One new memory through the writer; ``[]`` (counted) when refused: a forget
+        voided the run, a quota is full or the LLM's text is unusable."""
+        try:
+            added = await self.memories.add(owner, [item], vectors, actor=ACTOR, conn=conn)
+        except (QuotaExceeded, ValidationError) as exc:
+            log.warning("consolidation of %s: %s", owner, exc)
+            added = []
+        if not added:
+            report["refused"] = report.get("refused", 0) + 1
+            self.metrics.outcome("refused")
+        return added
 
     async def _ask(
         self, lease: Lease, system: str, contents: Sequence[str], report: dict

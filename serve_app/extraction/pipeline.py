@@ -20,14 +20,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.context.tokens import count_tokens
+from serve_app.extraction.decisions import Provenance
 from serve_app.extraction.guidance import GuidanceFor, for_request, from_env, guidance_prompt
-from serve_app.extraction.junk import CONTEXT_OPEN, Turn, clean_turns, contained, sentences
+from serve_app.extraction.junk import (
+    CONTEXT_OPEN,
+    Turn,
+    clean_turns,
+    contained,
+    said_at,
+    sentences,
+    turn_of,
+)
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import (
@@ -44,12 +56,14 @@ from serve_app.extraction.prompts import (
     extraction_user_prompt,
     summary_user_prompt,
 )
+from serve_app.extraction.reconcile import Known, Reconciler, prompt_parts
 from serve_app.extraction.writer import ACTOR, MemoryWriter
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
-from serve_app.store.facts import FactStore
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter, ValidationError
 from serve_app.store.memory_index import MemoryIndex
+from serve_app.store.quota import QuotaExceeded
 from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.tenancy import ExtractionGuidance
 from serve_app.text import dedupe_hash
@@ -82,13 +96,14 @@ class ExtractionPipeline:
         self.embed = embed
         self.llm = llm
         self.turns = TurnStore(pool)
-        self.facts = FactStore(pool)
-        self.store = MemoryStore(pool, model_slug)
+        # Every memory and fact write: erasure guard, quotas, validation, history.
+        self.guarded = GuardedWriter.from_settings(pool, model_slug, settings)
         self.index = MemoryIndex(pool, model_slug)
         self.metrics = metrics or ExtractionMetrics()
         self.pool = pool
+        self.reconciler = Reconciler(pool, model_slug, self.index, embed, settings)
         self.writer = MemoryWriter(
-            pool, self.store, self.index, settings.extract.merge_similarity, self.metrics
+            pool, self.guarded, self.index, settings.extract.merge_similarity, self.metrics
         )
 
     @property
@@ -135,11 +150,12 @@ class ExtractionPipeline:
             if not any(t.role == "user" for t in cleaned):
                 out.turns_extracted += await self.turns.mark_extracted(ids, claim=claim)
                 return True
+            known = await self.reconciler.known(key.owner, cleaned)
             meta = rows[0].get("meta") or {}
             guidance = for_request(await self.guidance(key.tenant_id), meta)
-            memories, facts = await self._ask(cleaned, guidance)
-            await self._save_memories(key, rows, memories, meta, out)
-            await self._save_facts(key, meta, facts, out)
+            memories, facts = await self._ask(cleaned, known, guidance)
+            await self._save_memories(key, rows, memories, meta, out, known)
+            await self._save_facts(key, meta, facts, out, said_at(rows))
         except LLMUnavailable as exc:
             self.metrics.error(exc.kind)
             out.error = exc.kind
@@ -166,7 +182,7 @@ class ExtractionPipeline:
         return True
 
     async def _cleaned(self, key: SessionKey, rows: list[dict], out: Outcome) -> list[Turn]:
-        raw = [Turn(r["role"], r["content"], r["turn_index"]) for r in rows]
+        raw = [turn_of(r) for r in rows]
         cleaned, dropped = await self._drop_restatements(key.owner, clean_turns(raw))
         out.junk_dropped += dropped + sum(
             1 for t in raw if t.role == "system" or CONTEXT_OPEN in t.content
@@ -174,18 +190,22 @@ class ExtractionPipeline:
         return cleaned
 
     async def _ask(
-        self, turns: list[Turn], guidance: ExtractionGuidance
+        self, turns: list[Turn], known: Known, guidance: ExtractionGuidance
     ) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
-        """One LLM call per token-capped chunk, the tenant's guidance after the contract
-        (tags kept only where they name one of its categories); any failure fails the batch."""
+        """One LLM call per token-capped chunk (each shows what the owner already has:
+        serve_app/extraction/reconcile.py); any failure fails the whole batch."""
         assert self.llm is not None
         s = self.settings.extract
         memories: list[ExtractedMemory] = []
         facts: list[ExtractedFact] = []
-        for chunk in chunk_turns(turns, s.max_prompt_tokens, s.max_turn_tokens):
+        rules, block = prompt_parts(known)
+        budget = s.max_prompt_tokens - count_tokens(block)
+        for chunk in chunk_turns(turns, budget, s.max_turn_tokens):
             self.metrics.attempt()
-            system = EXTRACT_SYSTEM + guidance_prompt(guidance)
-            answer = await self.llm.complete_json(system, extraction_user_prompt(chunk))
+            answer = await self.llm.complete_json(
+                EXTRACT_SYSTEM + rules + guidance_prompt(guidance),
+                extraction_user_prompt(chunk) + block,
+            )
             parsed = parse_extraction(answer)
             memories += [
                 m.model_copy(update={"tags": guidance.pick(m.tags)}) for m in parsed.memories
@@ -213,17 +233,28 @@ class ExtractionPipeline:
         return False
 
     async def _save_facts(
-        self, key: SessionKey, meta: dict[str, Any], facts: list[ExtractedFact], out: Outcome
+        self,
+        key: SessionKey,
+        meta: dict[str, Any],
+        facts: list[ExtractedFact],
+        out: Outcome,
+        said: datetime | None = None,
     ) -> None:
         session_id = self._memory_session(key, meta)
         for fact in facts:
             if fact.confidence < self.settings.extract.min_confidence:
                 outcome = "below_threshold"
             else:
-                outcome = await self.facts.upsert(
-                    key.owner, fact.category, fact.key, fact.value, fact.confidence,
-                    session_id=session_id, importance=fact.importance,
-                )  # fmt: skip
+                try:
+                    outcome = await self.guarded.upsert_fact(
+                        key.owner, fact.category, fact.key, fact.value, fact.confidence,
+                        session_id=session_id, importance=fact.importance,
+                        valid_from=fact.valid_from or said,
+                    )  # fmt: skip
+                except QuotaExceeded:
+                    outcome = "over_quota"
+                except ValidationError:
+                    outcome = "invalid"
             out.facts[outcome] = out.facts.get(outcome, 0) + 1
             self.metrics.fact(outcome)
 
@@ -240,11 +271,15 @@ class ExtractionPipeline:
         memories: list[ExtractedMemory],
         meta: dict[str, Any],
         out: Outcome,
+        known: Known,
     ) -> None:
         s = self.settings
         keep: list[ExtractedMemory] = []
         seen: set[str] = set()
         for m in memories:
+            if not m.content:  # INVALIDATE/NOOP: a decision on a shown row, no new text
+                keep.append(m)
+                continue
             h = dedupe_hash(m.content)
             low = m.confidence < s.extract.min_confidence or m.importance < s.extract.min_importance
             if low or h in seen:
@@ -255,7 +290,9 @@ class ExtractionPipeline:
                 keep.append(m)
         if not keep:
             return
-        vectors = await self.embed([m.content for m in keep], is_query=False)
+        texts = [m.content for m in keep if m.content]
+        embedded = iter(await self.embed(texts, is_query=False) if texts else [])
+        vectors = [next(embedded) if m.content else None for m in keep]
         turn_range = [rows[0]["turn_index"], rows[-1]["turn_index"]]
         template = NewMemory(
             content="",
@@ -268,8 +305,10 @@ class ExtractionPipeline:
                 "extracted_from": {"session_id": key.session_id, "turns": turn_range},
             },
             source="extraction",
+            valid_from=said_at(rows),  # unless the model dates a memory itself
         )
-        await self.writer.save(key.owner, keep, vectors, template, out)
+        prov = Provenance([r["turn_index"] for r in rows], template.valid_from)
+        await self.writer.save(key.owner, keep, vectors, template, out, known, prov)
 
     async def _drop_restatements(self, owner: Owner, turns: list[Turn]) -> tuple[list[Turn], int]:
         """Remove assistant sentences that restate memories the user already has."""
@@ -295,7 +334,7 @@ class ExtractionPipeline:
         out = list(turns)
         for i, ss in pieces:
             kept = [s for s in ss if s not in junk]
-            out[i] = Turn(turns[i].role, " ".join(kept), turns[i].turn_index)
+            out[i] = replace(turns[i], content=" ".join(kept))
         return [t for t in out if t.content], len(junk)
 
     # ---------- no LLM: raw turns become searchable episodic memories ----------
@@ -303,7 +342,7 @@ class ExtractionPipeline:
     async def _store_raw(self, key: SessionKey, rows: list[dict], out: Outcome) -> None:
         fresh: dict[str, tuple[dict, Turn]] = {}
         for r in rows:
-            for t in clean_turns([Turn(r["role"], r["content"], r["turn_index"])]):
+            for t in clean_turns([turn_of(r)]):
                 if t.role == "user":
                     fresh.setdefault(dedupe_hash(t.content), (r, t))
         items = [
@@ -316,6 +355,7 @@ class ExtractionPipeline:
                 metadata={"session_id": key.session_id, "turn_index": t.turn_index},
                 importance=0.3,
                 source="turn",
+                valid_from=t.occurred_at,
             )
             for r, t in fresh.values()
         ]
@@ -347,7 +387,7 @@ class ExtractionPipeline:
             batch = []
         if not batch:
             return
-        turns = clean_turns([Turn(r["role"], r["content"], r["turn_index"]) for r in batch])
+        turns = clean_turns([turn_of(r) for r in batch])
         ids = [r["id"] for r in batch]
         if not turns:
             await self.turns.mark_compressed(ids)
@@ -376,6 +416,7 @@ class ExtractionPipeline:
                 metadata={"session_id": key.session_id, "turn_start": first, "turn_end": last},
                 importance=0.5,
                 source="summary",
+                valid_from=turns[0].occurred_at,
             )
             if await self.writer.add_unique(key.owner, [item], vectors):
                 out.summaries += 1

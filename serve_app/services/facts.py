@@ -2,30 +2,51 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from serve_app.errors import ApiError
+from serve_app.services.write_errors import write_errors
 from serve_app.store import Owner
-from serve_app.store.facts import EXPLICIT, FactStore
+from serve_app.store.facts import EXPLICIT
+from serve_app.store.guarded import GuardedWriter
 
 
 class FactService:
-    def __init__(self, store: FactStore) -> None:
-        self.store = store
+    def __init__(self, writer: GuardedWriter) -> None:
+        self.writer = writer  # writes: erasure guard, fact quota, validation
+        self.store = writer.facts  # reads
 
     async def list(
-        self, owner: Owner, *, include_inactive: bool = False, category: str | None = None
+        self,
+        owner: Owner,
+        *,
+        include_inactive: bool = False,
+        category: str | None = None,
+        as_of: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        """Active facts; ``include_inactive`` adds replaced values (oldest first per key)."""
-        rows = await self.store.list(owner, include_inactive=include_inactive)
+        """Active facts; ``include_inactive`` adds replaced values (oldest first per key);
+        ``as_of``: the values valid then."""
+        rows = await self.store.list(owner, include_inactive=include_inactive, as_of=as_of)
         if category is not None:
             rows = [r for r in rows if r["category"] == category]
         return rows
 
-    async def set(self, owner: Owner, category: str, key: str, value: str) -> dict[str, Any]:
+    async def set(
+        self,
+        owner: Owner,
+        category: str,
+        key: str,
+        value: str,
+        valid_from: datetime | None = None,
+    ) -> dict[str, Any]:
         """An explicit value (a correction): replaces the active one whatever its
-        confidence, the old value stays as history; extraction never overrides it."""
-        await self.store.upsert(owner, category, key, value, 1.0, source=EXPLICIT)
+        confidence, the old value stays as history (valid until ``valid_from``, else
+        now); extraction never overrides it."""
+        with write_errors():
+            await self.writer.upsert_fact(
+                owner, category, key, value, 1.0, source=EXPLICIT, valid_from=valid_from
+            )
         row = await self.store.get(owner, category, key)
         assert row is not None
         return row
@@ -34,4 +55,4 @@ class FactService:
         """Delete facts with their history: all of the user's, a category, or one key."""
         if key is not None and category is None:
             raise ApiError(422, "invalid_request", "key needs category")
-        return await self.store.delete(owner, category, key)
+        return await self.writer.delete_facts(owner, category, key)

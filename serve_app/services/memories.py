@@ -19,9 +19,11 @@ from serve_app.auth import Principal, resolve_owner
 from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.services.validity import touches_validity, validity_patch
+from serve_app.services.write_errors import write_errors
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.memories import InvalidCursor, VersionConflict
-from serve_app.store.quota import QuotaExceeded
 
 if TYPE_CHECKING:
     from serve_app.services.access import AccessTracker
@@ -69,14 +71,15 @@ def expiry(ttl_s: float | None, expires_at: datetime | None) -> datetime | None:
 class MemoryService:
     def __init__(
         self,
-        store: MemoryStore,
+        writer: GuardedWriter,
         embed: Embed,
         search: Search,
         *,
         session_ttl_s: float,
         access: AccessTracker | None = None,
     ) -> None:
-        self.store = store
+        self.writer = writer  # every write (guards, quotas, validation, history)
+        self.store = writer.memories  # reads
         self.embed = embed
         self._search = search
         self.session_ttl_s = session_ttl_s
@@ -106,6 +109,8 @@ class MemoryService:
             metadata=f.metadata or {},
             importance=0.5 if f.importance is None else f.importance,
             expires_at=expires_at,
+            valid_from=f.valid_from,
+            supersedes=list(dict.fromkeys(f.supersedes or [])),
         )
 
     async def add(
@@ -114,10 +119,8 @@ class MemoryService:
         if not items:
             return []
         vectors = await self.embed([i.content for i in items], is_query=False)
-        try:
-            return await self.store.add(owner, items, vectors, actor=actor)
-        except QuotaExceeded as exc:
-            raise ApiError(403, "quota_exceeded", str(exc)) from None
+        with write_errors():
+            return await self.writer.add(owner, items, vectors, actor=actor)
 
     async def get(self, owner: Owner, item_id: uuid.UUID) -> dict[str, Any]:
         row = await self.store.get(owner, item_id)
@@ -135,6 +138,8 @@ class MemoryService:
         agent_id: str | None,
         session_id: str | None,
         status: str | None = None,
+        as_of: datetime | None = None,
+        include_invalidated: bool = False,
     ) -> tuple[list[dict[str, Any]], str | None]:
         try:
             return await self.store.list(
@@ -145,6 +150,8 @@ class MemoryService:
                 agent_id=agent_id,
                 session_id=session_id,
                 status=status,
+                as_of=as_of,
+                include_invalidated=include_invalidated,
             )
         except InvalidCursor as exc:
             raise ApiError(400, "invalid_request", "invalid cursor") from exc
@@ -162,15 +169,19 @@ class MemoryService:
         if "ttl_s" in changes or "expires_at" in changes:
             changes = dict(changes)
             changes["expires_at"] = expiry(changes.pop("ttl_s", None), changes.get("expires_at"))
-        vector = None
-        if "content" in changes:
+        vector, event = None, "UPDATE"
+        if "content" in changes or touches_validity(changes):
             current = await self.get(owner, item_id)
-            if current["content"] != changes["content"]:
+            if touches_validity(changes):
+                changes, event = validity_patch(changes, current)
+            if current["content"] != changes.get("content", current["content"]):
                 vector = (await self.embed([changes["content"]], is_query=False))[0]
         try:
-            row = await self.store.update(
-                owner, item_id, changes, vector, actor=actor, expected_version=expected_version
-            )
+            with write_errors():
+                row = await self.writer.update(
+                    owner, item_id, changes, vector, actor=actor, event=event,
+                    expected_version=expected_version,
+                )  # fmt: skip
         except VersionConflict as exc:
             raise ApiError(409, "conflict", str(exc)) from None
         if row is None:
@@ -178,13 +189,13 @@ class MemoryService:
         return row
 
     async def delete(self, owner: Owner, item_id: uuid.UUID, actor: str) -> None:
-        if not await self.store.delete(owner, item_id, actor=actor):
+        if not await self.writer.delete(owner, item_id, actor=actor):
             raise ApiError(404, "not_found", "memory not found")
 
     async def delete_scope(
         self, owner: Owner, *, agent_id: str | None, session_id: str | None, actor: str
     ) -> int:
-        return await self.store.delete_scope(
+        return await self.writer.delete_scope(
             owner, agent_id=agent_id, session_id=session_id, actor=actor
         )
 

@@ -9,8 +9,11 @@ instead of blocking it for ever. Extraction work is marked when it reads its tur
 database's clock); every memory or fact write made afterwards in the same asyncio
 task carries :func:`guard` in its own statement: it writes nothing when a forget of
 that owner (user, user+agent, user+session or the whole tenant) is running or
-finished after the work began. Writes outside extraction work (API calls) are not
-guarded: data sent after a forget is new data.
+finished after the work began (consolidation marks its runs the same way). Writes
+outside such work (API calls, import) are refused only while a forget of their owner
+is running (``GuardedWriter`` answers 409 ``forget_in_progress``): data sent after a
+forget is new data. Every writer applies the clause through
+:class:`serve_app.store.guarded.GuardedWriter`.
 """
 
 from __future__ import annotations
@@ -62,29 +65,37 @@ def current() -> Work | None:
     return _work.get()
 
 
-def clause(agent_col: sql.Composable | None = None) -> sql.Composable:
-    """``NOT EXISTS (an erasure that voids the current work)``, bound by :func:`params`.
+def clause(
+    agent_col: sql.Composable | None = None, session_col: sql.Composable | None = None
+) -> sql.Composable:
+    """``NOT EXISTS (an erasure that voids this write)``, bound by :func:`params`.
 
-    ``agent_col`` is the SQL of the written row's agent id (an agent forget voids only
-    rows of that agent). The statement must bind ``%(tenant_id)s`` to the work's tenant.
+    ``agent_col``/``session_col``: SQL of the written row's agent and session (an agent
+    or session forget voids only rows of that agent or session; inside extraction work
+    the work's session stands for the row's). The statement must bind ``%(tenant_id)s``.
+    Inside work an erasure voids the write if it is running or finished after the work
+    began; outside work (API writes: data sent after a forget is new data) only while
+    it is running (``erasure_since`` NULL: the statement's own clock).
     """
     agent = sql.SQL("")
     if agent_col is not None:
         agent = sql.SQL(" OR e.agent_id = coalesce({}, '')").format(agent_col)
+    session = sql.SQL("NULL") if session_col is None else session_col
     return sql.SQL(
         "NOT EXISTS (SELECT 1 FROM memory_erasures e WHERE e.tenant_id = %(tenant_id)s"
         " AND (e.user_id IS NULL OR e.user_id = %(erasure_user)s)"
-        " AND (e.session_id = '' OR e.session_id = %(erasure_session)s)"
+        " AND (e.session_id = '' OR e.session_id = coalesce(%(erasure_session)s, {session}))"
         " AND (e.agent_id = ''{agent})"
-        " AND " + VOIDS + "%(erasure_since)s)"
-    ).format(agent=agent)
+        " AND " + VOIDS + "coalesce(%(erasure_since)s::timestamptz, now()))"
+    ).format(agent=agent, session=session)
 
 
-def params() -> dict[str, Any]:
-    """Parameters of :func:`clause` for the current work; ``{}`` outside extraction work."""
+def params(user_id: str | None) -> dict[str, Any]:
+    """Parameters of :func:`clause` for a write of ``user_id``'s data: the current work's
+    (user, session, start) inside extraction work, else the user with no start."""
     work = _work.get()
     if work is None:
-        return {}
+        return {"erasure_user": user_id, "erasure_session": None, "erasure_since": None}
     return {
         "erasure_user": work.user_id,
         "erasure_session": work.session_id,

@@ -10,13 +10,15 @@ building reads the active ones (one indexed query, no embedding).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store import erasure
-from serve_app.store.records import Owner, column_list
+from serve_app.store.memory_index import using
+from serve_app.store.records import Owner, column_list, valid
 from serve_app.text import normalize
 
 FACT_COLUMNS: tuple[str, ...] = (
@@ -33,18 +35,23 @@ FACT_COLUMNS: tuple[str, ...] = (
     "updated_at",
     "superseded_at",
     "superseded_by",
+    "valid_from",  # event time: when the value became true (None: unknown, created_at)
+    "valid_until",  # when it stopped being true (its successor's valid_from)
 )
 # What a context block needs of a fact.
 CONTEXT_FACT_COLUMNS: tuple[str, ...] = (*FACT_COLUMNS[:6], "updated_at")
 EXPLICIT = "user"  # source of a value set through the API: extraction never overrides it
 _FACT = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND category = %(category)s"
+# The writer's check, run under the key's lock: (conn, adds a new key?) -> an outcome that
+# stops the write ("erased"), or None; it raises to refuse (quota).
+FactGate = Callable[[AsyncConnection, bool], Awaitable[str | None]]
 
 
 class FactStore:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
 
-    async def upsert(
+    async def _raw_upsert(
         self,
         owner: Owner,
         category: str,
@@ -52,15 +59,19 @@ class FactStore:
         value: str,
         confidence: float,
         *,
+        gate: FactGate,
         session_id: str | None = None,
         source: str = "extraction",
         importance: float = 0.5,
+        conn: AsyncConnection | None = None,
+        valid_from: datetime | None = None,
     ) -> str:
         """Apply one fact; returns added | replaced | confirmed | ignored | erased.
 
         Source ``user`` (explicit) replaces whatever is active; other sources need
-        greater-or-equal confidence and never replace an explicit value. Inside
-        extraction work a forget of the owner voids the write (``erased``).
+        greater-or-equal confidence and never replace an explicit value. ``gate`` (the
+        erasure guard and quota of :class:`serve_app.store.guarded.GuardedWriter`) runs
+        under the key's lock before anything is written.
 
         ``importance`` comes from the LLM; context blocks put facts >= 0.5 first."""
         params: dict[str, Any] = {
@@ -74,25 +85,20 @@ class FactStore:
             "session_id": session_id,
             "importance": importance,
         }
-        async with self.pool.connection() as conn, conn.transaction():
+        async with using(self.pool, conn) as conn, conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%(lock)s))",
                 {"lock": f"fact:{owner.tenant_id}/{owner.user_id}/{category}/{key}"},
             )
-            guard = erasure.params()
-            if guard:
-                cur = await conn.execute(
-                    sql.SQL("SELECT {} AS ok").format(erasure.clause()),
-                    {"tenant_id": owner.tenant_id, **guard},
-                )
-                if not (await cur.fetchone())["ok"]:
-                    return "erased"
             cur = await conn.execute(
                 "SELECT id, value, confidence, source FROM facts WHERE " + _FACT
                 + " AND key = %(key)s AND active",
                 params,
             )  # fmt: skip
             active = await cur.fetchone()
+            stop = await gate(conn, active is None)
+            if stop is not None:
+                return stop
             explicit = source == EXPLICIT
             if active is not None and normalize(active["value"]) == normalize(value):
                 await conn.execute(
@@ -111,21 +117,23 @@ class FactStore:
                 return "ignored"
             params["id"] = uuid.uuid4()
             if active is not None:
-                await conn.execute(
+                await conn.execute(  # valid until its successor became true
                     "UPDATE facts SET active = false, superseded_at = now(),"
-                    " superseded_by = %(new_id)s, updated_at = now() WHERE id = %(id)s",
-                    {"new_id": params["id"], "id": active["id"]},
+                    " superseded_by = %(new_id)s, updated_at = now(),"
+                    " valid_until = greatest(coalesce(%(valid_from)s, now()), valid_from)"
+                    " WHERE id = %(id)s",
+                    {"new_id": params["id"], "id": active["id"], "valid_from": valid_from},
                 )
             await conn.execute(
                 "INSERT INTO facts (id, tenant_id, user_id, category, key, value, confidence,"
-                " source, session_id, importance) VALUES (%(id)s, %(tenant_id)s, %(user_id)s,"
-                " %(category)s, %(key)s, %(value)s, %(confidence)s, %(source)s, %(session_id)s,"
-                " %(importance)s)",
-                params,
+                " source, session_id, importance, valid_from) VALUES (%(id)s, %(tenant_id)s,"
+                " %(user_id)s, %(category)s, %(key)s, %(value)s, %(confidence)s, %(source)s,"
+                " %(session_id)s, %(importance)s, %(valid_from)s)",
+                {**params, "valid_from": valid_from},
             )
             return "added" if active is None else "replaced"
 
-    async def delete(
+    async def _raw_delete(
         self, owner: Owner, category: str | None = None, key: str | None = None
     ) -> int:
         """Delete the user's facts (every version), optionally one category or one key."""
@@ -154,18 +162,23 @@ class FactStore:
             )  # fmt: skip
             return await cur.fetchone()
 
-    async def list(self, owner: Owner, *, include_inactive: bool = False) -> list[dict[str, Any]]:
-        """Active facts by category/key; with history, every version oldest first."""
+    async def list(
+        self, owner: Owner, *, include_inactive: bool = False, as_of: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Active facts by category/key; with history, every version oldest first;
+        ``as_of``: the values valid at that time (event time, one per key)."""
+        which = " AND active"
+        if include_inactive:
+            which = ""
+        if as_of is not None:
+            which = " AND " + valid(at="%(as_of)s")
         query = sql.SQL(
             "SELECT {cols} FROM facts WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
-            "{active} ORDER BY category, key, created_at"
-        ).format(
-            cols=column_list(FACT_COLUMNS),
-            active=sql.SQL("" if include_inactive else " AND active"),
-        )
+            "{which} ORDER BY category, key, created_at"
+        ).format(cols=column_list(FACT_COLUMNS), which=sql.SQL(which))
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                query, {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+                query, {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "as_of": as_of}
             )
             return await cur.fetchall()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store import erasure, history, quota
+from serve_app.store import erasure, history, quota, supersede
 from serve_app.store.cursor import InvalidCursor, decode_cursor, encode_cursor
 from serve_app.store.forget import Scope
 from serve_app.store.memory_index import VersionConflict, using
@@ -30,6 +31,7 @@ from serve_app.store.records import (
     Owner,
     column_list,
     live,
+    valid,
 )
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
@@ -40,6 +42,7 @@ __all__ = ["CHANGES_CHANNEL", "InvalidCursor", "MemoryStore", "VersionConflict"]
 UPDATABLE = frozenset(
     {"content", "tags", "metadata", "importance", "type", "confidence", "data"}
     | {"expires_at", "status"}
+    | {"valid_from", "valid_until", "superseded_by"}  # validity (event time)
 )
 
 
@@ -51,34 +54,40 @@ _OWNED_LIVE_ID = (
 )
 
 
+# The erasure guard of a batch add (any voided row refuses all of it); binds the
+# batch's ``agent_id``/``session_id`` arrays and :func:`erasure.params`.
+BATCH_GUARD = sql.SQL(
+    "NOT EXISTS (SELECT 1 FROM unnest(%(agent_id)s::text[], %(session_id)s::text[])"
+    " AS r(agent_id, session_id) WHERE NOT {})"
+).format(erasure.clause(sql.SQL("r.agent_id"), sql.SQL("r.session_id")))
+
+
 class MemoryStore:
     """Async data access for memories of one embedding model's vector table."""
 
-    def __init__(
-        self, pool: AsyncConnectionPool, model_slug: str, limits: quota.Quota | None = None
-    ) -> None:
+    def __init__(self, pool: AsyncConnectionPool, model_slug: str) -> None:
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
-        self.quota = limits if limits is not None and limits.active else None
-        gate = quota.GATE if self.quota else sql.SQL("TRUE")
-        guarded = sql.SQL("{} AND {}").format(gate, erasure.clause(sql.SQL("s.agent_id")))
-        # [outside extraction work, inside it (erasure guard: see serve_app.store.erasure)]
-        self._add_sql = [add_statement(self.vectors, gate), add_statement(self.vectors, guarded)]
+        gate = sql.SQL("{} AND {}").format(quota.GATE, BATCH_GUARD)
+        self._add_sql = add_statement(self.vectors, gate)
+        self._supersede_sql = add_statement(self.vectors, gate, supersede=True)
 
-    # ---------- writes ----------
+    # ---------- writes: only through serve_app.store.guarded.GuardedWriter ----------
 
-    async def add(
+    async def _raw_add(
         self,
         owner: Owner,
         items: Sequence[NewMemory],
         embeddings: np.ndarray,
         *,
         actor: str | None = None,
+        limits: quota.Quota | None = None,
         conn: AsyncConnection | None = None,
     ) -> list[dict[str, Any]]:
         """Insert items verbatim with their vectors and ADD history: one atomic statement.
 
-        Rows come back in input order (``seq`` follows it); ``conn``: the caller's transaction.
+        All rows or none (quota, erasure guard: the writer says why); rows come back in
+        input order (``seq`` follows it); ``conn``: the caller's transaction.
         """
         if len(items) != len(embeddings):
             raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
@@ -86,15 +95,15 @@ class MemoryStore:
             return []
         params = add_params(owner, items, embeddings)
         params["actor"] = actor
-        if self.quota:
-            params.update(quota.params(self.quota, owner, items))
-        guard_params = erasure.params()
-        params.update(guard_params)
+        params.update(quota.params(limits or quota.Quota(), owner, items))
+        params.update(erasure.params(owner.user_id))
         async with using(self.pool, conn) as conn:
-            cur = await conn.execute(self._add_sql[bool(guard_params)], params)
+            retire = supersede.targets(items)  # raises SupersedeRefused on a repeated id
+            params.update(supersede.params(owner, retire))
+            cur = await conn.execute(self._supersede_sql if retire else self._add_sql, params)
             rows = {r["id"]: r for r in await cur.fetchall()}
-            if not rows and self.quota:  # refused: say which quota
-                refused = await quota.exceeded(conn, self.quota, owner, items)
+            if not rows and retire:  # refused: unknown, foreign or retired targets?
+                refused = await supersede.refusal(conn, owner, retire)
                 if refused is not None:
                     raise refused
         out = [rows[i] for i in params["id"] if i in rows]
@@ -102,7 +111,7 @@ class MemoryStore:
             del r["notified"]
         return out
 
-    async def update(
+    async def _raw_update(
         self,
         owner: Owner,
         item_id: uuid.UUID,
@@ -137,8 +146,7 @@ class MemoryStore:
         if "content" in changes:
             sets.append(sql.SQL("dedupe_hash = %(new_dedupe_hash)s"))
             params["new_dedupe_hash"] = dedupe_hash(changes["content"])
-        guard_params = erasure.params()  # extraction work: nothing if its owner was forgotten
-        params.update(guard_params)
+        params.update(erasure.params(owner.user_id))  # a voiding forget: no row
         revector = sql.SQL("")
         if embedding is not None:
             params["embedding"] = np.asarray(embedding, dtype=np.float32)
@@ -158,7 +166,7 @@ class MemoryStore:
             " FROM (SELECT 1) one LEFT JOIN upd ON true"
         ).format(
             sets=sql.SQL(", ").join(sets),
-            guard=erasure.clause(sql.SQL("agent_id")) if guard_params else sql.SQL("TRUE"),
+            guard=erasure.clause(sql.SQL("agent_id"), sql.SQL("session_id")),
             returning=column_list(MEMORY_COLUMNS, "i"),
             revector=revector,
             history=history.record_cte(
@@ -181,7 +189,9 @@ class MemoryStore:
             raise VersionConflict(current)
         return row if row["id"] is not None else None
 
-    async def delete(self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None) -> bool:
+    async def _raw_delete(
+        self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None
+    ) -> bool:
         """Delete one memory; its earlier history loses its content (right to be forgotten)."""
         where = sql.SQL(
             "id = %(id)s AND tenant_id = %(tenant_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s"
@@ -189,7 +199,7 @@ class MemoryStore:
         params = {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
         return await self._delete_where(where, params, actor) > 0
 
-    async def delete_scope(
+    async def _raw_delete_scope(
         self,
         owner: Owner,
         *,
@@ -244,11 +254,15 @@ class MemoryStore:
         agent_id: str | None = None,
         session_id: str | None = None,
         status: str | None = None,
+        as_of: datetime | None = None,
+        include_invalidated: bool = False,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """Newest first, keyset-paginated on (created_at, id); expired items are hidden."""
+        """Newest first, keyset-paginated on (created_at, id); expired items are hidden,
+        and so are retired ones unless ``include_invalidated``; ``as_of``: those valid then."""
         where = [
             sql.SQL("tenant_id = %(tenant_id)s"),
             sql.SQL(_LIVE),
+            sql.SQL(valid(at="%(as_of)s") if as_of else "TRUE" if include_invalidated else valid()),
             # None: the tenant's shared memories (two forms: IS NOT DISTINCT FROM is unindexable)
             sql.SQL("user_id IS NULL" if owner.user_id is None else "user_id = %(user_id)s"),
         ]
@@ -256,6 +270,7 @@ class MemoryStore:
             "tenant_id": owner.tenant_id,
             "user_id": owner.user_id,
             "limit": limit + 1,
+            "as_of": as_of,
         }
         filters = {"type": type, "agent_id": agent_id, "session_id": session_id, "status": status}
         for column, value in filters.items():

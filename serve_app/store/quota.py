@@ -1,10 +1,12 @@
-"""Memory quotas per user and per tenant, checked inside the insert statement itself.
+"""Memory and fact quotas per user and per tenant, checked where the write happens.
 
 ``memory_counts`` (kept by statement triggers, migration 0008) holds one row per
 (tenant, owner) and one per tenant (owner ``''``), so the check is two indexed
 reads in the same statement as the insert: over quota, the statement inserts
 nothing. Concurrent writers of one user may overshoot by their in-flight batches
 (the counters are read, not locked, so writers never queue behind each other).
+Facts count active values (one per key); the check runs in the upsert's transaction
+under the key's lock (:func:`facts_exceeded`), so only a new key can be refused.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from serve_app.store.records import NewMemory, Owner
 
 @dataclass(frozen=True)
 class Quota:
-    """Maximum memories; 0 or None: unlimited."""
+    """Maximum memories (or facts); 0 or None: unlimited."""
 
     per_user: int | None = None
     per_tenant: int | None = None
@@ -31,9 +33,9 @@ class Quota:
 
 
 class QuotaExceeded(Exception):
-    def __init__(self, kind: str, limit: int, used: int) -> None:
-        super().__init__(f"the {kind} memory quota ({limit}) is reached ({used} stored)")
-        self.kind, self.limit, self.used = kind, limit, used
+    def __init__(self, kind: str, limit: int, used: int, what: str = "memory") -> None:
+        super().__init__(f"the {kind} {what} quota ({limit}) is reached ({used} stored)")
+        self.kind, self.limit, self.used, self.what = kind, limit, used, what
 
 
 _COUNT = (
@@ -76,4 +78,26 @@ async def exceeded(
             return QuotaExceeded("user", quota.per_user, n)
     if quota.per_tenant and used.get("", 0) + len(items) > quota.per_tenant:
         return QuotaExceeded("tenant", quota.per_tenant, used.get("", 0))
+    return None
+
+
+async def facts_exceeded(conn: AsyncConnection, quota: Quota, owner: Owner) -> QuotaExceeded | None:
+    """Which fact quota one more active fact of ``owner`` would break, if any."""
+    if quota.per_user:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM facts"
+            " WHERE tenant_id = %(t)s AND user_id = %(u)s AND active",
+            {"t": owner.tenant_id, "u": owner.user_id},
+        )
+        n = (await cur.fetchone())["n"]
+        if n >= quota.per_user:
+            return QuotaExceeded("user", quota.per_user, n, "fact")
+    if quota.per_tenant:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM facts WHERE tenant_id = %(t)s AND active",
+            {"t": owner.tenant_id},
+        )
+        n = (await cur.fetchone())["n"]
+        if n >= quota.per_tenant:
+            return QuotaExceeded("tenant", quota.per_tenant, n, "fact")
     return None

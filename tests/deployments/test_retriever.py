@@ -15,7 +15,8 @@ from serve_app.bootstrap import ModelFacts
 from serve_app.db.pool import open_pool
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from tests.conftest import scratch_database
 
@@ -56,7 +57,7 @@ def retriever(ray_session, db):
 async def store(db):
     pool = await open_pool(db, Settings(), min_size=1)
     await pool.wait()
-    yield MemoryStore(pool, SLUG)
+    yield GuardedWriter(pool, SLUG)
     await pool.close()
 
 

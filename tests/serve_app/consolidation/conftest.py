@@ -12,14 +12,15 @@ from serve_app.consolidation.job import Consolidator
 from serve_app.db.pool import open_pool
 from serve_app.extraction.llm import LLMClient
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from tests.serve_app.extraction.conftest import encoder, fake_llm, fake_llm_server  # noqa: F401
 
 
 class Env:
     def __init__(
-        self, pool, consolidator: Consolidator, store: MemoryStore, embed, slug: str
+        self, pool, consolidator: Consolidator, store: GuardedWriter, embed, slug: str
     ) -> None:
         self.pool, self.job, self.store, self.embed = pool, consolidator, store, embed
         self.slug = slug  # the vector table's model, for a second "replica" Consolidator
@@ -67,7 +68,7 @@ async def make_env(fresh_db, encoder):  # noqa: F811
             clients.append(llm)
         slug = encoder.spec.table_slug
         job = Consolidator(pool, slug, embed, llm, settings.consolidate)
-        return Env(pool, job, MemoryStore(pool, slug), embed, slug)
+        return Env(pool, job, GuardedWriter(pool, slug), embed, slug)
 
     yield make
     for c in clients:

@@ -43,7 +43,7 @@ async def test_one_statement_drops_what_per_sentence_lookups_drop(make_harness):
     h = await make_harness(settings_for(None))
     for owner, text, source in KNOWN:
         vec = await h.pipeline.embed([text], is_query=False)
-        await h.pipeline.store.add(owner, [NewMemory(text, source=source)], vec)
+        await h.pipeline.guarded.add(owner, [NewMemory(text, source=source)], vec)
     turns = [
         Turn("user", "Any weekend ideas?", 1),
         Turn("assistant", ASSISTANT[0], 2),
@@ -67,7 +67,7 @@ async def test_one_statement_drops_what_per_sentence_lookups_drop(make_harness):
 async def test_no_memories_of_the_user_gives_no_similarity(make_harness):
     h = await make_harness(settings_for(None))
     vec = await h.pipeline.embed(["The user is severely allergic to peanuts"], is_query=False)
-    await h.pipeline.store.add(BOB, [NewMemory("The user is severely allergic to peanuts")], vec)
+    await h.pipeline.guarded.add(BOB, [NewMemory("The user is severely allergic to peanuts")], vec)
     assert (
         await h.pipeline.index.best_similarities(BOB, [vec[0], vec[0]])
         == [(await h.pipeline.index.nearest(BOB, vec[0], 1))[0].similarity] * 2

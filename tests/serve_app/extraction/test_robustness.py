@@ -174,11 +174,11 @@ async def test_merge_never_overwrites_a_concurrent_patch(make_harness, fake_llm,
     await h.pipeline.process_session(k)
     [m] = await h.memories("patchy")
     assert m["version"] == 1
-    patched = await h.pipeline.store.update(k.owner, m["id"], {"importance": 0.95}, None,
+    patched = await h.pipeline.guarded.update(k.owner, m["id"], {"importance": 0.95}, None,
                                             expected_version=1)  # fmt: skip
     assert patched["version"] == 2
     with pytest.raises(VersionConflict):  # a writer that read version 1 loses
-        await h.pipeline.store.update(k.owner, m["id"], {"content": "stale"}, None,
+        await h.pipeline.guarded.update(k.owner, m["id"], {"content": "stale"}, None,
                                       expected_version=1)  # fmt: skip
     # The extractor's merge re-reads the version and keeps the PATCHed importance.
     fake_llm.enqueue(extraction([memory("Blue is the user's favourite colour", "preference",

@@ -10,7 +10,8 @@ from serve_app.db.pool import open_pool
 from serve_app.metrics import ReembedMetrics
 from serve_app.reembed.worker import Reembedder
 from serve_app.settings import ReembedSettings, Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.model_registry import (
     REEMBED_LOCK,
@@ -44,7 +45,7 @@ async def setup(fresh_db, encoder_a, encoder_b):
     ensure_table(fresh_db, A.slug, A.dim)
     assert reconcile(fresh_db, A, no_legacy)[1] is None
     pool = await open_pool(fresh_db, Settings(), min_size=1)
-    store = MemoryStore(pool, A.slug)
+    store = GuardedWriter(pool, A.slug)
     await store.add(OWNER, [NewMemory(t) for t in TEXTS], encoder_a.encode(TEXTS))
     ensure_table(fresh_db, B.slug, B.dim)
     active, filling = reconcile(fresh_db, B, no_legacy)
@@ -87,7 +88,7 @@ async def test_fill_resumes_from_its_cursor_repairs_edits_and_switches(setup, en
     assert (reg["model_b"].done, reg["model_b"].state) == (2, "filling")
     assert await count(pool, "memory_vectors_model_b") == 2
     # An edit to a memory the fill already passed (written with model A only)
-    listed, _ = await store.list(OWNER, limit=10)
+    listed, _ = await store.memories.list(OWNER, limit=10)
     edited = next(r for r in listed if r["content"] == TEXTS[0])
     new_text = "I am allergic to shellfish, not peanuts"
     await store.update(OWNER, edited["id"], {"content": new_text}, np.zeros(384, np.float32))
@@ -171,7 +172,7 @@ async def test_legacy_table_is_adopted_as_active(fresh_db, encoder_a):
     ensure_table(fresh_db, A.slug, A.dim)
     pool = await open_pool(fresh_db, Settings(), min_size=1)
     try:
-        await MemoryStore(pool, A.slug).add(
+        await GuardedWriter(pool, A.slug).add(
             OWNER, [NewMemory(TEXTS[0])], encoder_a.encode(TEXTS[:1])
         )
     finally:

@@ -15,7 +15,8 @@ from serve_app.retrieval.listener import ChangeListener
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.retriever import Retriever
 from serve_app.settings import ReembedSettings, Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.model_registry import Wanted, reconcile
 from serve_app.store.vectors import ensure_table
 from serve_app.store.versions import CHANGES_CHANNEL
@@ -71,7 +72,7 @@ async def test_repair_bumps_each_tenants_owner_like_a_write(fresh_db, encoder_a,
     pool = await open_pool(fresh_db, Settings(), min_size=1)
     heard, listener = Heard(), None
     try:
-        store_a = MemoryStore(pool, A.slug)
+        store_a = GuardedWriter(pool, A.slug)
         ids = {}
         for owner, texts in TEXTS.items():
             rows = await store_a.add(owner, [NewMemory(t) for t in texts], encoder_a.encode(texts))

@@ -6,7 +6,7 @@ import pytest
 
 from serve_app.db.pool import open_pool
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 
 
@@ -17,5 +17,5 @@ async def env(fresh_db, request):
     ensure_table(fresh_db, slug, dim)
     pool = await open_pool(fresh_db, Settings(), min_size=1)
     await pool.wait()
-    yield pool, MemoryStore(pool, slug)
+    yield pool, GuardedWriter(pool, slug)
     await pool.close()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.store.facts import CONTEXT_FACT_COLUMNS, FactStore
+from serve_app.store.facts import CONTEXT_FACT_COLUMNS
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.records import Owner
 
 A = Owner("t1", "alice")
@@ -12,29 +13,31 @@ A = Owner("t1", "alice")
 
 @pytest.fixture
 def facts(pool):
-    return FactStore(pool)
+    return GuardedWriter(pool, "test")
 
 
 async def test_upsert_outcomes_and_history(facts):
-    assert await facts.upsert(A, "identity", "name", "Alex", 0.8) == "added"
-    assert await facts.upsert(A, "identity", "name", "alex.", 0.9) == "confirmed"
-    assert await facts.upsert(A, "identity", "name", "Sam", 0.5) == "ignored"
-    assert await facts.upsert(A, "identity", "name", "Sam", 0.95, session_id="s9") == "replaced"
-    [active] = await facts.list(A)
+    assert await facts.upsert_fact(A, "identity", "name", "Alex", 0.8) == "added"
+    assert await facts.upsert_fact(A, "identity", "name", "alex.", 0.9) == "confirmed"
+    assert await facts.upsert_fact(A, "identity", "name", "Sam", 0.5) == "ignored"
+    assert (
+        await facts.upsert_fact(A, "identity", "name", "Sam", 0.95, session_id="s9") == "replaced"
+    )
+    [active] = await facts.facts.list(A)
     assert (active["value"], active["session_id"], active["active"]) == ("Sam", "s9", True)
-    versions = await facts.list(A, include_inactive=True)
+    versions = await facts.facts.list(A, include_inactive=True)
     assert [(v["value"], v["active"]) for v in versions] == [("Alex", False), ("Sam", True)]
     assert versions[0]["superseded_by"] == active["id"]
     assert versions[0]["confidence"] == pytest.approx(0.9)  # the confirmation raised it
 
 
 async def test_active_orders_by_importance_and_stays_in_its_tenant_and_user(facts):
-    await facts.upsert(A, "pref", "drink", "tea", 0.6)
-    await facts.upsert(A, "constraint", "diet", "vegetarian", 0.9)
-    await facts.upsert(Owner("t1", "bob"), "pref", "drink", "coffee", 1.0)
-    await facts.upsert(Owner("t2", "alice"), "pref", "drink", "water", 1.0)
-    rows = await facts.active("t1", "alice", limit=10)
+    await facts.upsert_fact(A, "pref", "drink", "tea", 0.6)
+    await facts.upsert_fact(A, "constraint", "diet", "vegetarian", 0.9)
+    await facts.upsert_fact(Owner("t1", "bob"), "pref", "drink", "coffee", 1.0)
+    await facts.upsert_fact(Owner("t2", "alice"), "pref", "drink", "water", 1.0)
+    rows = await facts.facts.active("t1", "alice", limit=10)
     assert [r["value"] for r in rows] == ["vegetarian", "tea"]  # equal importance: confidence
     assert list(rows[0]) == [*CONTEXT_FACT_COLUMNS]
     assert "updated_at" in CONTEXT_FACT_COLUMNS and "active" not in CONTEXT_FACT_COLUMNS
-    assert len(await facts.active("t1", "alice", limit=1)) == 1
+    assert len(await facts.facts.active("t1", "alice", limit=1)) == 1

@@ -9,9 +9,9 @@ import pytest
 from serve_app.db.pool import open_pool
 from serve_app.services.purge import Purger
 from serve_app.settings import DatabaseSettings, LifecycleSettings, Settings
-from serve_app.store import MemoryStore, NewMemory, Owner, erasure  # noqa: F401
-from serve_app.store.facts import FactStore
+from serve_app.store import NewMemory, Owner, erasure
 from serve_app.store.forget import ForgetStore, Scope
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.quota import Quota, QuotaExceeded
 from serve_app.store.turns import SessionKey, TurnStore
@@ -29,7 +29,7 @@ async def db(fresh_db, pool):
     return pool
 
 
-async def add(store: MemoryStore, owner: Owner, *contents: str, **kw) -> list[dict]:
+async def add(store: GuardedWriter, owner: Owner, *contents: str, **kw) -> list[dict]:
     items = [NewMemory(content=c, **kw) for c in contents]
     return await store.add(owner, items, vecs(len(items), seed=len(contents)))
 
@@ -41,15 +41,15 @@ async def scalar(pool, query: str, **params) -> int:
 
 
 async def test_forget_user_removes_every_kind_and_counts_it(db):
-    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test", batch=3)
+    store, forget = GuardedWriter(db, "test"), ForgetStore(db, "test", batch=3)
     rows = await add(store, A, *(f"alice fact {i}" for i in range(7)))
     await store.update(A, rows[0]["id"], {"content": "changed"}, None)
     await store.delete(A, rows[1]["id"])  # history left behind by an earlier delete
     await add(store, B, "bob keeps this")
-    facts, turns = FactStore(db), TurnStore(db)
-    await facts.upsert(A, "diet", "kind", "vegan", 0.9)
-    await facts.upsert(A, "diet", "kind", "vegetarian", 0.95)  # two versions
-    await facts.upsert(B, "diet", "kind", "omnivore", 0.9)
+    facts, turns = GuardedWriter(db, "test"), TurnStore(db)
+    await facts.upsert_fact(A, "diet", "kind", "vegan", 0.9)
+    await facts.upsert_fact(A, "diet", "kind", "vegetarian", 0.95)  # two versions
+    await facts.upsert_fact(B, "diet", "kind", "omnivore", 0.9)
     key = SessionKey("t1", "alice", "s1")
     await turns.append(key, [("user", "hi"), ("assistant", "hello")], agent_id=None, ttl_hours=1)
     await turns.end(key)
@@ -70,22 +70,22 @@ async def test_forget_user_removes_every_kind_and_counts_it(db):
 
 
 async def test_forget_session_and_agent_narrow_the_scope(db):
-    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test")
+    store, forget = GuardedWriter(db, "test"), ForgetStore(db, "test")
     await add(store, A, "in s1", session_id="s1", scope="session")
     await add(store, A, "of agent a1", agent_id="a1")
     await add(store, A, "plain")
-    await FactStore(db).upsert(A, "city", "home", "Oslo", 0.9, session_id="s1")
-    await FactStore(db).upsert(A, "pet", "name", "Rex", 0.9, session_id="s2")
+    await GuardedWriter(db, "test").upsert_fact(A, "city", "home", "Oslo", 0.9, session_id="s1")
+    await GuardedWriter(db, "test").upsert_fact(A, "pet", "name", "Rex", 0.9, session_id="s2")
     s1 = await forget.forget(Scope("t1", "alice", session_id="s1"))
     assert (s1["memories"], s1["facts"]) == (1, 1)
     a1 = await forget.forget(Scope("t1", "alice", agent_id="a1"))
     assert (a1["memories"], a1["facts"]) == (1, 0)
-    rows, _ = await store.list(A, limit=10)
+    rows, _ = await store.memories.list(A, limit=10)
     assert [r["content"] for r in rows] == ["plain"]
 
 
 async def test_erase_tenant_leaves_other_tenants(db):
-    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test")
+    store, forget = GuardedWriter(db, "test"), ForgetStore(db, "test")
     await add(store, A, "a")
     await add(store, Owner("t1", None), "shared", scope="org")
     await add(store, Owner("t2", "alice"), "other tenant")
@@ -98,17 +98,17 @@ async def test_erase_tenant_leaves_other_tenants(db):
 
 
 async def test_extraction_in_flight_writes_nothing_after_a_forget(db):
-    store, facts, turns = MemoryStore(db, "test"), FactStore(db), TurnStore(db)
+    store, facts, turns = GuardedWriter(db, "test"), GuardedWriter(db, "test"), TurnStore(db)
     key = SessionKey("t1", "alice", "s1")
     await turns.append(key, [("user", "I am vegan")], agent_id=None, ttl_hours=1)
     rows = await turns.claim_pending(key, 10, 60)  # extraction work begins
     assert rows and erasure.current() is not None
     await ForgetStore(db, "test").forget(Scope("t1", "alice"))  # forget while the LLM thinks
     assert await add(store, A, "extracted: vegan") == []
-    assert await facts.upsert(A, "diet", "kind", "vegan", 0.9) == "erased"
+    assert await facts.upsert_fact(A, "diet", "kind", "vegan", 0.9) == "erased"
     assert await scalar(db, "SELECT count(*) FROM memory_items") == 0
     assert await scalar(db, "SELECT count(*) FROM facts") == 0
-    # work that begins after the forget writes again; API writes are never guarded
+    # work that begins after the forget writes again, and so do API writes after it
     await turns.append(key, [("user", "I like tea")], agent_id=None, ttl_hours=1)
     await turns.claim_pending(key, 10, 60)
     assert len(await add(store, A, "likes tea")) == 1
@@ -117,11 +117,11 @@ async def test_extraction_in_flight_writes_nothing_after_a_forget(db):
 
 
 async def test_expired_memories_are_invisible_and_purged_in_batches(db):
-    store, forget = MemoryStore(db, "test"), ForgetStore(db, "test")
+    store, forget = GuardedWriter(db, "test"), ForgetStore(db, "test")
     past = datetime.now(UTC) - timedelta(seconds=1)
     gone = await add(store, A, *(f"old {i}" for i in range(5)), expires_at=past)
     kept = await add(store, A, "kept", expires_at=datetime.now(UTC) + timedelta(hours=1))
-    assert await store.get(A, gone[0]["id"]) is None
+    assert await store.memories.get(A, gone[0]["id"]) is None
     assert await store.update(A, gone[0]["id"], {"importance": 0.9}, None) is None
     index = MemoryIndex(db, "test")
     assert await index.by_hash(A, "old 0") is None  # dedup never picks an expired row
@@ -135,7 +135,7 @@ async def test_expired_memories_are_invisible_and_purged_in_batches(db):
 
 
 async def test_quota_per_user_and_tenant_writes_nothing_over_it(db):
-    store = MemoryStore(db, "test", Quota(per_user=3, per_tenant=5))
+    store = GuardedWriter(db, "test", memory_quota=Quota(per_user=3, per_tenant=5))
     await add(store, A, "1", "2")
     with pytest.raises(QuotaExceeded) as exc:
         await add(store, A, "3", "4")
@@ -151,14 +151,14 @@ async def test_quota_per_user_and_tenant_writes_nothing_over_it(db):
 
 
 async def test_explicit_fact_wins_over_extraction(db):
-    facts = FactStore(db)
-    await facts.upsert(A, "home", "city", "Oslo", 0.99)
-    assert await facts.upsert(A, "home", "city", "Bergen", 0.2, source="user") == "replaced"
-    assert await facts.upsert(A, "home", "city", "Paris", 1.0) == "ignored"
-    assert (await facts.get(A, "home", "city"))["value"] == "Bergen"
-    assert len(await facts.list(A, include_inactive=True)) == 2  # the history stays
-    assert await facts.delete(A, "home", "city") == 2
-    assert await facts.list(A, include_inactive=True) == []
+    facts = GuardedWriter(db, "test")
+    await facts.upsert_fact(A, "home", "city", "Oslo", 0.99)
+    assert await facts.upsert_fact(A, "home", "city", "Bergen", 0.2, source="user") == "replaced"
+    assert await facts.upsert_fact(A, "home", "city", "Paris", 1.0) == "ignored"
+    assert (await facts.facts.get(A, "home", "city"))["value"] == "Bergen"
+    assert len(await facts.facts.list(A, include_inactive=True)) == 2  # the history stays
+    assert await facts.delete_facts(A, "home", "city") == 2
+    assert await facts.facts.list(A, include_inactive=True) == []
 
 
 def test_settings_groups():
@@ -171,7 +171,7 @@ async def test_purger_round_works_on_the_connection_holding_its_lock(fresh_db):
     settings = Settings(db=DatabaseSettings(pool_max=1, pool_timeout_s=2.0))
     one = await open_pool(fresh_db, settings, min_size=1)  # a second slot never comes
     try:
-        store = MemoryStore(one, "test")
+        store = GuardedWriter(one, "test")
         await add(store, A, "old 1", "old 2", expires_at=datetime.now(UTC) - timedelta(seconds=1))
         purger = Purger(one, ForgetStore(one, "test"), LifecycleSettings(purge_batch=1))
         assert await purger.run_once() == 2

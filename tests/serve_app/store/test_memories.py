@@ -1,4 +1,4 @@
-"""MemoryStore against a real PostgreSQL + pgvector (no Ray)."""
+"""MemoryStore (through the GuardedWriter) against a real PostgreSQL + pgvector (no Ray)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter, ValidationError
 from serve_app.store.memories import InvalidCursor
 from serve_app.store.vectors import ensure_table
 from tests.serve_app.store.unit_vectors import DIM, vecs
@@ -23,7 +24,7 @@ OTHER_TENANT_A = Owner("t2", "alice")
 @pytest.fixture
 async def store(fresh_db, pool):
     ensure_table(fresh_db, "test", DIM)
-    return MemoryStore(pool, "test")
+    return GuardedWriter(pool, "test")
 
 
 async def add(store, owner, *contents, **kw):
@@ -33,24 +34,24 @@ async def add(store, owner, *contents, **kw):
 
 async def test_add_get_roundtrip_and_history(store):
     [row] = await add(store, A, "I live in Lisbon", tags=["home"], metadata={"k": 1})
-    got = await store.get(A, row["id"])
+    got = await store.memories.get(A, row["id"])
     assert got["content"] == "I live in Lisbon"
     assert got["tags"] == ["home"] and got["metadata"] == {"k": 1}
-    events = await store.history(A, row["id"])
+    events = await store.memories.history(A, row["id"])
     assert [e["event"] for e in events] == ["ADD"]
     assert events[0]["new_content"] == "I live in Lisbon"
 
 
 async def test_other_user_and_tenant_see_nothing(store):
     [row] = await add(store, A, "secret of alice")
-    assert await store.get(B, row["id"]) is None
-    assert await store.get(OTHER_TENANT_A, row["id"]) is None
-    assert await store.history(B, row["id"]) is None
+    assert await store.memories.get(B, row["id"]) is None
+    assert await store.memories.get(OTHER_TENANT_A, row["id"]) is None
+    assert await store.memories.history(B, row["id"]) is None
     assert await store.update(B, row["id"], {"content": "hijack"}, None) is None
     assert await store.delete(B, row["id"]) is False
     assert await store.delete_scope(OTHER_TENANT_A) == 0
-    assert (await store.get(A, row["id"]))["content"] == "secret of alice"
-    rows, _ = await store.list(B, limit=10)
+    assert (await store.memories.get(A, row["id"]))["content"] == "secret of alice"
+    rows, _ = await store.memories.list(B, limit=10)
     assert rows == []
 
 
@@ -59,7 +60,7 @@ async def test_update_records_old_and_new(store):
     updated = await store.update(A, row["id"], {"content": "likes coffee"}, vecs(1, 5)[0])
     assert updated["content"] == "likes coffee"
     assert updated["updated_at"] >= row["updated_at"]
-    events = await store.history(A, row["id"])
+    events = await store.memories.history(A, row["id"])
     assert [(e["event"], e["old_content"], e["new_content"]) for e in events][-1] == (
         "UPDATE",
         "likes tea",
@@ -76,7 +77,7 @@ async def test_update_rejects_unknown_columns(store):
 async def test_delete_forgets_history_content(store):
     [row] = await add(store, A, "forget me")
     assert await store.delete(A, row["id"]) is True
-    assert await store.get(A, row["id"]) is None
+    assert await store.memories.get(A, row["id"]) is None
     async with store.pool.connection() as conn:
         cur = await conn.execute(
             "SELECT event, old_content, new_content FROM memory_history WHERE memory_id = %s"
@@ -95,9 +96,9 @@ async def test_delete_scope_narrows_by_agent_and_session(store):
     await add(store, B, "b1", agent_id="ag1")
     assert await store.delete_scope(A, agent_id="ag1") == 1
     assert await store.delete_scope(A, session_id="s1") == 1
-    assert await store.count("t1") == 2
+    assert await store.memories.count("t1") == 2
     assert await store.delete_scope(A) == 1
-    rows, _ = await store.list(B, limit=10)
+    rows, _ = await store.memories.list(B, limit=10)
     assert [r["content"] for r in rows] == ["b1"]
 
 
@@ -107,7 +108,7 @@ async def test_list_paginates_without_gaps_or_repeats(store):
         await add(store, A, c)
     seen, cursor = [], None
     while True:
-        rows, cursor = await store.list(A, limit=5, cursor=cursor)
+        rows, cursor = await store.memories.list(A, limit=5, cursor=cursor)
         seen += [r["content"] for r in rows]
         if cursor is None:
             break
@@ -118,13 +119,13 @@ async def test_list_paginates_without_gaps_or_repeats(store):
 async def test_list_filters_by_type(store):
     await add(store, A, "p", type="preference")
     await add(store, A, "f", type="fact")
-    rows, _ = await store.list(A, limit=10, type="preference")
+    rows, _ = await store.memories.list(A, limit=10, type="preference")
     assert [r["content"] for r in rows] == ["p"]
 
 
 async def test_invalid_cursor(store):
     with pytest.raises(InvalidCursor):
-        await store.list(A, limit=5, cursor="not-a-cursor")
+        await store.memories.list(A, limit=5, cursor="not-a-cursor")
 
 
 async def test_writes_bump_owner_version(store):
@@ -149,13 +150,15 @@ async def test_writes_bump_owner_version(store):
 
 async def test_batch_add_is_atomic(store):
     bad = [NewMemory(content="ok"), NewMemory(content="bad\x00nul")]
-    with pytest.raises(psycopg.DataError):
-        await store.add(A, bad, vecs(2))
-    assert await store.count("t1") == 0
+    with pytest.raises(ValidationError, match="item 1: content must not contain NUL"):
+        await store.add(A, bad, vecs(2))  # the writer refuses it before the database
+    with pytest.raises(psycopg.DataError):  # the statement itself is atomic too
+        await store.memories._raw_add(A, bad, vecs(2))
+    assert await store.memories.count("t1") == 0
 
 
 async def test_get_unknown_id(store):
-    assert await store.get(A, uuid.uuid4()) is None
+    assert await store.memories.get(A, uuid.uuid4()) is None
 
 
 async def frontend_messages(store, call) -> list[str]:
@@ -217,14 +220,16 @@ async def test_single_add_is_one_round_trip_and_notifies(store, fresh_db):
     note = await anext(listener.notifies(timeout=5))
     assert json.loads(note.payload) == ["t1", "alice", 1]
     await listener.close()
-    assert (await store.get(A, rows[0]["id"]))["content"] == "one"
+    assert (await store.memories.get(A, rows[0]["id"]))["content"] == "one"
 
 
 async def test_batch_failing_mid_way_writes_nothing(store):
     items = [NewMemory(content=f"m{i}") for i in range(100)]
     items[57] = NewMemory(content="bad scope", scope="galaxy")  # violates the CHECK on the server
-    with pytest.raises(psycopg.errors.CheckViolation):
+    with pytest.raises(ValidationError, match="item 57: scope"):
         await store.add(A, items, vecs(100))
+    with pytest.raises(psycopg.errors.CheckViolation):  # below the writer, the statement
+        await store.memories._raw_add(A, items, vecs(100))
     async with store.pool.connection() as conn:
         for table in ("memory_items", "memory_vectors_test", "memory_history"):
             cur = await conn.execute(f"SELECT count(*) AS n FROM {table}")

@@ -1,0 +1,335 @@
+"""The one write path for memories and facts: :class:`GuardedWriter`.
+
+Every producer (the API's memories, batch and facts routes, mem0 and MCP through
+them, import, extraction, consolidation) writes through a GuardedWriter; the raw
+writes of :class:`MemoryStore`/:class:`FactStore` (``_raw_*``) are called from here
+only (``tests/serve_app/store/test_guarded_producers.py`` walks the source). Each
+write applies, in its own statement or transaction:
+
+- validation (:mod:`serve_app.store.validation`, ``ValidationError``: a 422): content
+  limits, NUL characters, types, scopes, finite 0..1 scores, aware datetimes;
+- the erasure guard (:mod:`serve_app.store.erasure`): work begun before a forget of
+  its owner (extraction, consolidation) writes nothing; an API write while a forget
+  of its owner runs is refused (:class:`ForgetInProgress`, a retryable 409);
+- quotas of memories and of facts, per user and per tenant (``QuotaExceeded``, 403);
+- history: memory events in the write's own statement; facts keep replaced values.
+
+The re-embed worker is exempt on purpose: it writes only vectors of items that exist
+(an upsert joined to ``memory_items`` under a share lock, content re-checked by md5),
+so it cannot resurrect a forgotten item (the join finds nothing, vectors cascade),
+adds nothing a quota counts and stores no caller input to validate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool
+
+from serve_app.settings import Settings
+from serve_app.store import erasure, imports, quota
+from serve_app.store.facts import FactStore
+from serve_app.store.memories import BATCH_GUARD, MemoryStore
+from serve_app.store.memory_index import using
+from serve_app.store.records import NewMemory, Owner
+from serve_app.store.validation import (
+    ID_CHARS,
+    ValidationError,
+    check_fact,
+    check_memory,
+    optional_id,
+    text,
+    when,
+)
+from serve_app.store.validation import (
+    field as check_field,
+)
+
+__all__ = ["ForgetInProgress", "GuardedWriter", "Quotas", "ValidationError"]
+
+# A tenant's (memory quota, fact quota): per-tenant overrides plug in here.
+Quotas = Callable[[str], Awaitable[tuple[quota.Quota, quota.Quota]]]
+
+
+class ForgetInProgress(Exception):
+    """A forget of the owner is running: the write is refused, retry when it is done."""
+
+    def __init__(self, owner: Owner) -> None:
+        who = f"user {owner.user_id}" if owner.user_id else f"tenant {owner.tenant_id}"
+        super().__init__(f"a forget of {who} is running; retry when it has finished")
+
+
+class GuardedWriter:
+    """Adds, updates and deletes memories, upserts and deletes facts, under the guards."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        model_slug: str,
+        *,
+        memory_quota: quota.Quota | None = None,
+        fact_quota: quota.Quota | None = None,
+        quotas: Quotas | None = None,
+        max_chars: int = 8000,
+    ) -> None:
+        """Quotas: ``quotas`` (per tenant) when given, else the fixed ones (None: none)."""
+        self.pool = pool
+        self.memories = MemoryStore(pool, model_slug)
+        self.facts = FactStore(pool)
+        fixed = (memory_quota or quota.Quota(), fact_quota or quota.Quota())
+
+        async def same(_: str) -> tuple[quota.Quota, quota.Quota]:
+            return fixed
+
+        self.quotas: Quotas = quotas or same
+        self.max_chars = max_chars
+
+    @classmethod
+    def from_settings(
+        cls, pool: AsyncConnectionPool, model_slug: str, settings: Settings
+    ) -> GuardedWriter:
+        """The writer every producer builds: the environment's quotas and content limit."""
+        q = settings.quota
+        return cls(
+            pool,
+            model_slug,
+            memory_quota=quota.Quota(q.max_memories_per_user, q.max_memories_per_tenant),
+            fact_quota=quota.Quota(q.max_facts_per_user, q.max_facts_per_tenant),
+            max_chars=settings.limits.content_chars,
+        )
+
+    def invalid(self, item: NewMemory) -> str | None:
+        """Why ``item`` may not be stored, or None (producers that skip bad items)."""
+        try:
+            check_memory(item, self.max_chars)
+        except ValidationError as exc:
+            return str(exc)
+        return None
+
+    # ---------- memories ----------
+
+    async def add(
+        self,
+        owner: Owner,
+        items: Sequence[NewMemory],
+        embeddings: np.ndarray,
+        *,
+        actor: str | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> list[dict[str, Any]]:
+        """Insert all items (one statement, input order) or none.
+
+        Inside work a forget of the owner voids it (``[]``); outside, a running forget
+        raises :class:`ForgetInProgress`; over quota raises ``QuotaExceeded``.
+        """
+        for n, item in enumerate(items):
+            try:
+                check_memory(item, self.max_chars)
+            except ValidationError as exc:
+                raise ValidationError(f"item {n}: {exc}" if len(items) > 1 else str(exc)) from None
+        if not items:
+            return []
+        limits = (await self.quotas(owner.tenant_id))[0]
+        for _ in range(2):  # a refusal that no longer holds (counts moved): once more
+            rows = await self.memories._raw_add(
+                owner, items, embeddings, actor=actor, limits=limits, conn=conn
+            )
+            if rows:
+                return rows
+            async with using(self.pool, conn) as c:
+                if not await self._guard_passes(c, owner, items):
+                    if erasure.current() is not None:
+                        return []
+                    raise ForgetInProgress(owner)
+                refused = await quota.exceeded(c, limits, owner, items)
+                if refused is not None:
+                    raise refused
+        # Refused twice, each time by counts that had moved again by the check: say so.
+        kind, limit = (
+            ("user", limits.per_user) if limits.per_user else ("tenant", limits.per_tenant)
+        )
+        raise quota.QuotaExceeded(kind, limit or 0, limit or 0)
+
+    async def _guard_passes(
+        self, conn: AsyncConnection, owner: Owner, items: Sequence[NewMemory]
+    ) -> bool:
+        cur = await conn.execute(
+            sql.SQL("SELECT {} AS ok").format(BATCH_GUARD),
+            {
+                "tenant_id": owner.tenant_id,
+                "agent_id": [i.agent_id for i in items],
+                "session_id": [i.session_id for i in items],
+                **erasure.params(owner.user_id),
+            },
+        )
+        return bool((await cur.fetchone())["ok"])
+
+    async def update(
+        self,
+        owner: Owner,
+        item_id: uuid.UUID,
+        changes: dict[str, Any],
+        embedding: np.ndarray | None,
+        *,
+        actor: str | None = None,
+        event: str = "UPDATE",
+        expected_version: int | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> dict[str, Any] | None:
+        """Partial update with history; None when the memory is not the owner's (or,
+        inside work, when a forget voided it); ``VersionConflict`` off
+        ``expected_version``; :class:`ForgetInProgress` during a forget (API)."""
+        for name, value in changes.items():
+            check_field(name, value, self.max_chars)
+        row = await self.memories._raw_update(
+            owner, item_id, changes, embedding, actor=actor, event=event,
+            expected_version=expected_version, conn=conn,
+        )  # fmt: skip
+        if row is None and erasure.current() is None and await self._voided(owner, item_id, conn):
+            raise ForgetInProgress(owner)
+        return row
+
+    async def _voided(self, owner: Owner, item_id: uuid.UUID, conn: AsyncConnection | None) -> bool:
+        """The owner's memory exists but the erasure guard refuses writing it."""
+        query = sql.SQL(
+            "SELECT {} AS ok FROM memory_items WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
+            " AND user_id IS NOT DISTINCT FROM %(user_id)s"
+        ).format(erasure.clause(sql.SQL("agent_id"), sql.SQL("session_id")))
+        params = {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id,
+                  **erasure.params(owner.user_id)}  # fmt: skip
+        async with using(self.pool, conn) as c:
+            found = await (await c.execute(query, params)).fetchone()
+        return found is not None and not found["ok"]
+
+    async def delete(self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None) -> bool:
+        """Delete one memory (its history loses its content). Deletes need no guard."""
+        return await self.memories._raw_delete(owner, item_id, actor=actor)
+
+    async def delete_scope(
+        self,
+        owner: Owner,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        actor: str | None = None,
+    ) -> int:
+        return await self.memories._raw_delete_scope(
+            owner, agent_id=agent_id, session_id=session_id, actor=actor
+        )
+
+    # ---------- facts ----------
+
+    async def upsert_fact(
+        self,
+        owner: Owner,
+        category: str,
+        key: str,
+        value: str,
+        confidence: float,
+        *,
+        session_id: str | None = None,
+        source: str = "extraction",
+        importance: float = 0.5,
+        conn: AsyncConnection | None = None,
+        valid_from: datetime | None = None,
+    ) -> str:
+        """Apply one fact (see ``FactStore._raw_upsert`` for the rules); returns added |
+        replaced | confirmed | ignored | erased. A new key over the fact quota raises
+        ``QuotaExceeded``; a running forget (outside work) :class:`ForgetInProgress`."""
+        check_fact(category, key, value, confidence, importance, self.max_chars)
+        optional_id("session_id", session_id)
+        text("source", source, ID_CHARS)
+        when("valid_from", valid_from)
+        if owner.user_id is None:
+            raise ValidationError("facts belong to a user")
+        fact_quota = (await self.quotas(owner.tenant_id))[1]
+        guard = sql.SQL("SELECT {} AS ok").format(erasure.clause(None, sql.SQL("%(session)s")))
+        guard_params = {"tenant_id": owner.tenant_id, "session": session_id or "",
+                        **erasure.params(owner.user_id)}  # fmt: skip
+
+        async def gate(c: AsyncConnection, adds: bool) -> str | None:
+            if not (await (await c.execute(guard, guard_params)).fetchone())["ok"]:
+                if erasure.current() is not None:
+                    return "erased"
+                raise ForgetInProgress(owner)
+            if adds and fact_quota.active:
+                refused = await quota.facts_exceeded(c, fact_quota, owner)
+                if refused is not None:
+                    raise refused
+            return None
+
+        return await self.facts._raw_upsert(
+            owner, category, key, value, confidence, gate=gate, session_id=session_id,
+            source=source, importance=importance, conn=conn, valid_from=valid_from,
+        )  # fmt: skip
+
+    async def delete_facts(
+        self, owner: Owner, category: str | None = None, key: str | None = None
+    ) -> int:
+        return await self.facts._raw_delete(owner, category, key)
+
+    # ---------- import: all or nothing ----------
+
+    async def import_batch(
+        self,
+        owner: Owner,
+        memories: Sequence[imports.ImportedMemory],
+        vectors: np.ndarray,
+        events: Sequence[imports.ImportedEvent],
+        facts: Sequence[imports.ImportedFact],
+        *,
+        actor: str | None,
+    ) -> dict[str, Any]:
+        """Memories (with their timestamps, status, validity and history) and facts (every
+        version) in one transaction: any refusal (validation, quota, a running forget)
+        raises and rolls all of it back."""
+        for n, m in enumerate(memories):
+            try:
+                check_memory(m.item, self.max_chars)
+                for name in ("status", "valid_from", "valid_until"):
+                    check_field(name, getattr(m, name), self.max_chars)
+                when("created_at", m.created_at)
+                when("updated_at", m.updated_at)
+            except ValidationError as exc:
+                raise ValidationError(f"memory {n}: {exc}") from None
+        for f in facts:
+            check_fact(f.category, f.key, f.value, f.confidence, f.importance, self.max_chars)
+        outcomes: dict[str, int] = {}
+        async with self.pool.connection() as conn, conn.transaction():
+            rows = []
+            if memories:
+                items = [m.item for m in memories]
+                rows = await self.add(owner, items, vectors, actor=actor, conn=conn)
+            ids = [r["id"] for r in rows]
+            await imports.restamp_memories(conn, owner.tenant_id, ids, list(memories))
+            new_ids = {m.source_id: i for m, i in zip(memories, ids, strict=True) if m.source_id}
+            history = await imports.replay_history(conn, owner, new_ids, list(events))
+            fact_ids: dict[str, uuid.UUID] = {}
+            for f in (f for f in facts if f.active):
+                outcome = await self.upsert_fact(
+                    owner, f.category, f.key, f.value, f.confidence, session_id=f.session_id,
+                    source=f.source, importance=f.importance, conn=conn,
+                )  # fmt: skip
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                fact_id = await imports.active_fact_id(conn, owner, f.category, f.key)
+                if outcome == "added" and fact_id is not None:
+                    await imports.restamp_fact(conn, fact_id, f)
+                if f.source_id and fact_id is not None:
+                    fact_ids[f.source_id] = fact_id
+            inactive = [f for f in facts if not f.active]
+            versions = await imports.insert_fact_versions(conn, owner, inactive, fact_ids)
+        return {
+            "imported": {
+                "memories": len(ids),
+                "facts": sum(outcomes.values()),
+                "fact_versions": versions,
+                "history": history,
+            },  # fmt: skip
+            "facts": outcomes,
+            "memory_ids": [str(i) for i in ids],
+        }
