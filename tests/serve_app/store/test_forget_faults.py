@@ -19,7 +19,6 @@ import pytest
 
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.turns import SessionKey
-from serve_app.store.vectors import table_name
 from tests.conftest import REPO
 from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import (  # noqa: F401
@@ -29,31 +28,14 @@ from tests.serve_app.extraction.conftest import (  # noqa: F401
     make_harness,
 )
 from tests.serve_app.extraction.conftest import test_settings as settings_for
+from tests.serve_app.store.seeding import run, seed_memories
 
 ALICE = Scope("t1", "alice")
 LEASE_S = 1.5  # a short erasure lease: a dead forget stops blocking after this
 
 
-async def run(pool, query: str, *params) -> list[dict]:
-    async with pool.connection() as conn:
-        cur = await conn.execute(query, params)
-        return await cur.fetchall() if cur.description else []
-
-
 async def seed(h, encoder, user: str, n: int) -> None:  # noqa: F811
-    """``n`` memories of ``user`` with vectors (inserted directly: the writer is not under test)."""
-    await run(
-        h.pool,
-        f"WITH ins AS (INSERT INTO memory_items (id, tenant_id, user_id, type, content,"
-        f" dedupe_hash)"
-        f" SELECT gen_random_uuid(), 't1', %s, 'fact', 'seeded ' || g, md5('seeded ' || g)"
-        f" FROM generate_series(1, %s) g RETURNING id, tenant_id, owner)"
-        f" INSERT INTO {table_name(encoder.spec.table_slug)} (item_id, tenant_id, owner, embedding)"
-        f" SELECT id, tenant_id, owner, array_fill(0.05, ARRAY[{encoder.spec.dim}])::real[]::vector"
-        f" FROM ins",
-        user,
-        n,
-    )
+    await seed_memories(h.pool, encoder.spec.table_slug, encoder.spec.dim, user, n)
 
 
 async def fault_on_chunk(h, n: int, action: str) -> None:
