@@ -34,18 +34,13 @@ from serve_app.store.records import Owner
 KNOWN_HEADER = "Known about this user (refer to these only by alias):"
 
 RECONCILE_RULES = """
-Known memories: the conversation may be followed by "Known about this user", what is
-already stored, each under an alias (m1, m2, ... memories; f1, ... facts). Give each
-memory you write an "event" against them:
-  ADD         new information (the default)
-  UPDATE      a known memory is no longer accurate: "target": its alias, "content":
-              the full new statement (e.g. m1 "lives in Paris" -> "lives in Berlin")
-  INVALIDATE  a known memory stopped being true and nothing replaces it (a plan was
-              cancelled): "target", "reason"; no content
-  NOOP        already known, nothing new: "target"
-For UPDATE and INVALIDATE add a short "reason"; for every item add "turns": the [n]
-numbers it comes from. Use only the aliases listed; never invent one. A fact changes
-by writing the same key with the new value."""
+Known memories: after the conversation, "Known about this user" lists what is stored,
+by alias (m1.. memories, f1.. facts). Give each memory an "event" against them:
+ADD (default): new information. UPDATE: known memory "target" is no longer accurate;
+"content" is the full new statement. INVALIDATE: "target" stopped being true and
+nothing replaces it (a cancelled plan); no content. NOOP: "target" already says it.
+Add a short "reason" to UPDATE/INVALIDATE and "turns": the [n] it comes from. Use only
+listed aliases. A fact changes by writing its key with the new value."""
 
 
 @dataclass(frozen=True)
