@@ -44,10 +44,9 @@ from serve_app.model_facts import ModelFacts
 from serve_app.periodic import Periodic
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
-from serve_app.services.tenants import TenantService
+from serve_app.services.tenants import tenant_service
 from serve_app.settings import get_settings
 from serve_app.store.guarded import GuardedWriter
-from serve_app.store.tenants import TenantStore
 from serve_app.store.turns import SessionKey
 
 log = logging.getLogger("ray.serve")
@@ -73,8 +72,8 @@ class Extractor:
         self.models = ModelView(
             self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
         )
-        # Tenant settings (the prompt's guidance), read once per batch: no cache to keep honest.
-        self.tenants = TenantService(TenantStore(self.pool), settings)
+        # Tenant settings (prompt guidance, quotas, retention), cached and kept honest by NOTIFY.
+        self.tenants, self.tenant_listener = tenant_service(self.pool, dsn, settings)
         self.pipeline = self._pipeline(model)
         ex = settings.extract
         self.scheduler = SessionScheduler(
@@ -111,14 +110,24 @@ class Extractor:
             self.settings,
             self.metrics,
             guidance=self.tenants.guidance,
+            writer=self._writer(model),
+        )
+
+    def _writer(self, model: ModelFacts) -> GuardedWriter:
+        """The one write path, with each tenant's quotas and retention (its settings)."""
+        return GuardedWriter.from_settings(
+            self.pool,
+            model.table_slug,
+            self.settings,
+            quotas=self.tenants.quotas,
+            retention=self.tenants.retention,
         )
 
     def _consolidator(self, model: ModelFacts) -> Consolidator:
         embed = functools.partial(self._embed, model=model)
-        writer = GuardedWriter.from_settings(self.pool, model.table_slug, self.settings)
         return Consolidator(self.pool, model.table_slug, embed, self.llm,
                             self.settings.consolidate, self.consolidation_metrics,
-                            writer=writer)  # fmt: skip
+                            writer=self._writer(model))  # fmt: skip
 
     def _switch(self, model: ModelFacts) -> None:
         """The active model changed: new work reads and writes its table (work in flight
@@ -184,6 +193,8 @@ class Extractor:
                 await task
         if getattr(self, "models", None) is not None:
             await self.models.stop()
+        if getattr(self, "tenant_listener", None) is not None:
+            await self.tenant_listener.stop()
         if getattr(self, "flusher", None) is not None:
             await self.flusher.stop()
         if getattr(self, "pool_metrics", None) is not None:

@@ -113,7 +113,9 @@ async def build_services(
         lifecycle = build_lifecycle(pool, settings, model.table_slug)
         closers.extend(lifecycle.closers)
         # The one write path of memories and facts (guards, quotas, validation, history).
-        writer = GuardedWriter.from_settings(pool, model.table_slug, settings)
+        writer = GuardedWriter.from_settings(  # quotas and retention: the tenant's settings
+            pool, model.table_slug, settings, quotas=tenants.quotas, retention=tenants.retention
+        )
         memories = MemoryService(
             writer,
             backends.embed,

@@ -89,6 +89,7 @@ class ExtractionPipeline:
         settings: Settings,
         metrics: ExtractionMetrics | None = None,
         guidance: GuidanceFor | None = None,
+        writer: GuardedWriter | None = None,
     ) -> None:
         self.settings = settings
         # The tenant's guidance for the prompt (the extractor reads its settings), else the env's.
@@ -97,7 +98,7 @@ class ExtractionPipeline:
         self.llm = llm
         self.turns = TurnStore(pool)
         # Every memory and fact write: erasure guard, quotas, validation, history.
-        self.guarded = GuardedWriter.from_settings(pool, model_slug, settings)
+        self.guarded = writer or GuardedWriter.from_settings(pool, model_slug, settings)
         self.index = MemoryIndex(pool, model_slug)
         self.metrics = metrics or ExtractionMetrics()
         self.pool = pool

@@ -4,13 +4,14 @@ Rate limits and chat models are read on the request path, so each replica keeps 
 tenant's effective settings in memory. A change notifies ``memserve_tenants`` (the
 settings row's trigger): every listening replica drops its copy at once, and while
 its listener is down a replica reads the database each time (the same honest cache
-as API keys: :class:`~serve_app.store.key_cache.KeyCache`). Without a listener (the
-extractor) nothing is cached: extraction reads once per LLM batch.
+as API keys: :class:`~serve_app.store.key_cache.KeyCache`). Extractor replicas keep
+one too (guidance, quotas and retention of extraction's writes). Without a listener
+nothing is cached: every read goes to the database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -73,6 +74,10 @@ class TenantService:
         """(memory quota, fact quota): the GuardedWriter's per-tenant quotas."""
         eff = await self.effective(tenant_id)
         return eff.memory_quota, eff.fact_quota
+
+    async def retention(self, tenant_id: str) -> Mapping[str, float]:
+        """Seconds a new memory lives per type (the GuardedWriter's per-tenant retention)."""
+        return (await self.effective(tenant_id)).retention_s
 
     async def chat_models(self, tenant_id: str) -> frozenset[str]:
         return (await self.effective(tenant_id)).chat_models
@@ -148,7 +153,7 @@ class TenantService:
 
 
 def tenant_service(
-    pool: AsyncConnectionPool, dsn: str, settings: Settings, chat_models: Iterable[str]
+    pool: AsyncConnectionPool, dsn: str, settings: Settings, chat_models: Iterable[str] = ()
 ) -> tuple[TenantService, NotifyListener]:
     """The replica's tenant settings with their cache, kept honest by a started listener."""
     s = settings.auth

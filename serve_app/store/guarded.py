@@ -23,8 +23,9 @@ adds nothing a quota counts and stores no caller input to validate.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,12 @@ from serve_app.store.validation import (
     field as check_field,
 )
 
-__all__ = ["ForgetInProgress", "GuardedWriter", "Quotas", "ValidationError"]
+__all__ = ["ForgetInProgress", "GuardedWriter", "Quotas", "Retention", "ValidationError"]
 
 # A tenant's (memory quota, fact quota): per-tenant overrides plug in here.
 Quotas = Callable[[str], Awaitable[tuple[quota.Quota, quota.Quota]]]
+# A tenant's default time to live per memory type (seconds; absent or 0: kept).
+Retention = Callable[[str], Awaitable[Mapping[str, float]]]
 
 
 class ForgetInProgress(Exception):
@@ -75,9 +78,11 @@ class GuardedWriter:
         memory_quota: quota.Quota | None = None,
         fact_quota: quota.Quota | None = None,
         quotas: Quotas | None = None,
+        retention: Retention | None = None,
         max_chars: int = 8000,
     ) -> None:
-        """Quotas: ``quotas`` (per tenant) when given, else the fixed ones (None: none)."""
+        """Quotas: ``quotas`` (per tenant) when given, else the fixed ones (None: none);
+        ``retention``: an add's items without an expiry get their type's (None: none)."""
         self.pool = pool
         self.memories = MemoryStore(pool, model_slug)
         self.facts = FactStore(pool)
@@ -87,19 +92,34 @@ class GuardedWriter:
             return fixed
 
         self.quotas: Quotas = quotas or same
+        self.retention = retention
         self.max_chars = max_chars
 
     @classmethod
     def from_settings(
-        cls, pool: AsyncConnectionPool, model_slug: str, settings: Settings
+        cls,
+        pool: AsyncConnectionPool,
+        model_slug: str,
+        settings: Settings,
+        *,
+        quotas: Quotas | None = None,
+        retention: Retention | None = None,
     ) -> GuardedWriter:
-        """The writer every producer builds: the environment's quotas and content limit."""
+        """The writer every producer builds: the environment's quotas, retention and
+        content limit, or the tenant's (``quotas``/``retention``: its settings)."""
         q = settings.quota
+        env_retention = dict(settings.lifecycle.retention_s)
+
+        async def fixed(_: str) -> Mapping[str, float]:
+            return env_retention
+
         return cls(
             pool,
             model_slug,
             memory_quota=quota.Quota(q.max_memories_per_user, q.max_memories_per_tenant),
             fact_quota=quota.Quota(q.max_facts_per_user, q.max_facts_per_tenant),
+            quotas=quotas,
+            retention=retention or (fixed if env_retention else None),
             max_chars=settings.limits.content_chars,
         )
 
@@ -134,6 +154,7 @@ class GuardedWriter:
                 raise ValidationError(f"item {n}: {exc}" if len(items) > 1 else str(exc)) from None
         if not items:
             return []
+        items = await self._retained(owner.tenant_id, items)
         limits = (await self.quotas(owner.tenant_id))[0]
         for _ in range(2):  # a refusal that no longer holds (counts moved): once more
             rows = await self.memories._raw_add(
@@ -154,6 +175,19 @@ class GuardedWriter:
             ("user", limits.per_user) if limits.per_user else ("tenant", limits.per_tenant)
         )
         raise quota.QuotaExceeded(kind, limit or 0, limit or 0)
+
+    async def _retained(self, tenant_id: str, items: Sequence[NewMemory]) -> Sequence[NewMemory]:
+        """Items without an expiry, given their type's retention (the tenant's setting)."""
+        if self.retention is None or all(i.expires_at is not None for i in items):
+            return items
+        ttl = await self.retention(tenant_id)
+        now = datetime.now(UTC)
+        return [
+            replace(i, expires_at=now + timedelta(seconds=ttl[i.type]))
+            if i.expires_at is None and ttl.get(i.type)
+            else i
+            for i in items
+        ]
 
     async def _guard_passes(
         self, conn: AsyncConnection, owner: Owner, items: Sequence[NewMemory]

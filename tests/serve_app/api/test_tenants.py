@@ -5,6 +5,8 @@ changes nothing; rate limits and chat models follow the settings at once."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from serve_app.api import create_app
@@ -167,3 +169,42 @@ async def test_rate_limits_follow_the_tenants_settings(api):
         (await c["acme_user"].post("/v1/search", json={"query": "x"})).status_code for _ in range(4)
     ]
     assert 429 in codes, codes
+
+
+async def test_quotas_and_retention_follow_the_tenants_settings(api):
+    c, _ = api
+    svc = c["acme_service"]
+
+    async def add(client, user: str, content: str, **extra):
+        return await client.post("/v1/memories", json={"user_id": user, "content": content,
+                                                       **extra})  # fmt: skip
+
+    r = await c["acme_admin"].patch(URL, json={
+        "quotas": {"max_memories_per_user": 2, "max_facts_per_user": 1},
+        "retention": {"semantic": 600},
+    })  # fmt: skip
+    assert r.status_code == 200, r.text
+    first = await add(svc, "ann", "Ann likes tea")
+    assert first.status_code == 201, first.text
+    left = datetime.fromisoformat(first.json()["expires_at"]) - datetime.now(UTC)
+    assert timedelta(seconds=590) < left <= timedelta(seconds=600)  # the tenant's retention
+    explicit = await add(svc, "ann", "Ann parks at 3", ttl_s=60)  # the write's own expiry wins
+    left = datetime.fromisoformat(explicit.json()["expires_at"]) - datetime.now(UTC)
+    assert left <= timedelta(seconds=60)
+    over = await add(svc, "ann", "Ann likes coffee too")
+    assert over.status_code == 403 and over.json()["error"]["code"] == "quota_exceeded", over.text
+    fact = {"user_id": "ann", "category": "pet", "key": "cat", "value": "Tom"}
+    assert (await svc.put("/v1/facts", json=fact)).status_code == 200
+    assert (await svc.put("/v1/facts", json={**fact, "value": "Tim"})).status_code == 200
+    r = await svc.put("/v1/facts", json={**fact, "key": "dog", "value": "Rex"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "quota_exceeded", r.text
+
+    # the default tenant keeps the environment's quota (50) and keeps memories forever
+    for i in range(3):
+        r = await add(c["service"], "ann", f"Default ann fact {i}")
+        assert r.status_code == 201 and r.json()["expires_at"] is None, r.text
+
+    # back to the environment's quota: the very next add passes
+    r = await c["acme_admin"].patch(URL, json={"quotas": None})
+    assert r.status_code == 200, r.text
+    assert (await add(svc, "ann", "Ann likes coffee too")).status_code == 201

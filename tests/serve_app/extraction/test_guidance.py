@@ -7,8 +7,10 @@ import pytest
 
 from serve_app.auth import Principal
 from serve_app.extraction.guidance import for_request, guidance_prompt
+from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.prompts import EXTRACT_MARKER
 from serve_app.services.tenants import TenantService
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.tenants import TenantStore
 from serve_app.store.turns import SessionKey
 from serve_app.tenancy import ExtractionGuidance
@@ -94,3 +96,29 @@ def test_no_guidance_adds_nothing_to_the_prompt():
     own = {"metadata": {"custom_categories": [{"b": "B"}, "junk", {"": "x"}]}}
     assert for_request(g, own).categories == (("b", "B"),)
     assert for_request(g, {"metadata": {"custom_categories": "junk"}}) is g
+
+
+async def test_extractions_writes_follow_the_tenants_quotas_and_retention(
+    make_harness, fake_llm, encoder
+):
+    settings = settings_for(fake_llm.url)
+    h = await make_harness(settings)
+    tenants = TenantService(TenantStore(h.pool), settings)
+    slug = encoder.spec.table_slug
+    writer = GuardedWriter.from_settings(  # what the extractor deployment wires
+        h.pool, slug, settings, quotas=tenants.quotas, retention=tenants.retention
+    )
+    p = h.pipeline
+    h.pipeline = ExtractionPipeline(h.pool, slug, p.embed, p.llm, settings, writer=writer)
+    admin = Principal("6f9619ff-8b86-4d11-b42d-00c04fc964ff", "acme", "admin")
+    await tenants.replace("acme", {"quotas": {"max_memories_per_user": 1},
+                                   "retention": {"preference": 3600}}, admin)  # fmt: skip
+    fake_llm.add_rule("tea", extraction([memory("The user likes green tea", "preference"),
+                                         memory("The user lives in Oslo", "fact")]))  # fmt: skip
+    k = SessionKey("acme", "dee", "s1")
+    await h.say(k, ("user", "I like tea and I live in Oslo"))
+    out = await h.pipeline.process_session(k)
+    assert out.saved == 1, out  # the second is over the tenant's quota of 1
+    [m] = await h.memories("dee", "extraction")
+    left = (m["expires_at"] - m["created_at"]).total_seconds()
+    assert m["type"] == "preference" and 3590 < left < 3601
