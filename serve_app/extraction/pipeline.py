@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.decisions import Provenance
+from serve_app.extraction.episodes import Compressor
 from serve_app.extraction.guidance import GuidanceFor, for_request, from_env, guidance_prompt
 from serve_app.extraction.junk import (
     CONTEXT_OPEN,
@@ -47,14 +48,11 @@ from serve_app.extraction.parser import (
     ExtractedFact,
     ExtractedMemory,
     parse_extraction,
-    parse_summary,
 )
 from serve_app.extraction.prompts import (
     EXTRACT_SYSTEM,
-    SUMMARY_SYSTEM,
     chunk_turns,
     extraction_user_prompt,
-    summary_user_prompt,
 )
 from serve_app.extraction.reconcile import Known, Reconciler, prompt_parts
 from serve_app.extraction.writer import ACTOR, MemoryWriter
@@ -99,12 +97,16 @@ class ExtractionPipeline:
         self.turns = TurnStore(pool)
         # Every memory and fact write: erasure guard, quotas, validation, history.
         self.guarded = writer or GuardedWriter.from_settings(pool, model_slug, settings)
+        self.store, self.facts = self.guarded.memories, self.guarded.facts  # reads
         self.index = MemoryIndex(pool, model_slug)
         self.metrics = metrics or ExtractionMetrics()
         self.pool = pool
         self.reconciler = Reconciler(pool, model_slug, self.index, embed, settings)
         self.writer = MemoryWriter(
             pool, self.guarded, self.index, settings.extract.merge_similarity, self.metrics
+        )
+        self.compressor = Compressor(
+            self.turns, self.index, self.writer, embed, llm, settings, self.metrics
         )
 
     @property
@@ -128,7 +130,7 @@ class ExtractionPipeline:
             if not await self._extract_batch(key, rows, out):
                 return out  # turns stay queued; the scan retries them later
         if self.enabled and not key.session_id.startswith(INFER_PREFIX):
-            await self._maybe_compress(key, ended, out)
+            await self.compressor.maybe_compress(key, ended, out)
         return out
 
     async def scan(self) -> list[SessionKey]:
@@ -369,57 +371,3 @@ class ExtractionPipeline:
         out.skipped += len(items) - len(added)
         claim = rows[0].get("claim_token")
         out.turns_extracted += await self.turns.mark_extracted([r["id"] for r in rows], claim=claim)
-
-    # ---------- episodic compression ----------
-
-    async def _maybe_compress(self, key: SessionKey, ended: bool, out: Outcome) -> None:
-        s = self.settings
-        rows = await self.turns.uncompressed(key)
-        done = []
-        for r in rows:  # only turns extraction has seen, in order; never a dead letter
-            if r["extracted_at"] is None or r["dead_at"] is not None:
-                break  # (its content was refused: summarising it would be refused too)
-            done.append(r)
-        if ended:
-            batch = done if len(done) >= 2 else []
-        elif len(rows) >= s.extract.compress_every_m_turns:
-            batch = done[: max(0, len(rows) - s.extract.compress_keep_window)]
-        else:
-            batch = []
-        if not batch:
-            return
-        turns = clean_turns([turn_of(r) for r in batch])
-        ids = [r["id"] for r in batch]
-        if not turns:
-            await self.turns.mark_compressed(ids)
-            return
-        assert self.llm is not None
-        try:
-            answer = await self.llm.complete_json(SUMMARY_SYSTEM, summary_user_prompt(turns))
-            summary = parse_summary(answer)
-        except LLMUnavailable as exc:
-            self.metrics.error(exc.kind)
-            out.error = exc.kind
-            return
-        except BadOutput:
-            self.metrics.error("bad_summary")
-            out.error = "bad_summary"
-            return
-        first, last = batch[0]["turn_index"], batch[-1]["turn_index"]
-        if await self.index.by_hash(key.owner, summary) is None:
-            vectors = await self.embed([summary], is_query=False)
-            item = NewMemory(
-                content=summary,
-                type="episodic",
-                scope="user",
-                agent_id=next((r.get("agent_id") for r in batch if r.get("agent_id")), None),
-                session_id=key.session_id,
-                metadata={"session_id": key.session_id, "turn_start": first, "turn_end": last},
-                importance=0.5,
-                source="summary",
-                valid_from=turns[0].occurred_at,
-            )
-            if await self.writer.add_unique(key.owner, [item], vectors):
-                out.summaries += 1
-                self.metrics.memory("summary")
-        await self.turns.mark_compressed(ids)
