@@ -38,7 +38,6 @@ from serve_app.services.tenants import TenantService, tenant_service
 from serve_app.settings import Settings
 from serve_app.store.chat_usage import ChatUsageStore
 from serve_app.store.directory import MemoryDirectory
-from serve_app.store.facts import FactStore
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.keys import KeyStore
 from serve_app.store.turns import TurnStore
@@ -133,7 +132,7 @@ async def build_services(
             TurnStore(pool), trigger, turn_ttl_hours=settings.extract.turn_ttl_hours
         )
         context = ContextService(
-            ContextBuilder(memories.search_many, FactStore(pool).active),
+            ContextBuilder(memories.search_many, writer.facts.active),
             settings.context,
         )
         chat = ChatService(

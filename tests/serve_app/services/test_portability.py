@@ -63,7 +63,8 @@ async def test_export_then_import_gives_the_same_search_results(stack):
     c, services = stack
     await seed(c, "alice")
     await c.post("/v1/memories", json={"user_id": "bob", "content": "Bob's secret: he hates jazz"})
-    await services.facts.store.upsert(Owner("default", "alice"), "profile", "city", "Leeds", 0.9)
+    alice = Owner("default", "alice")
+    await services.facts.writer.upsert_fact(alice, "profile", "city", "Leeds", 0.9)
     # an UPDATE leaves history and changes what the import must carry
     first = (await c.get("/v1/memories", params={"user_id": "alice"})).json()["memories"][-1]
     r = await c.patch(f"/v1/memories/{first['id']}", params={"user_id": "alice"},
@@ -83,19 +84,22 @@ async def test_export_then_import_gives_the_same_search_results(stack):
     r = await c.post("/v1/import", params={"user_id": "alice2"}, content=r.text)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["imported"] == {"memories": 5, "facts": 1}
-    assert body["skipped"] == {"header": 1, "history": 6, "end": 1}
+    assert body["imported"] == {"memories": 5, "facts": 1, "fact_versions": 0, "history": 6}
+    assert body["skipped"] == {"header": 1, "end": 1}
     heads = {q: await ranked(c, "alice", q) for q in QUERIES}
     assert sum(bool(h) for h in heads.values()) >= 2  # not vacuous: clear answers exist
     for q in QUERIES:
         assert await ranked(c, "alice2", q) == heads[q], q
     again = lines((await c.get("/v1/export", params={"user_id": "alice2"})).text)
-    strip = ("id", "user_id", "created_at", "updated_at", "source", "version", "last_accessed_at")
+    strip = ("id", "user_id", "source", "version", "last_accessed_at", "access_count")
     mine = sorted(json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
                   for x in records if x["kind"] == "memory")  # fmt: skip
     theirs = sorted(json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
                     for x in again if x["kind"] == "memory")  # fmt: skip
-    assert mine == theirs  # type, tags, metadata, importance, session travel
+    assert mine == theirs  # type, tags, metadata, importance, session, timestamps travel
+    keep = ("event", "old_content", "new_content", "actor", "created_at")
+    events = [tuple(x[k] for k in keep) for x in records if x["kind"] == "history"]
+    assert [tuple(x[k] for k in keep) for x in again if x["kind"] == "history"] == events
     facts = (await c.get("/v1/facts", params={"user_id": "alice2"})).json()["facts"]
     assert [(f["key"], f["value"]) for f in facts] == [("city", "Leeds")]
 
@@ -122,7 +126,7 @@ async def test_bad_record_writes_nothing(stack):
     c, services = stack
     body = "\n".join([json.dumps({"memory": "fine"}), json.dumps({"memory": ""})])
     r = await c.post("/v1/import", params={"user_id": "dave"}, content=body)
-    assert r.status_code == 422 and "record 2" in r.json()["error"]["message"]
+    assert r.status_code == 422 and "line 2" in r.json()["error"]["message"]
     r = await c.post("/v1/import", params={"user_id": "dave"}, content="{not json\n")
     assert r.status_code == 422 and "line 1" in r.json()["error"]["message"]
     assert await services.memories.store.count() == 0
@@ -143,14 +147,14 @@ async def test_isolation_of_export_and_import(stack):
     assert r.status_code == 400
 
 
-def test_parse_skips_inactive_facts_and_expired_dates_are_kept_for_load():
+def test_parse_keeps_every_fact_version_and_names_the_bad_line():
     text = "\n".join(json.dumps(x) for x in [
         {"kind": "fact", "category": "profile", "key": "city", "value": "York", "active": False},
         {"kind": "fact", "category": "profile", "key": "city", "value": "Leeds"},
         {"kind": "memory", "content": "x", "type": "preference", "expires_at": None},
     ])  # fmt: skip
-    batch = parse(text)
-    assert [f.value for f in batch.facts] == ["Leeds"] and batch.skipped == {"inactive_fact": 1}
-    assert batch.memories[0][0].type.value == "preference"
-    with pytest.raises(ApiError):
-        parse(json.dumps({"kind": "memory", "content": "x", "type": "nonsense"}))
+    batch = parse(text, 10)
+    assert [(f.value, f.active) for f in batch.facts] == [("York", False), ("Leeds", True)]
+    assert batch.memories[0].item.type == "preference" and batch.records == 3
+    with pytest.raises(ApiError, match="line 1: type"):
+        parse(json.dumps({"kind": "memory", "content": "x", "type": "nonsense"}), 10)
