@@ -12,19 +12,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from serve_app.errors import ApiError
+from serve_app.errors import ApiError, error_response
 from serve_app.services.chat_caps import (
     TOKEN_FIELDS,
     allowed_models,
     check_caps,
+    estimated_usage,
     reported_usage,
+    reports_usage,
 )
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
@@ -49,6 +53,7 @@ class ChatCall:
     history: list[tuple[str, str]]
     stream: bool
     key_id: str = ""  # the API key the use is counted against
+    occurred_at: datetime | None = None  # when the user said it (None: now)
 
 
 def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
@@ -61,19 +66,41 @@ def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
     return [*messages[:i], {"role": "system", "content": block}, *messages[i:]]
 
 
-def upstream_error(status: int, body: bytes) -> JSONResponse:
-    try:
-        message = json.loads(body)["error"]["message"]
-    except Exception:
-        message = body[:200].decode(errors="replace")
+def _request_id() -> str:
+    """The id a client quotes to the operator; the upstream's details are logged under it."""
+    return uuid.uuid4().hex[:16]
+
+
+def _redacted(status: int, request_id: str) -> tuple[int, str, str]:
+    """(status, code, message) the client gets for an upstream failure: its HTTP status class
+    and the request id, never the upstream's text (it can name the operator's account,
+    organisation or key prefix)."""
+    what = f"HTTP {status // 100}xx; request id {request_id}"
     if 400 <= status < 500 and status not in (401, 403):
-        return JSONResponse(
-            {"error": {"code": "upstream_rejected", "message": str(message)}}, status_code=status
-        )
-    return JSONResponse(
-        {"error": {"code": "upstream_error", "message": f"upstream LLM answered {status}"}},
-        status_code=502,
-    )
+        return status, "upstream_rejected", f"the upstream LLM refused the request ({what})"
+    return 502, "upstream_error", f"the upstream LLM failed ({what})"
+
+
+def upstream_error(status: int, body: bytes) -> JSONResponse:
+    request_id = _request_id()
+    log.warning(
+        "upstream LLM answered HTTP %d (request %s): %s",
+        status, request_id, body[:500].decode(errors="replace"),
+    )  # fmt: skip
+    code_status, code, message = _redacted(status, request_id)
+    return error_response(code_status, code, message, {"X-Request-Id": request_id})
+
+
+def _unreachable(exc: Exception) -> ApiError:
+    """The upstream could not be asked (or answered nothing usable): logged with an id."""
+    request_id = _request_id()
+    log.warning("upstream LLM call failed (request %s): %r", request_id, exc)
+    headers = {"X-Request-Id": request_id}
+    if isinstance(exc, httpx.TimeoutException):
+        message = f"the upstream LLM did not answer in time (request id {request_id})"
+        return ApiError(504, "upstream_timeout", message, headers)
+    message = f"the upstream LLM failed: {type(exc).__name__} (request id {request_id})"
+    return ApiError(502, "upstream_error", message, headers)
 
 
 class ChatService:
@@ -143,7 +170,9 @@ class ChatService:
 
         async def run() -> None:
             try:
-                await self.sessions.record(call.owner, session, call.agent_id, turn)
+                await self.sessions.record(
+                    call.owner, session, call.agent_id, turn, occurred_at=[call.occurred_at] * 2
+                )
             except Exception:  # never surfaces in the chat path; the answer is already sent
                 log.warning("recording a chat turn failed", exc_info=True)
 
@@ -179,7 +208,11 @@ class ChatService:
             headers["Authorization"] = f"Bearer {u.api_key}"
         extra = {"X-Memserve-Context-Memories": str(n_memories)}
 
-        def record(answer: str, tokens: tuple[int, int] = (0, 0)) -> None:
+        def record(answer: str, tokens: tuple[int, int] | None) -> None:
+            """Count the call and keep its turn; ``tokens`` None: the upstream reported
+            none (a cut stream, or one without usage), so they are estimated."""
+            if tokens is None:
+                tokens = estimated_usage(payload["messages"], answer)
             self.usage.count(call.key_id, tenant, Usage(1, 0, *tokens))
             self._record_later(call, answer)
 
@@ -194,26 +227,24 @@ class ChatService:
                 except (KeyError, IndexError, TypeError, AttributeError):
                     log.warning("upstream answer without choices[0].message")
                     content = ""
-                record(content, reported_usage(answer))
+                record(content, _usage(answer))
                 return JSONResponse(answer, headers=extra)
             request = self.http.build_request("POST", url, json=payload, headers=headers)
             upstream = await self.http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise ApiError(
-                504, "upstream_timeout", "the upstream LLM did not answer in time"
-            ) from exc
         except (httpx.HTTPError, ValueError) as exc:
-            raise ApiError(
-                502, "upstream_error", f"upstream LLM failed: {type(exc).__name__}"
-            ) from exc
+            raise _unreachable(exc) from exc
         if upstream.status_code != 200:
             content = await upstream.aread()
             await upstream.aclose()
             return upstream_error(upstream.status_code, content)
         if upstream.headers.get("content-type", "").startswith("application/json"):
             # An upstream that ignores `stream`: answer as one SSE chunk so clients still stream.
-            answer = json.loads(await upstream.aread())
-            await upstream.aclose()
+            try:
+                answer = json.loads(await upstream.aread())
+            except (httpx.HTTPError, ValueError) as exc:
+                raise _unreachable(exc) from exc
+            finally:
+                await upstream.aclose()
             return StreamingResponse(
                 _as_sse(answer, record), media_type="text/event-stream", headers=extra
             )
@@ -222,7 +253,12 @@ class ChatService:
         )
 
 
-Record = Callable[[str, tuple[int, int]], None]
+Record = Callable[[str, tuple[int, int] | None], None]
+
+
+def _usage(answer: Any) -> tuple[int, int] | None:
+    """The tokens an answer or chunk reports; None when it reports none."""
+    return reported_usage(answer) if reports_usage(answer) else None
 
 
 async def _as_sse(answer: dict[str, Any], record: Record) -> AsyncIterator[bytes]:
@@ -235,35 +271,58 @@ async def _as_sse(answer: dict[str, Any], record: Record) -> AsyncIterator[bytes
     base["object"] = "chat.completion.chunk"
     first = {"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}
     last = {"index": 0, "delta": {}, "finish_reason": "stop"}
-    for choice in (first, last):
-        yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
-    yield b"data: [DONE]\n\n"
-    record(content, reported_usage(answer))
+    try:
+        for choice in (first, last):
+            yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+    finally:  # the upstream answered (and billed) in full, whether the client stayed or not
+        record(content, _usage(answer))
+
+
+def _event(line: str) -> Any:
+    """The JSON of an SSE ``data:`` line (None for other lines, ``[DONE]`` or bad JSON)."""
+    if not line.startswith("data:"):
+        return None
+    try:
+        return json.loads(line[5:].strip())
+    except ValueError:
+        return None
+
+
+def _error_event(chunk: dict[str, Any]) -> str:
+    """An upstream's in-stream error event, with its text replaced (as ``upstream_error``)."""
+    request_id = _request_id()
+    log.warning("upstream LLM stream error (request %s): %s", request_id, chunk["error"])
+    _, code, message = _redacted(502, request_id)
+    return "data: " + json.dumps({"error": {"code": code, "message": message}})
 
 
 async def _relay(upstream: httpx.Response, record: Record) -> AsyncIterator[bytes]:
-    """Pass SSE lines through as they arrive, collecting the answer's text deltas."""
+    """Pass SSE lines through as they arrive, collecting the answer's text deltas.
+
+    The turn and the use are recorded however the stream ends: at ``[DONE]``, when the
+    upstream stops early, or when the client goes away (the generator is then closed
+    or cancelled, and only its ``finally`` runs).
+    """
     parts: list[str] = []
-    done = False
-    tokens = (0, 0)  # a final chunk may report usage (stream_options.include_usage)
+    tokens = None  # a final chunk may report usage (stream_options.include_usage)
     try:
         async for line in upstream.aiter_lines():
+            chunk = _event(line)
+            if isinstance(chunk, dict) and "error" in chunk:
+                line = _error_event(chunk)
             yield (line + "\n").encode()
-            if not line.startswith("data:"):
+            if not isinstance(chunk, dict):
                 continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True
-                continue
+            tokens = _usage(chunk) or tokens
             try:
-                chunk = json.loads(data)
-                tokens = reported_usage(chunk) if chunk.get("usage") else tokens
                 delta = chunk["choices"][0].get("delta") or {}
                 parts.append(delta.get("content") or "")
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            except (KeyError, IndexError, TypeError, AttributeError):
                 continue
     except httpx.HTTPError:
         log.warning("upstream stream broke off", exc_info=True)
     finally:
+        # Before any await: in a cancelled task the next await raises again at once.
+        record("".join(parts), tokens)
         await upstream.aclose()
-    record("".join(parts) if done or parts else "", tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from serve_app.context.tokens import count_tokens
 from serve_app.errors import ApiError
 from serve_app.settings import ChatSettings
 
@@ -63,3 +64,21 @@ def reported_usage(answer: Any) -> tuple[int, int]:
         prompt if isinstance(prompt, int) and prompt > 0 else 0,
         completion if isinstance(completion, int) and completion > 0 else 0,
     )
+
+
+def reports_usage(answer: Any) -> bool:
+    """Whether an upstream answer or chunk carries a ``usage`` object at all."""
+    return isinstance(answer, dict) and isinstance(answer.get("usage"), dict)
+
+
+def estimated_usage(messages: list[dict[str, Any]], answer: str) -> tuple[int, int]:
+    """(prompt, completion) tokens estimated from the text, for a call whose upstream
+    reported none (a stream cut before its last chunk, or sent without usage): every
+    forwarded call is billed upstream, so it is counted here too."""
+    prompt = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        prompt += count_tokens(content if isinstance(content, str) else "")
+    return prompt, count_tokens(answer)

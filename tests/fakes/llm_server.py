@@ -13,7 +13,9 @@ process such as the e2e service) decides what it answers:
 - ``max_prompt_chars``: longer requests get HTTP 400 "context too long";
 - failure modes: ``malformed`` (content that is not JSON), ``http500``,
   ``delay`` (answer after ``delay_s``; with a short client timeout: a timeout),
-  and ``down()`` (the socket is closed: connection refused) / ``up()``.
+  and ``down()`` (the socket is closed: connection refused) / ``up()``;
+- streams: ``cut`` (the connection closes after the first piece of content, before
+  ``[DONE]``), ``slow_stream`` (``delay_s`` between events).
 
 Defaults without a rule: an extraction call gets ``{"memories": [], "facts": []}``,
 a summary call gets a summary quoting the first user turn, and any other chat
@@ -200,7 +202,7 @@ class FakeLLM:
             self.queue.extend(answers)
 
     def set_mode(self, mode: str, delay_s: float = 0.0) -> None:
-        assert mode in ("ok", "malformed", "http500", "delay"), mode
+        assert mode in ("ok", "malformed", "http500", "delay", "cut", "slow_stream"), mode
         with self._lock:
             self.mode = mode
             self.delay_s = delay_s
@@ -343,12 +345,19 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
                       for d in deltas]  # fmt: skip
             events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            with fake._lock:
+                mode, delay = fake.mode, fake.delay_s
+            if mode == "cut":  # the role and the first piece, then the connection closes
+                events = events[:2]
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 for event in events:
                     self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                     self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                    if mode == "slow_stream":
+                        time.sleep(delay)
+                if mode != "cut":
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
 
         def do_GET(self) -> None:
             if self.path == "/_requests":

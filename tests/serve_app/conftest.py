@@ -6,9 +6,18 @@ import pytest
 
 from models import load_encoder
 from models.encoder import Encoder
+from tests.fakes.llm_server import FakeLLM
 
 
 @pytest.fixture(scope="session")
 def encoder() -> Encoder:
     """The real int8 MiniLM on CPU, loaded once (directories may override it)."""
     return load_encoder("all-minilm-l6-v2-int8", device="cpu", threads=1)
+
+
+@pytest.fixture
+def llm():
+    """The scripted OpenAI-compatible fake LLM (tests/fakes/llm_server.py), started."""
+    fake = FakeLLM().start()
+    yield fake
+    fake.stop()
