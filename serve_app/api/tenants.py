@@ -62,12 +62,7 @@ async def put_settings(
 ):
     """Replace the tenant's overrides with ``body`` (what it leaves out: the environment's)."""
     doc = body.model_dump(exclude_none=True)
-    out = await services.tenants.replace(
-        caller.tenant_id, doc, caller, parse_if_match(if_match, None)
-    )
-    log.info("tenant %s settings replaced by %s (v%d)", caller.tenant_id, caller.key_id,
-             out["version"])  # fmt: skip
-    return out
+    return await _change(caller, services, "replaced", doc, if_match)
 
 
 @router.patch("/settings", response_model=TenantSettingsView)
@@ -76,10 +71,15 @@ async def patch_settings(
 ):
     """A JSON merge patch (RFC 7386) of the overrides: ``{"quotas": {"max_memories_per_user":
     100}}`` sets one value, ``null`` returns a value (or a group) to the environment's."""
-    out = await services.tenants.patch(
-        caller.tenant_id, body, caller, parse_if_match(if_match, None)
-    )
-    log.info("tenant %s settings patched by %s (v%d)", caller.tenant_id, caller.key_id,
+    return await _change(caller, services, "patched", body, if_match)
+
+
+async def _change(
+    caller: Admin, services: Svc, how: str, doc: dict[str, Any], if_match: str | None
+) -> dict[str, Any]:
+    apply = services.tenants.replace if how == "replaced" else services.tenants.patch
+    out = await apply(caller.tenant_id, doc, caller, parse_if_match(if_match, None))
+    log.info("tenant %s settings %s by %s (v%d)", caller.tenant_id, how, caller.key_id,
              out["version"])  # fmt: skip
     return out
 
