@@ -1,0 +1,221 @@
+"""Knowledge-update benchmark (issue 22): does memory stay true when the user's life changes?
+
+Starts the real service (as the e2e tests do) with the scripted LLM of
+``loadtests/knowledge_scenarios.py`` and plays synthetic users through four dated
+sessions each over HTTP (``POST /v1/sessions/{sid}/turns`` with ``occurred_at``,
+then ``/end``). Three cohorts share the run: ``good`` (a model that reconciles from
+the memories it is shown), ``sloppy`` (ADDs everything on 30% of calls, invents 15%
+of its aliases) and ``today`` (ignores what it is shown: extraction before issue 22).
+Then, per cohort:
+
+- stale-value rate: (user, attribute) pairs whose ``/v1/context`` block for the
+  attribute's question carries a value that is no longer true (goal 0 for ``good``);
+- precision@1: ``/v1/search`` "where does the user live now"-style questions whose
+  top hit is the current value;
+- as_of accuracy: the same questions ``as_of`` a day between sessions, top hit = the
+  value true then;
+- prompt tokens per extracted turn, against the same prompts without the reconcile
+  part (today's prompt; goal <= +50%); extraction throughput (turns/s, wall clock).
+
+Prints the JSON and writes ``loadtests/results/bench_knowledge_update-<time>.json``.
+
+    python -m loadtests.bench_knowledge_update               # 6 users per cohort
+    python -m loadtests.bench_knowledge_update --users 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from loadtests.harness import fresh_service, write_json
+from loadtests.knowledge_scenarios import DATES, QUESTIONS, ScriptedModel, User, make_user
+from serve_app.context.tokens import count_tokens
+from serve_app.extraction.reconcile import KNOWN_HEADER, RECONCILE_RULES
+from tests.fakes.llm_server import FakeLLM
+
+COHORTS = ("good", "sloppy", "today")
+ENV = {
+    "MEMSERVE_LLM_MODEL": "scripted",
+    "MEMSERVE_LLM_TIMEOUT_S": "10",
+    "MEMSERVE_EXTRACT_EVERY_N_TURNS": "4",
+    "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "1",
+}
+
+
+async def play(client: httpx.AsyncClient, users: list[User]) -> None:
+    """Every user's sessions in date order (users in parallel, sessions one after another:
+    a session's extraction is awaited before the next one starts, as weeks would pass)."""
+
+    async def one(u: User) -> None:
+        for i, session in enumerate(u.sessions):
+            sid = f"s{i}"
+            day = DATES[i]
+            msgs: list[dict[str, Any]] = []
+            for j, st in enumerate(session):
+                at = (day + timedelta(minutes=2 * j)).isoformat()
+                msgs.append({"role": "user", "content": st.turn, "occurred_at": at})
+                msgs.append({"role": "assistant", "content": "Thanks for telling me!",
+                             "occurred_at": at})  # fmt: skip
+            r = await client.post(f"/v1/sessions/{sid}/turns",
+                                  json={"user_id": u.user_id, "messages": msgs})  # fmt: skip
+            r.raise_for_status()
+            (
+                await client.post(f"/v1/sessions/{sid}/end", json={"user_id": u.user_id})
+            ).raise_for_status()
+            await settled(client, u.user_id, sid)
+
+    await asyncio.gather(*(one(u) for u in users))
+
+
+async def settled(client: httpx.AsyncClient, user_id: str, sid: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = await client.get(f"/v1/sessions/{sid}", params={"user_id": user_id})
+        status = r.json()
+        if status["pending_turns"] == 0 and status["failed_turns"] == 0:
+            return
+        await asyncio.sleep(0.3)
+    raise TimeoutError(f"{user_id}/{sid} not extracted: {status}")
+
+
+async def judge(client: httpx.AsyncClient, u: User) -> dict[str, list[int]]:
+    """Per metric, 1/0 outcomes for this user."""
+    out: dict[str, list[int]] = {"stale": [], "p_at_1": [], "as_of": []}
+    for attribute, question in QUESTIONS.items():
+        r = await client.post("/v1/context", json={"user_id": u.user_id, "query": question})
+        r.raise_for_status()
+        block = r.json()["context"]
+        out["stale"].append(int(any(old in block for old in u.stale(attribute))))
+        current = u.current(attribute)
+        if current is not None:
+            top = await top_hit(client, u.user_id, question)
+            out["p_at_1"].append(int(top == current))
+        for i in range(len(DATES) - 1):  # a day before each later session
+            when = DATES[i + 1] - timedelta(days=1)
+            expected = u.at(attribute, when)
+            if expected is None:
+                continue
+            top = await top_hit(client, u.user_id, question, as_of=when.isoformat())
+            out["as_of"].append(int(top == expected))
+    return out
+
+
+async def top_hit(client: httpx.AsyncClient, user_id: str, query: str, **extra: Any) -> str | None:
+    body = {"user_id": user_id, "query": query, "top_k": 1, **extra}
+    r = await client.post("/v1/search", json=body)
+    r.raise_for_status()
+    results = r.json()["results"]
+    return results[0]["content"] if results else None
+
+
+def second_call_tokens(user: str, answers: dict[str, str]) -> int:
+    """What reconciling in a second call would cost for this batch: its own instructions
+    (the rules plus a framing line), the extracted candidates and the known block."""
+    if KNOWN_HEADER not in user:
+        return 0
+    block = user.split("\n\n" + KNOWN_HEADER, 1)[1]
+    memories = json.loads(answers.get(user, "{}")).get("memories", [])
+    candidates = "\n".join(f"c{i}: {m.get('content', '')}" for i, m in enumerate(memories, 1))
+    framing = "Decide for each candidate memory against the known ones; answer JSON."
+    return count_tokens(RECONCILE_RULES) + count_tokens(framing + candidates + block)
+
+
+def token_report(calls: list[dict[str, Any]], model: ScriptedModel) -> dict[str, Any]:
+    """Prompt tokens per extracted turn, with and without the reconcile part, per cohort
+    (and what a separate reconcile call would have cost)."""
+    answers = dict(model.answers)
+    per: dict[str, dict[str, float]] = {}
+    for call in calls:
+        system = str(call["messages"][0]["content"])
+        user = str(call["messages"][-1]["content"])
+        cohort = model.cohort_of(user)
+        turns = sum(1 for line in user.splitlines() if line.startswith("["))
+        today_user = user.split("\n\n" + KNOWN_HEADER, 1)[0]
+        today_system = system.replace("\n" + RECONCILE_RULES, "")
+        agg = per.setdefault(cohort, {"calls": 0, "turns": 0, "tokens": 0, "today_tokens": 0,
+                                      "known_shown": 0, "two_call_tokens": 0})  # fmt: skip
+        agg["calls"] += 1
+        agg["turns"] += turns
+        agg["tokens"] += count_tokens(system) + count_tokens(user)
+        agg["today_tokens"] += count_tokens(today_system) + count_tokens(today_user)
+        agg["known_shown"] += int(KNOWN_HEADER in user)
+        agg["two_call_tokens"] += count_tokens(today_system) + count_tokens(today_user)
+        agg["two_call_tokens"] += second_call_tokens(user, answers)
+    for agg in per.values():
+        agg["tokens_per_turn"] = round(agg["tokens"] / max(1, agg["turns"]), 1)
+        agg["today_tokens_per_turn"] = round(agg["today_tokens"] / max(1, agg["turns"]), 1)
+        agg["increase"] = round(agg["tokens"] / max(1, agg["today_tokens"]) - 1, 3)
+        agg["two_call_increase"] = round(
+            agg["two_call_tokens"] / max(1, agg["today_tokens"]) - 1, 3
+        )
+    return per
+
+
+def rate(values: list[int]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
+
+
+async def measure(svc, fake: FakeLLM, users: list[User], model: ScriptedModel) -> dict:
+    headers = {"Authorization": f"Bearer {svc.bootstrap_key}"}
+    async with httpx.AsyncClient(base_url=svc.base_url, headers=headers, timeout=60) as client:
+        started = time.perf_counter()
+        await play(client, users)
+        wall = time.perf_counter() - started
+        judged = [await judge(client, u) for u in users]
+    cohorts: dict[str, Any] = {}
+    for cohort in COHORTS:
+        mine = [j for u, j in zip(users, judged, strict=True) if u.cohort == cohort]
+        cohorts[cohort] = {
+            "users": len(mine),
+            "stale_value_rate": rate([x for j in mine for x in j["stale"]]),
+            "precision_at_1": rate([x for j in mine for x in j["p_at_1"]]),
+            "as_of_accuracy": rate([x for j in mine for x in j["as_of"]]),
+        }
+    turns = sum(2 * len(s) for u in users for s in u.sessions)
+    calls = fake.calls("extract")
+    tokens = token_report(calls, model)
+    for cohort, agg in tokens.items():
+        if cohort in cohorts:
+            cohorts[cohort]["prompt_tokens"] = agg
+    return {
+        "cohorts": cohorts,
+        "turns": turns,
+        "extraction_calls": len(calls),
+        "wall_s": round(wall, 1),
+        "throughput_turns_per_s": round(turns / wall, 2),
+        "sloppy_invented_aliases": model.invented,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--users", type=int, default=6, help="users per cohort")
+    ap.add_argument("--seed", type=int, default=22)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    users = [make_user(f"ku-{c}-{c[0]}{n:02d}{rng.randrange(10**4):04d}", c, rng)
+             for c in COHORTS for n in range(args.users)]  # fmt: skip
+    model = ScriptedModel(users, seed=args.seed)
+    fake = FakeLLM().start()
+    fake.add_responder(model)
+    try:
+        with fresh_service(MEMSERVE_LLM_BASE_URL=fake.url, **ENV) as svc:
+            result = asyncio.run(measure(svc, fake, users, model))
+    finally:
+        fake.stop()
+    result["config"] = {"users_per_cohort": args.users, "seed": args.seed,
+                        "sessions_per_user": len(DATES)}  # fmt: skip
+    print(json.dumps(result, indent=2))
+    print(f"wrote {write_json('bench_knowledge_update', result)}")
+
+
+if __name__ == "__main__":
+    main()
