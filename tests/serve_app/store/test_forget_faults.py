@@ -38,14 +38,14 @@ async def seed(h, encoder, user: str, n: int) -> None:  # noqa: F811
     await seed_memories(h.pool, encoder.spec.table_slug, encoder.spec.dim, user, n)
 
 
-async def fault_on_chunk(h, n: int, action: str) -> None:
+async def fault_on_chunk(h, n: int, action: str, *, on: str = "=") -> None:
     """Run ``action`` (PL/pgSQL) in the ``n``-th DELETE statement on memory_items (once:
-    a retry's chunks come later)."""
+    a retry's chunks come later; ``on=">="``: in that one and every later one)."""
     await run(h.pool, "CREATE SEQUENCE fault_chunks")
     await run(
         h.pool,
         "CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-        f" IF nextval('fault_chunks') = {n} THEN {action}; END IF; RETURN NULL; END $$",
+        f" IF nextval('fault_chunks') {on} {n} THEN {action}; END IF; RETURN NULL; END $$",
     )
     await run(
         h.pool,
@@ -145,6 +145,26 @@ async def test_an_interrupted_forget_finishes_its_erasure_and_a_retry_completes(
     counts = await store.forget(ALICE)  # the retry deletes the rest and says how much
     assert counts["memories"] == 4 + 1 and await memories(h) == []
     assert all(r["finished_at"] is not None for r in await erasures(h))
+
+
+async def test_a_running_forget_renews_its_lease_between_chunks(
+    make_harness,  # noqa: F811
+    fake_llm,  # noqa: F811
+    encoder,  # noqa: F811
+):
+    h = await harness(make_harness, fake_llm)
+    await seed(h, encoder, "alice", 18)
+    await fault_on_chunk(h, 1, "PERFORM pg_sleep(0.3)", on=">=")  # 7 chunks: ~2.1 s
+    store = ForgetStore(h.pool, encoder.spec.table_slug, batch=3, lease_s=1.0)
+    task = asyncio.create_task(store.forget(ALICE))
+    await asyncio.sleep(1.6)  # past the first lease: only renewals keep it live
+    live = await run(h.pool, "SELECT finished_at IS NULL AND lease_until > now() AS live"
+                             " FROM memory_erasures")  # fmt: skip
+    counts = await task
+    assert live == [{"live": True}]  # still blocking new work: the forget is running
+    assert counts["memories"] == 18
+    [row] = await erasures(h)
+    assert row["finished_at"] is not None
 
 
 # A forget in a process of its own, killed mid-chunk (a replica that dies): its
