@@ -37,6 +37,28 @@ def work_units(body: Any, body_bytes: int) -> float:
     return items + body_bytes / BYTES_PER_UNIT
 
 
+def end_user(body: Any) -> str | None:
+    """The end user a parsed JSON body names, whose bucket it is charged to: ``user_id`` or
+    ``user`` at the top, else mem0 v3's ``filters`` (``user_id`` there or in an ``AND``
+    part, at any depth), where the mem0 routes take the owner from too."""
+    if not isinstance(body, dict):
+        return None
+    for name in ("user_id", "user"):
+        if isinstance(body.get(name), str):
+            return body[name]
+    pending, seen = [body.get("filters")], 0
+    while pending and seen < 100:  # bounded: a deep or wide AND is refused by the route
+        filters, seen = pending.pop(), seen + 1
+        if not isinstance(filters, dict):
+            continue
+        user = filters.get("user_id")
+        if isinstance(user, str) and user != "*":
+            return user
+        if isinstance(filters.get("AND"), list):
+            pending.extend(reversed(filters["AND"]))
+    return None
+
+
 @dataclass
 class _Bucket:
     tokens: float

@@ -15,7 +15,7 @@ from serve_app.api.gate import authenticated
 from serve_app.auth import Principal
 from serve_app.composition import Services
 from serve_app.errors import ApiError
-from serve_app.ratelimit import work_units
+from serve_app.ratelimit import end_user, work_units
 
 
 async def get_services(request: Request) -> Services:
@@ -51,12 +51,8 @@ async def request_work(request: Request) -> tuple[str | None, float]:
             body = await request.json()
         except ValueError:
             body = None
-    user = None
-    if isinstance(body, dict):
-        user = body.get("user_id") or body.get("user")
-    if user is None:
-        user = request.query_params.get("user_id")
-    return (user if isinstance(user, str) else None), work_units(body, len(raw))
+    user = end_user(body) or request.query_params.get("user_id")
+    return user, work_units(body, len(raw))
 
 
 async def principal(request: Request, services: Svc) -> Principal:

@@ -15,9 +15,9 @@ from serve_app.api.mem0 import models as m
 from serve_app.api.mem0.scope import (
     Scope,
     bad,
+    entity_scope,
     owner_of,
     owners_of,
-    parse_filters,
     scope_owner,
 )
 from serve_app.errors import ApiError
@@ -57,9 +57,7 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
     ``custom_categories`` go in the memories' metadata (``custom_categories``), and
     extraction tags each memory with those it fits (its mem0 ``categories``) instead
     of the tenant's categories."""
-    scope = parse_filters(body.filters or {})
-    for key in ("user_id", "agent_id", "run_id", "app_id"):
-        scope.set_entity(key, getattr(body, key))
+    scope = entity_scope(body)
     owner = scope_owner(caller, scope)
     _too_many(len(body.messages), services.settings.limits.batch_items)
     categories = _validated(Guidance, custom_categories=body.custom_categories).custom_categories
@@ -107,7 +105,7 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
 
 @router.post("/v3/memories/search/", response_model=m.Mem0SearchResults)
 async def search(body: m.SearchRequest, caller: Caller, services: Svc):
-    scope = parse_filters(body.filters)
+    scope = entity_scope(body)
     scope.tags.extend(body.categories or [])
     owner = scope_owner(caller, scope)
     limits = services.settings.limits
@@ -145,7 +143,7 @@ async def get_all(
     page_size: int | None = Query(default=None, ge=1),
 ):
     """Newest first, ``page``/``page_size`` (query or body; default 1 and 100)."""
-    scope = parse_filters(body.filters)
+    scope = entity_scope(body)
     if scope.narrowed or body.start_date or body.end_date or body.categories:
         raise bad("get_all filters by user_id, agent_id and run_id; search takes the others")
     owner = scope_owner(caller, scope)

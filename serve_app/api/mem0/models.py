@@ -43,7 +43,7 @@ class AddRequest(EntityFields):
     custom_categories: list[Any] | None = None
 
 
-class SearchRequest(Lenient):
+class SearchRequest(EntityFields):
     query: str
     filters: dict[str, Any] = Field(default_factory=dict)
     top_k: int | None = Field(default=None, ge=1)
@@ -51,7 +51,7 @@ class SearchRequest(Lenient):
     categories: list[str] | None = None
 
 
-class ListRequest(Lenient):
+class ListRequest(EntityFields):
     filters: dict[str, Any] = Field(default_factory=dict)
     page: int | None = Field(default=None, ge=1)
     page_size: int | None = Field(default=None, ge=1)

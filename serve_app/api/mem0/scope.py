@@ -111,6 +111,16 @@ def parse_filters(filters: dict[str, Any], base: Scope | None = None) -> Scope:
     return scope
 
 
+def entity_scope(body: Any) -> Scope:
+    """A mem0 body's scope: its ``filters`` and its top-level entity ids (clients send
+    either; a value in both must agree, else 400), so the owner is the user the rate
+    limit charged (``serve_app.ratelimit.end_user``)."""
+    scope = parse_filters(body.filters or {})
+    for key in ENTITIES:
+        scope.set_entity(key, getattr(body, key))
+    return scope
+
+
 def scope_owner(caller: Principal, scope: Scope) -> Owner:
     """The named user's memories; a service key naming only an agent gets the tenant's
     shared memories of that agent."""
