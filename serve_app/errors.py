@@ -50,39 +50,45 @@ _STATUS_CODES = {
 }
 
 
-def install_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError):
+def response_for(exc: Exception) -> JSONResponse:
+    """The answer to ``exc``: the app's handlers use it, and so do the raw ASGI layers
+    in front of the router (the stranger gate), which those handlers never see."""
+    if isinstance(exc, ApiError):
         return error_response(exc.status, exc.code, exc.message, exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError):
+    if isinstance(exc, RequestValidationError):
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             return error_response(400, "invalid_json", "request body is not valid JSON")
         return error_response(422, "invalid_request", _describe(errors))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException):
+    if isinstance(exc, StarletteHTTPException):
         code = _STATUS_CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail))
-
-    @app.exception_handler(psycopg.OperationalError)
-    @app.exception_handler(PoolTimeout)
-    async def _db_down(_: Request, exc: Exception):
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return error_response(503, "unavailable", "the database did not answer in time")
+    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
         log.warning("database unavailable: %s", exc)
         return error_response(503, "unavailable", "the database is unavailable; retry later")
-
-    @app.exception_handler(RayError)
-    async def _tier_down(_: Request, exc: Exception):
+    if isinstance(exc, RayError):
         log.warning("a backend deployment failed: %s", exc)
         return error_response(503, "unavailable", "a backend tier is unavailable; retry later")
+    log.error("unhandled error", exc_info=exc)
+    return error_response(500, "internal", "internal error")
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception):
-        log.exception("unhandled error")
-        return error_response(500, "internal", "internal error")
 
-    @app.exception_handler(psycopg.errors.QueryCanceled)
-    async def _db_slow(_: Request, exc: Exception):
-        return error_response(503, "unavailable", "the database did not answer in time")
+_HANDLED = (
+    ApiError,
+    RequestValidationError,
+    StarletteHTTPException,
+    psycopg.OperationalError,
+    PoolTimeout,
+    RayError,
+    Exception,
+)
+
+
+def install_handlers(app: FastAPI) -> None:
+    async def handle(_: Request, exc: Exception) -> JSONResponse:
+        return response_for(exc)
+
+    for kind in _HANDLED:
+        app.add_exception_handler(kind, handle)

@@ -20,7 +20,9 @@ from serve_app.api import (
     sessions,
     tenants,
 )
-from serve_app.api.gate import StrangerGate
+from serve_app.api.deps import principal
+from serve_app.api.gate import StrangerGate, public_routes
+from serve_app.api.input_guard import InputGuard
 from serve_app.api.limits import BodySizeLimit
 from serve_app.composition import Services
 from serve_app.errors import install_handlers
@@ -76,8 +78,15 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     )
     app.state.services = services
     install_handlers(app)
+    app.add_middleware(InputGuard)  # NUL, lone surrogates, deep nesting: 422 for every route
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.body_bytes)
-    app.add_middleware(StrangerGate, authenticator=lambda: _authenticator(app))
+    app.add_middleware(
+        StrangerGate,
+        authenticator=lambda: _authenticator(app),
+        public=lambda: public_routes(
+            app, [r for module in ROUTERS for r in module.router.routes], principal
+        ),
+    )  # outside the body limit: a stranger's body is never read
     app.add_middleware(RequestMetrics)  # outermost: latency per route, 413s included
     for module in ROUTERS:
         app.include_router(module.router)

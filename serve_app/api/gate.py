@@ -1,46 +1,100 @@
-"""Strangers are turned away before routing: the cheapest possible 401/429.
+"""Every request is authenticated before anything reads its body: strangers cost nothing.
 
-A flood of random API keys must not cost the valid users' CPU. The Authenticator
-already answers a cached-unknown key or an address out of failed-lookup budget
-without the database, but only after FastAPI has routed the request, read and
-parsed its body and run the dependency chain (~1 ms of CPU each on the Ingress).
-This raw ASGI layer asks the same two in-memory questions from the headers alone
-and answers (after ``stranger_delay_s``: a tarpit that slows a closed-loop flood to
-its connections / delay, holding a coroutine rather than burning CPU); anything it
-cannot decide goes on to the app unchanged.
+FastAPI reads and parses a route's JSON body before its dependencies run, so a key
+checked in a dependency let anyone without one make the Ingress parse up to a whole
+body limit of JSON (and see 413/422 instead of 401). This raw ASGI layer, in front of
+the body limit and the router, authenticates from the headers alone: a request
+without a valid key (missing, malformed, unknown or revoked, or from an address out
+of failed-lookup budget) is answered 401/429 after ``stranger_delay_s`` (a tarpit
+that slows a closed-loop flood to its connections / delay, holding a coroutine
+rather than burning CPU), and its body is never read. A caller that passes is put in
+the request's state for the ``Caller`` dependency. Only routes that never ask for a
+caller (health, OpenAPI docs) are let through without a key.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serve_app.errors import error_response
+from serve_app.auth import Principal
+from serve_app.errors import ApiError, error_response, response_for
 from serve_app.services.auth import Authenticator
+
+PRINCIPAL = "memserve.principal"  # scope["state"] key of the authenticated caller
 
 
 class StrangerGate:
-    def __init__(self, app: ASGIApp, authenticator: Callable[[], Authenticator | None]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticator: Callable[[], Authenticator | None],
+        public: Callable[[], Iterable[BaseRoute]] = tuple,
+    ) -> None:
         self.app = app
         self.authenticator = authenticator  # per request: a model switch swaps the services
+        self.public = public  # the routes that need no key (read when first needed)
+        self._public: tuple[BaseRoute, ...] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            auth = self.authenticator()
-            header = _authorization(scope)
-            if auth is not None and header is not None:
-                client = scope.get("client")
-                refusal = auth.refuse_early(header, client[0] if client else None)
-                if refusal is not None:
-                    if auth.stranger_delay_s > 0:
-                        await asyncio.sleep(auth.stranger_delay_s)
-                    await error_response(
-                        refusal.status, refusal.code, refusal.message, refusal.headers
-                    )(scope, receive, send)
-                    return
+        if scope["type"] != "http" or self._is_public(scope):
+            await self.app(scope, receive, send)
+            return
+        auth = self.authenticator()
+        if auth is None:
+            await error_response(503, "unavailable", "the service is starting up")(
+                scope, receive, send
+            )
+            return
+        client = scope.get("client")
+        try:
+            caller = await auth.principal(_authorization(scope), client[0] if client else None)
+        except ApiError as refusal:
+            if auth.stranger_delay_s > 0:
+                await asyncio.sleep(auth.stranger_delay_s)
+            await response_for(refusal)(scope, receive, send)
+            return
+        except Exception as exc:  # the key store's database is down: 503, as on a route
+            await response_for(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})[PRINCIPAL] = caller
         await self.app(scope, receive, send)
+
+    def _is_public(self, scope: Scope) -> bool:
+        if self._public is None:
+            self._public = tuple(self.public())
+        return any(route.matches(scope)[0] is not Match.NONE for route in self._public)
+
+
+def authenticated(scope: Scope) -> Principal:
+    """The caller the gate let in (a route behind it always has one)."""
+    caller = scope.get("state", {}).get(PRINCIPAL)
+    if caller is None:  # not behind the gate: refuse rather than serve anonymously
+        raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key> header")
+    return caller
+
+
+def public_routes(
+    app: FastAPI, routes: Iterable[BaseRoute], needs_key: Callable
+) -> list[BaseRoute]:
+    """The routes that answer without a key: FastAPI's docs, and those of ``routes`` (the
+    included routers' own, full paths) whose dependencies never call ``needs_key``.
+    Anything else (an unknown path, /mcp, a route nested deeper) is behind the gate."""
+    docs = {app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url}
+    public = [r for r in app.routes if getattr(r, "path", None) in docs - {None}]
+    for route in routes:
+        if isinstance(route, APIRoute) and not _calls(route.dependant, needs_key):
+            public.append(route)
+    return public
+
+
+def _calls(dependant, needs_key: Callable) -> bool:
+    return any(d.call is needs_key or _calls(d, needs_key) for d in dependant.dependencies)
 
 
 def _authorization(scope: Scope) -> str | None:

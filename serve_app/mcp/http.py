@@ -2,9 +2,9 @@
 
 Stateless JSON responses because the Ingress has several replicas behind a proxy that
 does not pin a client to one: every MCP request stands alone, so any replica answers
-it. The bearer key is checked before the MCP layer (a bad key is an HTTP 401 in the
-API's error shape, the same as on ``/v1``); each tool then calls the API in-process
-(``httpx.ASGITransport``, no socket) with that key.
+it. The bearer key is checked before the MCP layer, by the app's stranger gate (a bad
+key is an HTTP 401 in the API's error shape, the same as on ``/v1``); each tool then
+calls the API in-process (``httpx.ASGITransport``, no socket) with that key.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
+from serve_app.api.gate import authenticated
 from serve_app.auth import Principal, bearer_token
 from serve_app.client import AsyncMemserveClient
-from serve_app.errors import ApiError
 from serve_app.mcp.tools import build_server
 
 PATH = "/mcp"
@@ -53,23 +53,17 @@ class InProcess:
 
 
 class _Gate:
-    """Authenticates the key, then hands the request to the MCP session manager."""
+    """Hands the authenticated request, with its caller and key, to the MCP session manager."""
 
-    def __init__(self, app: FastAPI, handle: Any) -> None:
-        self.app = app
+    def __init__(self, handle: Any) -> None:
         self.handle = handle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        services = getattr(self.app.state, "services", None)
-        if services is None:
-            raise ApiError(503, "unavailable", "the service is starting up")
-        header = Headers(scope=scope).get("authorization")
-        client = scope.get("client")
-        # 401 / 429 as ApiError; failed lookups are charged to the caller's address.
-        principal = await services.auth.principal(header, client[0] if client else None)
+        # The stranger gate in front of the app authenticated the key (401/429 there).
+        principal = authenticated(scope)
         state = scope.setdefault("state", {})
         state[_PRINCIPAL] = principal
-        state[_TOKEN] = bearer_token(header)
+        state[_TOKEN] = bearer_token(Headers(scope=scope).get("authorization"))
         await self.handle(scope, receive, send)
 
 
@@ -85,7 +79,7 @@ def mount_mcp(app: FastAPI, body_bytes: int) -> None:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
-    app.add_route(PATH, _Gate(app, manager.handle_request), include_in_schema=False)
+    app.add_route(PATH, _Gate(manager.handle_request), include_in_schema=False)
     inner = app.router.lifespan_context
 
     @asynccontextmanager

@@ -47,17 +47,21 @@ class Authenticator:
         self.refused: Counter[str] = Counter()  # why requests were refused (tests, /metrics)
 
     async def principal(self, authorization: str | None, client: str | None = None) -> Principal:
-        token = bearer_token(authorization)
+        """The caller of a request, or 401/429: every stranger is charged to its address.
+
+        A missing or malformed header, a key remembered as unknown and a key the
+        database does not know all spend the address's failed-lookup budget; once it
+        is spent the answer is 429 without a lookup (valid cached keys still pass).
+        """
         address = client or "unknown"
-
-        def guard() -> None:
-            if self.bad_keys is not None and (wait := self.bad_keys.wait(address)) > 0:
-                self.refused["bad_key_flood"] += 1
-                raise _too_many("too many invalid API keys from this address; retry later", wait)
-
-        row = await self.keys.lookup(token, guard)
+        try:
+            token = bearer_token(authorization)
+        except ApiError as refusal:
+            self._guard(address)
+            raise self._stranger(address, "no_key", refusal.message) from None
+        row = await self.keys.lookup(token, lambda: self._guard(address))
         if row is None:
-            raise self._unknown_key(address)
+            raise self._stranger(address, "unknown_key", "invalid or revoked API key")
         return Principal(
             str(row["id"]),
             row["tenant_id"],
@@ -66,33 +70,18 @@ class Authenticator:
             row.get("rate_limit_per_s"),
         )
 
-    def _unknown_key(self, address: str) -> ApiError:
-        """The 401 for a key that is not (or no longer) valid, charged to the address."""
+    def _guard(self, address: str) -> None:
+        """429 when ``address`` has no failed-lookup budget left."""
+        if self.bad_keys is not None and (wait := self.bad_keys.wait(address)) > 0:
+            self.refused["bad_key_flood"] += 1
+            raise _too_many("too many invalid API keys from this address; retry later", wait)
+
+    def _stranger(self, address: str, reason: str, message: str) -> ApiError:
+        """The 401 for a request without a valid key, charged to the address."""
         if self.bad_keys is not None:
             self.bad_keys.acquire(address)
-        self.refused["unknown_key"] += 1
-        return ApiError(401, "unauthorized", "invalid or revoked API key")
-
-    def refuse_early(self, authorization: str, client: str | None) -> ApiError | None:
-        """The refusal ``principal`` would give without the database, or None (undecided).
-
-        Only the in-memory answers: a key remembered as unknown (401, charged to the
-        address like any failed lookup) and an uncached key from an address already out
-        of failed-lookup budget (429). Valid and never-seen keys are left to ``principal``.
-        """
-        try:
-            token = bearer_token(authorization)
-        except ApiError:
-            return None  # malformed: the route decides (public routes ignore the header)
-        verdict = self.keys.cached_verdict(token)
-        address = client or "unknown"
-        if verdict is False:
-            return self._unknown_key(address)
-        wait = self.bad_keys.wait(address) if verdict is None and self.bad_keys else 0.0
-        if wait > 0:
-            self.refused["bad_key_flood"] += 1
-            return _too_many("too many invalid API keys from this address; retry later", wait)
-        return None
+        self.refused[reason] += 1
+        return ApiError(401, "unauthorized", message)
 
     def charge(
         self, caller: Principal, end_user: str | None, units: float, tenant: Effective | None = None
