@@ -17,7 +17,10 @@ import sys
 import psycopg
 import pytest
 
+from serve_app.store import NewMemory, Owner
+from serve_app.store.erasure import Erasure, prune
 from serve_app.store.forget import ForgetStore, Scope
+from serve_app.store.guarded import ForgetInProgress, GuardedWriter
 from serve_app.store.turns import SessionKey
 from tests.conftest import REPO
 from tests.fakes.llm_server import extraction, memory
@@ -246,13 +249,27 @@ async def test_a_retry_takes_over_a_dead_forgets_live_erasure(
     assert await extracted(h, fake_llm, "s-after-retry") != []  # no wait for the lease
 
 
+async def test_api_writes_are_refused_by_a_dead_forget_only_until_its_lease_runs_out(
+    make_harness,  # noqa: F811
+    fake_llm,  # noqa: F811
+    encoder,  # noqa: F811
+):
+    h = await harness(make_harness, fake_llm)
+    writer = GuardedWriter(h.pool, encoder.spec.table_slug)
+    items, vectors = [NewMemory("The user sails")], encoder.encode(["The user sails"])
+    async with h.pool.connection() as conn:  # a forget whose replica died at once
+        await Erasure.start(conn, "t1", "alice", lease_s=0.5)
+    with pytest.raises(ForgetInProgress):
+        await writer.add(Owner("t1", "alice"), items, vectors)
+    await asyncio.sleep(0.6)
+    assert len(await writer.add(Owner("t1", "alice"), items, vectors)) == 1
+
+
 async def test_prune_drops_erasures_whose_lease_ran_out_long_ago(
     make_harness,  # noqa: F811
     fake_llm,  # noqa: F811
     encoder,  # noqa: F811
 ):
-    from serve_app.store.erasure import Erasure, prune
-
     h = await harness(make_harness, fake_llm)
     async with h.pool.connection() as conn:
         await Erasure.start(conn, "t1", "alice", lease_s=0.2)  # never finished
