@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,9 +187,12 @@ def mem0_server() -> Iterator[Server]:
 
 
 @contextmanager
-def memserve_server(repo: Path = ROOT, cmd: list[str] | None = None) -> Iterator[Server]:
+def memserve_server(
+    repo: Path = ROOT, cmd: list[str] | None = None, settings: Mapping[str, str] | None = None
+) -> Iterator[Server]:
     """``python -m serve_app run`` from ``repo`` (its code first on the path) with a
-    fresh data dir; every other setting left at its default."""
+    fresh data dir; ``settings`` (``MEMSERVE_*`` variables, e.g. the query route of issue
+    23) set, every other setting left at its default."""
     key = "msk_bench_" + os.urandom(8).hex()
     repo = Path(repo).resolve()
     cmd = cmd or [str(ROOT / ".venv" / "bin" / "python"), "-m", "serve_app", "run"]
@@ -205,6 +208,7 @@ def memserve_server(repo: Path = ROOT, cmd: list[str] | None = None) -> Iterator
             PYTHONPATH=str(repo),
             PYTHONUNBUFFERED="1",
         )
+        env.update(settings or {})
         base = f"http://127.0.0.1:{port}"
         log = data / "service.log"
         with _launch(cmd, repo, env, log, f"{base}/readyz", 300, 120) as (proc, ready):
@@ -216,5 +220,5 @@ def memserve_server(repo: Path = ROOT, cmd: list[str] | None = None) -> Iterator
                 _pg_match(data / "pg"),
                 memserve_role,
                 ready,
-                {"repo": str(repo), "cmd": cmd},
+                {"repo": str(repo), "cmd": cmd, "settings": dict(settings or {})},
             )

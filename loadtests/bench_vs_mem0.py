@@ -3,6 +3,8 @@
     flock /tmp/memserve-ray.lock .venv/bin/python -m loadtests.bench_vs_mem0 --repeat 3
     ... --quick                        # small counts, for development
     ... --memserve-only --repo /work/baseline   # another checkout (shares this .venv)
+    ... --query-embed both --memserve-only     # A/B the query routes on one commit
+    ... --set MEMSERVE_CACHE_BUDGET_MB=0       # any other lever, recorded in the JSON
 
 mem0 2.2.1 runs as its own REST server does (FastAPI, sync routes, one ``Memory``;
 loadtests/mem0_peer.py) in a virtualenv of its own (built once, cached), on pgvector
@@ -25,6 +27,12 @@ requests (e.g. 429 from memserve's default rate limit) are counted, not timed. T
 request per role for searches at 8 clients is the hot-path profile. ``--repeat N``
 runs the pair N times (alternating which goes first) and reports medians. Prints a
 table and writes loadtests/results/bench_vs_mem0-<timestamp>.json.
+
+``--query-embed`` picks who embeds search queries (``MEMSERVE_QUERY_EMBED``, issue 23):
+``retriever`` (the default, one Serve hop per search), ``embedder``, or ``both``, which
+runs memserve twice per repeat, as ``memserve:retriever`` and ``memserve:embedder``, and
+reports each (ratios against mem0, or against the first without mem0). The settings of
+every memserve run are in the JSON (``memserve_settings``, and each run's ``_info``).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from loadtests.harness import write_json
 from loadtests.synthetic import memory, question
 
 HOT = "search_c8"  # the workload whose per-role CPU is the hot-path profile
+QUERY_ROUTES = ("retriever", "embedder")  # serve_app.settings: RetrievalSettings.query_embed
 
 
 @dataclass(frozen=True)
@@ -147,12 +156,26 @@ def summarise(w: Workload, res: dict, cpu_s: dict[str, float]) -> dict:
     return row
 
 
+def memserve_names(query_embed: str) -> list[str]:
+    """The memserve runs of one repeat: one, or one per query route (``both``)."""
+    if query_embed == "both":
+        return [f"memserve:{route}" for route in QUERY_ROUTES]
+    return ["memserve"]
+
+
+def memserve_settings(name: str, args: argparse.Namespace) -> dict[str, str]:
+    """``MEMSERVE_*`` variables of a memserve run: ``--set`` ones, then its query route."""
+    settings = dict(item.split("=", 1) for item in args.set)
+    route = name.split(":", 1)[1] if ":" in name else args.query_embed
+    return settings | {"MEMSERVE_QUERY_EMBED": route}
+
+
 def one_pass(name: str, args: argparse.Namespace, plan: list[Workload], seed: int) -> dict:
     if name == "mem0":
         ctx = mem0_server()
     else:
         cmd = shlex.split(args.memserve_cmd) if args.memserve_cmd else None
-        ctx = memserve_server(Path(args.repo), cmd)
+        ctx = memserve_server(Path(args.repo), cmd, memserve_settings(name, args))
     t0 = time.monotonic()
     with ctx as server:
         print(f"{name} ready in {server.startup_s:.1f}s at {server.base_url}", flush=True)
@@ -194,18 +217,24 @@ def median_runs(runs: list[dict]) -> dict:
 
 
 def print_table(med: dict[str, dict], plan: list[Workload]) -> None:
-    names = [n for n in ("mem0", "memserve") if n in med]
-    print(f"\n{'workload':44} {'mem0':>9} {'memserve':>9} {'ratio':>7}")
+    names = list(med)
+    base = "mem0" if "mem0" in med else names[0]  # ratios against it
+    others = [n for n in names if n != base]
+    width = max(9, *(len(n) for n in names))
+    head = f"{'workload':44} " + " ".join(f"{n:>{width}}" for n in names)
+    print("\n" + head + "".join(f" {'ratio':>7}" for _ in others))
     for w in plan:
         for key, unit, only in METRICS:
             if only is not None and w.name not in only:
                 continue
             vals = {n: med[n][w.name].get(key) for n in names}
-            cells = [f"{vals[n]:9.1f}" if n in vals else f"{'-':>9}" for n in ("mem0", "memserve")]
-            ratio = ""
-            if len(vals) == 2 and vals["mem0"]:
-                ratio = f"{vals['memserve'] / vals['mem0']:6.2f}x"
-            print(f"{w.label + ', ' + unit:44} {cells[0]} {cells[1]} {ratio:>7}")
+            cells = " ".join(f"{vals[n]:{width}.1f}" for n in names)
+            ratios = "".join(
+                f" {vals[n] / vals[base]:6.2f}x" if vals[base] else f" {'-':>7}" for n in others
+            )
+            print(f"{w.label + ', ' + unit:44} {cells}{ratios}")
+    if others:
+        print(f"(ratios: {', '.join(others)} over {base})")
     errs = {n: {w: med[n][w]["errors"] for w in med[n] if med[n][w]["errors"]} for n in names}
     if any(errs.values()):
         print(f"failed requests (not timed): {errs}")
@@ -213,7 +242,7 @@ def print_table(med: dict[str, dict], plan: list[Workload]) -> None:
     for n in names:
         prof = med[n][HOT]["cpu_ms_per_req_by_role"]
         print(
-            f"  {n:9} "
+            f"  {n:{width}} "
             + "  ".join(f"{r} {v:.1f}" for r, v in prof.items())
             + f"  | total {med[n][HOT]['cpu_ms_per_req']:.1f}"
         )
@@ -238,8 +267,24 @@ def main() -> None:
         help="command that starts memserve (default: "
         "this checkout's .venv/bin/python -m serve_app run)",
     )
+    ap.add_argument(
+        "--query-embed",
+        choices=[*QUERY_ROUTES, "both"],
+        default="retriever",
+        help="who embeds search queries (MEMSERVE_QUERY_EMBED); both: A/B in one run",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MEMSERVE_X=VALUE",
+        help="a setting for memserve (repeatable): any lever, recorded in the JSON",
+    )
     args = ap.parse_args()
-    names = ["mem0"] * (not args.memserve_only) + ["memserve"] * (not args.mem0_only)
+    if bad := [item for item in args.set if not item.startswith("MEMSERVE_") or "=" not in item]:
+        ap.error(f"--set takes MEMSERVE_NAME=VALUE, not {bad}")
+    memserves = [] if args.mem0_only else memserve_names(args.query_embed)
+    names = ["mem0"] * (not args.memserve_only) + memserves
     plan = workloads(args.quick)
     runs: dict[str, list[dict]] = {n: [] for n in names}
     failures: list[str] = []
@@ -263,6 +308,7 @@ def main() -> None:
             "workloads": [w.__dict__ for w in plan],
             "medians": med,
             "hot_path_profile": {n: med[n][HOT]["cpu_ms_per_req_by_role"] for n in names},
+            "memserve_settings": {n: memserve_settings(n, args) for n in memserves},
             "runs": runs,
             "failures": failures,
             "elapsed_s": time.monotonic() - started,

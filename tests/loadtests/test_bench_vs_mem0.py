@@ -1,0 +1,55 @@
+"""bench_vs_mem0 A/Bs the query routes (issue 23) on one commit and records the settings."""
+
+from __future__ import annotations
+
+import argparse
+
+from loadtests.bench_vs_mem0 import (
+    HOT,
+    memserve_names,
+    memserve_settings,
+    print_table,
+    workloads,
+)
+
+
+def args(query_embed: str, *sets: str) -> argparse.Namespace:
+    return argparse.Namespace(query_embed=query_embed, set=list(sets))
+
+
+def test_both_runs_memserve_once_per_route_with_its_setting() -> None:
+    a = args("both", "MEMSERVE_CACHE_BUDGET_MB=0", "MEMSERVE_QUERY_EMBED=ignored")
+    names = memserve_names("both")
+    assert names == ["memserve:retriever", "memserve:embedder"]
+    assert [memserve_settings(n, a) for n in names] == [
+        {"MEMSERVE_CACHE_BUDGET_MB": "0", "MEMSERVE_QUERY_EMBED": "retriever"},
+        {"MEMSERVE_CACHE_BUDGET_MB": "0", "MEMSERVE_QUERY_EMBED": "embedder"},
+    ]  # the run's route wins over a --set of the same variable
+
+
+def test_one_route_keeps_the_memserve_name() -> None:
+    assert memserve_names("embedder") == ["memserve"]
+    assert memserve_settings("memserve", args("embedder")) == {"MEMSERVE_QUERY_EMBED": "embedder"}
+
+
+def test_the_table_shows_every_run_and_ratios_over_the_first(capsys) -> None:
+    plan = workloads(quick=True)
+
+    def med(scale: float) -> dict:
+        row = {
+            "req_per_s": 100.0 * scale,
+            "memories_per_s": 1000.0 * scale,
+            "p50_ms": 10.0 / scale,
+            "p95_ms": 20.0 / scale,
+            "cpu_ms_per_req": 8.0 / scale,
+            "cpu_ms_per_req_by_role": {"ray": 8.0 / scale},
+            "errors": 0,
+        }
+        return {w.name: dict(row) for w in plan}
+
+    print_table({"memserve:retriever": med(1.0), "memserve:embedder": med(2.0)}, plan)
+    out = capsys.readouterr().out
+    assert "memserve:retriever" in out and "memserve:embedder" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("search, 8 clients, req/s"))
+    assert line.split()[-1] == "2.00x"  # embedder over retriever
+    assert f"by process role, {HOT}" in out
