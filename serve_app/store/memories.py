@@ -207,9 +207,18 @@ class MemoryStore:
         session_id: str | None = None,
         actor: str | None = None,
     ) -> int:
-        """Delete the owner's memories, optionally narrowed to an agent and/or session."""
+        """Delete the owner's memories, optionally narrowed to an agent and/or session.
+
+        The shared owner (``user_id`` None) has one scope to delete: an agent's shared
+        (``@agent:<id>``) memories of the tenant; org memories go by id only."""
         if owner.user_id is None:
-            return 0
+            if agent_id is None or session_id is not None:
+                return 0
+            where = sql.SQL(
+                "tenant_id = %(tenant_id)s AND scope = 'agent' AND agent_id = %(agent_id)s"
+            )
+            params = {"tenant_id": owner.tenant_id, "agent_id": agent_id}
+            return await self._delete_where(where, params, actor)
         scope = Scope(owner.tenant_id, owner.user_id, agent_id, session_id)
         where, params = scope.where(("user_id", "agent_id", "session_id"))
         return await self._delete_where(where, params, actor)

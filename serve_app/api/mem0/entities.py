@@ -9,6 +9,7 @@ from serve_app.api.deps import Caller, Svc
 from serve_app.api.mem0 import models as m
 from serve_app.api.mem0.scope import Scope, bad
 from serve_app.errors import ApiError
+from serve_app.services.memories import SHARED_WRITERS
 from serve_app.store import Owner
 
 router = APIRouter(tags=["mem0"])
@@ -46,7 +47,8 @@ async def entities(caller: Caller, services: Svc):
 @router.delete("/v2/entities/{entity_type}/{entity_id}/", response_model=m.Deleted)
 async def delete_entity(entity_type: str, entity_id: str, caller: Caller, services: Svc):
     """Forget a user, or an agent/run (for a user key: its own ones), as
-    ``DELETE /v1/memories`` does. An entity with nothing kept, or another user, is a 404."""
+    ``DELETE /v1/memories`` does; an agent's shared memories of the caller's tenant go too
+    (service and admin keys). An entity with nothing kept, or another user, is a 404."""
     if entity_type not in ("user", "agent", "run"):
         raise bad("entity_type is user, agent or run")
     Scope().set_entity("user_id", entity_id)  # validates the id
@@ -67,6 +69,12 @@ async def delete_entity(entity_type: str, entity_id: str, caller: Caller, servic
         counts = await services.lifecycle.forget.forget(Owner(tenant, user), **narrow)
         deleted += counts.get("memories", 0)
         removed += sum(counts.values())
+    if entity_type == "agent" and caller.role in SHARED_WRITERS:  # its shared memories too
+        shared = await services.memories.delete_scope(
+            Owner(tenant, None), agent_id=entity_id, session_id=None, actor=caller.actor
+        )
+        deleted += shared
+        removed += shared
     if not removed:
         raise ApiError(404, "not_found", "entity not found")
     return {"message": "Entity deleted successfully.", "deleted": deleted}
