@@ -7,7 +7,7 @@ a 4xx that changes nothing. Limits come from settings.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -100,6 +100,25 @@ def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
+# How far ahead of the server's clock a client's "when it was said" may be (clock skew).
+MAX_FUTURE_S = 86400
+
+
+def event_time(value: datetime | None) -> datetime | None:
+    """An event time (``valid_from``/``valid_until``/``as_of``): ISO 8601; naive is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def said_time(value: datetime | None) -> datetime | None:
+    """When a message was said (``occurred_at``): an event time, not in the future."""
+    value = event_time(value)
+    if value is not None and value > datetime.now(UTC) + timedelta(seconds=MAX_FUTURE_S):
+        raise ValueError("occurred_at is in the future")
+    return value
+
+
 class MemoryFields(StrictModel):
     content: str
     type: MemoryType = MemoryType.semantic
@@ -113,11 +132,17 @@ class MemoryFields(StrictModel):
     # Expiry (either, not both): seconds from now, or an absolute time; then invisible.
     ttl_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
     expires_at: datetime | None = None
+    # Event time: when it became true (default unknown: reads use created_at).
+    valid_from: datetime | None = None
+    # The owner's memories this one replaces: they are retired (valid_until, superseded_by)
+    # in the same transaction; an unknown or foreign id is a 404 that writes nothing.
+    supersedes: list[UUID] | None = Field(default=None, max_length=100)
 
     _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)
     _metadata = field_validator("metadata")(_check_metadata)
     _importance = field_validator("importance")(_check_importance)
+    _valid_from = field_validator("valid_from")(event_time)
 
 
 class MemoryCreate(MemoryFields):
@@ -142,12 +167,15 @@ class MemoryPatch(StrictModel):
     ttl_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)  # expire from now
     expires_at: datetime | None = None  # absolute expiry (send ttl_s or expires_at)
     status: Literal["active", "archived"] | None = None  # archived: out of search/context
+    valid_from: datetime | None = None  # event time: when it became true
+    valid_until: datetime | None = None  # retire it (null: valid again); never deletes
     version: int | None = Field(default=None, ge=1)  # apply only to this row version (409)
 
     _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)
     _metadata = field_validator("metadata")(_check_metadata)
     _importance = field_validator("importance")(_check_importance)
+    _valid = field_validator("valid_from", "valid_until")(event_time)
 
 
 class SearchFilters(StrictModel):
@@ -170,8 +198,11 @@ class SearchRequest(StrictModel):
     session_id: Identifier | None = None
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
     include_archived: bool = False  # archived memories too (answered from PostgreSQL)
+    as_of: datetime | None = None  # what was valid then (event time)
+    include_invalidated: bool = False  # retired memories too (audits)
 
     _query = field_validator("query")(check_content)
+    _as_of = field_validator("as_of")(event_time)
     _tags = field_validator("tags")(_check_tags)
 
     _top_k = field_validator("top_k")(at_most("top_k", "top_k must be at most {limit}"))
@@ -197,6 +228,10 @@ class Memory(BaseModel):
     access_count: int = 0  # times returned by search/context (written in batches)
     last_accessed_at: datetime | None = None
     version: int = 1  # row version; send it back as If-Match (or "version") on PATCH
+    valid_from: datetime | None = None  # event time: when it became true (null: unknown)
+    valid_until: datetime | None = None  # when it stopped being true (null: valid now)
+    supersedes: list[UUID] = Field(default_factory=list)  # the memories it retired
+    superseded_by: UUID | None = None  # the memory that retired it
 
 
 class ScoredMemory(Memory):
@@ -237,6 +272,8 @@ class HistoryEvent(BaseModel):
 
 class HistoryResponse(BaseModel):
     events: list[HistoryEvent]
+    supersedes: list[UUID] = Field(default_factory=list)  # the chain, as GET shows it
+    superseded_by: UUID | None = None
 
 
 class ErrorBody(BaseModel):

@@ -11,12 +11,14 @@ names no limit; ``GET /v1/chat/usage`` shows what a key spent (not-yet-written s
 included).
 Session/agent: ``X-Memserve-Session`` / ``X-Memserve-Agent`` headers, or
 ``metadata.session_id`` / ``metadata.agent_id``; without one the turns go to
-the session ``chat``.
+the session ``chat``. When the user said it: ``X-Memserve-Occurred-At`` or
+``metadata.occurred_at`` (ISO 8601; default now), recorded with the turns.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header
@@ -25,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
-from serve_app.schemas import ErrorResponse, Identifier, at_most
+from serve_app.schemas import ErrorResponse, Identifier, at_most, said_time
 from serve_app.services.chat import ChatCall
 
 router = APIRouter(prefix="/v1", tags=["chat"])
@@ -72,6 +74,16 @@ def _identifier(value: str | None, what: str) -> str | None:
     return value
 
 
+def _said(value: str | None) -> datetime | None:
+    """``occurred_at`` of the turns: ISO 8601, naive is UTC, not in the future."""
+    if value is None:
+        return None
+    try:
+        return said_time(datetime.fromisoformat(value.strip().replace("Z", "+00:00")))
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", f"occurred_at: {exc}") from None
+
+
 @router.post(
     "/chat/completions",
     responses={
@@ -86,6 +98,7 @@ async def chat_completions(
     services: Svc,
     x_memserve_session: Annotated[str | None, Header(max_length=128)] = None,
     x_memserve_agent: Annotated[str | None, Header(max_length=128)] = None,
+    x_memserve_occurred_at: Annotated[str | None, Header(max_length=64)] = None,
 ) -> Any:
     if caller.role == "user" and body.user is not None and body.user != caller.user_id:
         raise ApiError(403, "forbidden", "a user key may only act for its own user")
@@ -93,6 +106,7 @@ async def chat_completions(
     meta = dict(body.metadata or {})
     session = _identifier(x_memserve_session or meta.pop("session_id", None), "session id")
     agent = _identifier(x_memserve_agent or meta.pop("agent_id", None), "agent id")
+    occurred_at = _said(x_memserve_occurred_at or meta.pop("occurred_at", None))
     users = [m for m in body.messages if m.role == "user"]
     payload = body.model_dump(exclude_none=True)
     if meta:
@@ -108,6 +122,7 @@ async def chat_completions(
         history=[(m.role, m.text()) for m in body.messages[:-1] if m.role in ("user", "assistant")],
         stream=body.stream,
         key_id=caller.key_id,
+        occurred_at=occurred_at,
     )
     return await services.chat.complete(call)
 

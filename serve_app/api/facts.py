@@ -8,11 +8,11 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
-from serve_app.schemas import NO_NUL, DeletedCount, Identifier, StrictModel
+from serve_app.schemas import NO_NUL, DeletedCount, Identifier, StrictModel, event_time
 
 router = APIRouter(prefix="/v1/facts", tags=["facts"])
 
@@ -30,6 +30,8 @@ class Fact(BaseModel):
     updated_at: datetime
     superseded_at: datetime | None = None
     superseded_by: UUID | None = None
+    valid_from: datetime | None = None  # when the value became true (null: unknown)
+    valid_until: datetime | None = None  # when it stopped (its successor's valid_from)
 
 
 class FactList(BaseModel):
@@ -41,6 +43,9 @@ class FactSet(StrictModel):
     category: str = Field(min_length=1, max_length=32, pattern=NO_NUL)
     key: str = Field(min_length=1, max_length=128, pattern=NO_NUL)
     value: str = Field(min_length=1, max_length=2000, pattern=NO_NUL)
+    valid_from: datetime | None = None  # when it became true (default: now)
+
+    _valid_from = field_validator("valid_from")(event_time)
 
 
 UserQuery = Annotated[Identifier | None, Query(description="required with a service key")]
@@ -53,10 +58,14 @@ async def list_facts(
     user_id: Annotated[Identifier | None, Query(description="required with a service key")] = None,
     include_inactive: bool = False,
     category: Annotated[str | None, Query(max_length=32, pattern=NO_NUL)] = None,
+    as_of: Annotated[datetime | None, Query(description="the values valid then")] = None,
 ):
-    """Active facts; ``include_inactive=true`` adds replaced values (oldest first per key)."""
+    """Active facts; ``include_inactive=true`` adds replaced values (oldest first per key);
+    ``as_of``: the values valid at that time."""
     owner = resolve_owner(caller, user_id)
-    rows = await services.facts.list(owner, include_inactive=include_inactive, category=category)
+    rows = await services.facts.list(
+        owner, include_inactive=include_inactive, category=category, as_of=event_time(as_of)
+    )
     return {"facts": rows}
 
 
@@ -65,7 +74,7 @@ async def set_fact(body: FactSet, caller: Caller, services: Svc):
     """Set (correct) a fact explicitly: it wins over any extracted value, whatever its
     confidence; the previous value stays in the history (``include_inactive``)."""
     owner = resolve_owner(caller, body.user_id)
-    return await services.facts.set(owner, body.category, body.key, body.value)
+    return await services.facts.set(owner, body.category, body.key, body.value, body.valid_from)
 
 
 @router.delete("", response_model=DeletedCount)

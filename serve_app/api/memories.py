@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 from uuid import UUID
 
@@ -19,9 +20,11 @@ from serve_app.schemas import (
     MemoryBatch,
     MemoryBatchCreate,
     MemoryCreate,
+    MemoryFields,
     MemoryList,
     MemoryPatch,
     MemoryType,
+    event_time,
 )
 from serve_app.services.memories import read_owner, write_owner
 
@@ -53,6 +56,7 @@ async def create_memory(body: MemoryCreate, caller: Caller, services: Svc):
     stored verbatim (201), never fake-extracted."""
     items = [services.memories.new_memory(body, caller)]
     owner = write_owner(caller, body.user_id, items)
+    no_inferred_supersedes([body])
     if body.infer and owner.user_id is not None and services.sessions.inference_enabled:
         job = await services.sessions.queue_inference(owner, body)
         return JSONResponse(job, status_code=202)
@@ -64,6 +68,7 @@ async def create_memory(body: MemoryCreate, caller: Caller, services: Svc):
 async def create_memories(body: MemoryBatchCreate, caller: Caller, services: Svc):
     items = [services.memories.new_memory(i, caller) for i in body.items]
     owner = write_owner(caller, body.user_id, items)
+    no_inferred_supersedes(body.items)
     infer = owner.user_id is not None and services.sessions.inference_enabled
     if infer and any(i.infer for i in body.items):
         # infer items become extraction jobs (listed in "jobs"); the others are stored.
@@ -74,6 +79,13 @@ async def create_memories(body: MemoryBatchCreate, caller: Caller, services: Svc
         return JSONResponse({**payload, "jobs": jobs}, status_code=201)
     rows = await services.memories.add(owner, items, caller.actor)
     return {"memories": rows}
+
+
+def no_inferred_supersedes(items: list[MemoryFields]) -> None:
+    """``supersedes`` retires memories now, in the add's transaction: an ``infer`` item
+    is written later by extraction (which decides what it replaces itself)."""
+    if any(f.infer and f.supersedes for f in items):
+        raise ApiError(422, "invalid_request", "supersedes needs infer: false")
 
 
 @router.get("", response_model=MemoryList)
@@ -87,7 +99,11 @@ async def list_memories(
     limit: Annotated[int, Query(ge=1)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     status: Literal["active", "archived"] | None = None,
+    as_of: Annotated[datetime | None, Query(description="what was valid then")] = None,
+    include_invalidated: bool = False,
 ):
+    """Newest first; memories valid now unless ``as_of`` (valid then) or
+    ``include_invalidated`` (retired ones too)."""
     owner = read_owner(caller, user_id)
     max_limit = services.settings.limits.list_limit
     if limit > max_limit:
@@ -100,6 +116,8 @@ async def list_memories(
         agent_id=agent_id,
         session_id=session_id,
         status=status,
+        as_of=event_time(as_of),
+        include_invalidated=include_invalidated,
     )
     return {"memories": rows, "next_cursor": next_cursor}
 
@@ -138,7 +156,7 @@ async def update_memory(
     owner = read_owner(caller, user_id)
     changes = body.model_dump(exclude_unset=True)
     expected = parse_if_match(if_match, changes.pop("version", None))
-    if any(v is None for v in changes.values()):
+    if any(v is None for k, v in changes.items() if k != "valid_until"):
         raise ApiError(422, "invalid_request", "fields may be omitted but not null")
     if not changes:
         raise ApiError(422, "invalid_request", "nothing to update")
@@ -171,4 +189,10 @@ async def delete_memory(memory_id: UUID, caller: Caller, services: Svc, user_id:
 @router.get("/{memory_id}/history", response_model=HistoryResponse)
 async def memory_history(memory_id: UUID, caller: Caller, services: Svc, user_id: UserQuery = None):
     owner = read_owner(caller, user_id)
-    return {"events": await services.memories.history(owner, memory_id)}
+    events = await services.memories.history(owner, memory_id)
+    row = await services.memories.get(owner, memory_id)  # the chain: what it replaced, by what
+    return {
+        "events": events,
+        "supersedes": row["supersedes"],
+        "superseded_by": row["superseded_by"],
+    }

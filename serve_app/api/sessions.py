@@ -8,6 +8,7 @@ extraction + episodic summary. The work is ``SessionService``'s
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
@@ -15,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
-from serve_app.schemas import Identifier, StrictModel, at_most, check_content
+from serve_app.schemas import Identifier, StrictModel, at_most, check_content, said_time
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 SessionId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")]
@@ -24,8 +25,12 @@ SessionId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z
 class Message(StrictModel):
     role: Literal["user", "assistant", "system", "tool"]
     content: str
+    # When it was said (ISO 8601; naive: UTC; at most a day ahead); default: now. The
+    # extraction prompt shows it so "last Tuesday" becomes a date.
+    occurred_at: datetime | None = None
 
     _content = field_validator("content")(check_content)
+    _occurred_at = field_validator("occurred_at")(said_time)
 
 
 class TurnsRequest(StrictModel):
@@ -69,7 +74,11 @@ class SessionStatus(BaseModel):
 async def append_turns(session_id: SessionId, body: TurnsRequest, caller: Caller, services: Svc):
     owner = resolve_owner(caller, body.user_id)
     turn_range, extraction = await services.sessions.record(
-        owner, session_id, body.agent_id, [(m.role, m.content) for m in body.messages]
+        owner,
+        session_id,
+        body.agent_id,
+        [(m.role, m.content) for m in body.messages],
+        occurred_at=[m.occurred_at for m in body.messages],
     )
     return {
         "session_id": session_id,

@@ -90,7 +90,8 @@ class Api:
     @Endpoint
     @staticmethod
     def search(query: str, *, user_id: str | None = None, **options: Any) -> Call[SearchResponse]:
-        """``options``: top_k, threshold, types, tags, filters, agent_id, session_id, mode."""
+        """``options``: top_k, threshold, types, tags, filters, agent_id, session_id, mode,
+        as_of, include_invalidated."""
         body = {"user_id": user_id, "query": query, **options}
         return with_body("POST", "/v1/search", body, SearchResponse)
 

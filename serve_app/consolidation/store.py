@@ -19,16 +19,17 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store import history
 from serve_app.store.memory_index import using
-from serve_app.store.records import Owner, live, unclaimed
+from serve_app.store.records import Owner, live, unclaimed, valid
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
 
 def _owned(i: str = "") -> str:
-    """The owner's active, unexpired memories (``i``: alias prefix)."""
+    """The owner's active, unexpired memories valid now (``i``: alias prefix): a retired
+    memory is history, never merged, reflected on or decayed."""
     return (
         f"{i}tenant_id = %(tenant_id)s AND {i}user_id = %(user_id)s AND {i}status = 'active'"
-        f" AND {live(i)}"
+        f" AND {live(i)} AND {valid(i)}"
     )
 
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from serve_app.text import normalize
 
@@ -62,6 +63,17 @@ class Turn:
     content: str
     turn_index: int = 0
     occurred_at: datetime | None = None  # when it was said (the prompt shows the day)
+
+
+def turn_of(row: dict[str, Any]) -> Turn:
+    """A ``session_turns`` row as extraction sees it."""
+    return Turn(row["role"], row["content"], row["turn_index"], row.get("occurred_at"))
+
+
+def said_at(rows: Sequence[dict[str, Any]]) -> datetime | None:
+    """When the newest turn of a batch was said: the event time (``valid_from``) of what
+    extraction takes from it, unless the model dates an item itself."""
+    return max((r["occurred_at"] for r in rows if r.get("occurred_at")), default=None)
 
 
 def clean_turns(turns: Sequence[Turn]) -> list[Turn]:

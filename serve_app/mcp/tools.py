@@ -11,6 +11,7 @@ Ingress, in-process (``serve_app.mcp.http``); for desktop agents, over the netwo
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Annotated, Any, Protocol
 from uuid import UUID
 
@@ -103,13 +104,18 @@ def build_server(connector: Connector) -> MCPServer:
         tags: Annotated[list[str] | None, Field(description="only memories with these")] = None,
         agent_id: AgentId = None,
         session_id: SessionId = None,
+        as_of: Annotated[
+            datetime | None, Field(description="what was true at this time (ISO 8601)")
+        ] = None,
     ) -> dict[str, Any]:
-        """The user's memories most relevant to ``query``, best first, each with a score."""
+        """The user's memories most relevant to ``query``, best first, each with a score:
+        what is true now, or at ``as_of``."""
         options = _clean(
             types=[t.value for t in types] if types else None,
             tags=tags,
             agent_id=agent_id,
             session_id=session_id,
+            as_of=as_of.isoformat() if as_of else None,
         )
         found = await call(ctx, "search", query, user_id=user_id, top_k=top_k, **options)
         return found.model_dump(mode="json")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from serve_app.errors import ApiError
@@ -47,15 +48,22 @@ class SessionService:
         session_id: str,
         agent_id: str | None,
         messages: Sequence[tuple[str, str]],
+        *,
+        occurred_at: Sequence[datetime | None] | None = None,
     ) -> tuple[list[int], str]:
-        """Append turns and fire extraction when due; (turn range, extraction state)."""
+        """Append turns and fire extraction when due; (turn range, extraction state).
+        ``occurred_at``: when each message was said (None: now)."""
         if session_id.startswith(INFER_PREFIX):
             reserved = f"session ids starting with {INFER_PREFIX!r} are reserved"
             raise ApiError(422, "invalid_request", reserved)
         assert owner.user_id is not None
         key = SessionKey(owner.tenant_id, owner.user_id, session_id)
         appended = await self.turns.append(
-            key, list(messages), agent_id=agent_id, ttl_hours=self.turn_ttl_hours
+            key,
+            list(messages),
+            agent_id=agent_id,
+            ttl_hours=self.turn_ttl_hours,
+            occurred_at=occurred_at,
         )
         fired = self.trigger is not None and self.trigger.due(appended.pending_user_turns)
         if fired:

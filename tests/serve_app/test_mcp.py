@@ -119,3 +119,29 @@ async def test_a_bad_key_is_refused_before_mcp(transport):
             r = await http.post(URL, headers=headers, json={"jsonrpc": "2.0", "id": 1})
             assert r.status_code == 401
             assert r.json()["error"]["code"] == "unauthorized"
+
+
+async def test_search_shows_what_is_true_now_or_as_of(transport):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    http = httpx2.AsyncClient(transport=transport, base_url="http://memserve.test", headers=auth)
+    async with http, mcp_over_http(URL, KEY, transport) as s:
+        porto = await http.post(
+            "/v1/memories",
+            json={
+                "user_id": "vi",
+                "content": "I live in Porto",
+                "valid_from": "2026-01-01T00:00:00Z",
+            },
+        )
+        lisbon = await http.post("/v1/memories", json={
+            "user_id": "vi", "content": "I live in Lisbon", "valid_from": "2026-06-01T00:00:00Z",
+            "supersedes": [porto.json()["id"]]})  # fmt: skip
+        assert lisbon.status_code == 201, lisbon.text
+        now = await call(s, "search_memories", query="where do I live", user_id="vi")
+        assert [m["content"] for m in now["results"]] == ["I live in Lisbon"]
+        then = await call(
+            s, "search_memories", query="where do I live", user_id="vi", as_of="2026-03-01"
+        )
+        assert [m["content"] for m in then["results"]] == ["I live in Porto"]
+        listed = await call(s, "list_memories", user_id="vi")
+        assert [m["content"] for m in listed["memories"]] == ["I live in Lisbon"]
