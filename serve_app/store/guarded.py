@@ -17,7 +17,8 @@ write applies, in its own statement or transaction:
 The re-embed worker is exempt on purpose: it writes only vectors of items that exist
 (an upsert joined to ``memory_items`` under a share lock, content re-checked by md5),
 so it cannot resurrect a forgotten item (the join finds nothing, vectors cascade),
-adds nothing a quota counts and stores no caller input to validate.
+adds nothing a quota counts and stores no caller input to validate
+(``tests/serve_app/reembed/test_reembed_forget.py`` holds that).
 """
 
 from __future__ import annotations

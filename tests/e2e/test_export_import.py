@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 
@@ -66,3 +67,57 @@ def test_export_is_isolated(service, keys, uid):
         assert r.status_code == 200 and r.text.splitlines()[-1] == (
             '{"kind":"end","memories":0,"facts":0,"history":0}'
         )
+
+
+@pytest.fixture(scope="module")
+def small_tenant(service):
+    """A service key of a tenant of its own whose quotas are 2 memories and 1 fact per user."""
+    from tests.e2e.conftest import client_for
+
+    admin_key = service.add_key(
+        "msk_" + secrets.token_hex(16), "t_" + secrets.token_hex(4), "admin"
+    )
+    with client_for(service, admin_key) as admin:
+        quotas = {"max_memories_per_user": 2, "max_facts_per_user": 1}
+        r = admin.patch("/v1/admin/tenant/settings", json={"quotas": quotas})
+        assert r.status_code == 200, r.text
+        r = admin.post("/v1/admin/keys", json={"role": "service"})
+        assert r.status_code == 201, r.text
+    with client_for(service, r.json()["key"]) as client:
+        yield client
+
+
+def jsonl(*records: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_import_is_all_or_nothing_over_http(api, uid):
+    fine = {"kind": "memory", "content": "Keeps bees on the roof"}
+    bad = {"kind": "memory", "content": "x", "confidence": 7}  # was a 500
+    fact = {"kind": "fact", "category": "profile", "key": "city", "value": "Ghent"}
+    r = api.post("/v1/import", params={"user_id": uid}, content=jsonl(fine, fact, bad, fine))
+    assert r.status_code == 422 and r.json()["error"]["message"].startswith("line 3:"), r.text
+    assert api.get("/v1/memories", params={"user_id": uid}).json()["memories"] == []
+    assert api.get("/v1/facts", params={"user_id": uid}).json()["facts"] == []
+    many = jsonl(*({"memory": f"m{i}"} for i in range(5001)))
+    r = api.post("/v1/import", params={"user_id": uid}, content=many)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large", r.text
+    session = {**fine, "scope": "session", "session_id": "s1", "status": "archived",
+               "created_at": "2024-02-02T09:00:00+00:00"}  # fmt: skip
+    r = api.post("/v1/import", params={"user_id": uid}, content=jsonl(session, fact))
+    assert r.status_code == 200 and r.json()["imported"]["memories"] == 1, r.text
+    [m] = api.get("/v1/memories", params={"user_id": uid}).json()["memories"]
+    assert (m["scope"], m["expires_at"], m["status"]) == ("session", None, "archived")
+    assert m["created_at"].startswith("2024-02-02")
+
+
+def test_quotas_refuse_import_and_facts_with_403_writing_nothing(small_tenant, uid):
+    c = small_tenant
+    three = jsonl(*({"kind": "memory", "content": f"note {i}"} for i in range(3)))
+    r = c.post("/v1/import", params={"user_id": uid}, content=three)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "quota_exceeded", r.text
+    assert c.get("/v1/memories", params={"user_id": uid}).json()["memories"] == []
+    put = {"user_id": uid, "category": "profile", "key": "city", "value": "Ghent"}
+    assert c.put("/v1/facts", json=put).status_code == 200
+    r = c.put("/v1/facts", json={**put, "key": "country", "value": "BE"})
+    assert r.status_code == 403 and "fact quota" in r.json()["error"]["message"], r.text
