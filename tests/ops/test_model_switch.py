@@ -3,7 +3,9 @@ service, restarted with model B (another dimension), re-embeds them in the backg
 after the switch, and after the old table is dropped.
 
 Model B is bge-small-zh-v1.5 on a 512-d stand-in graph (tests/models/standin.py), so
-the switch really changes the vector table's dimension.
+the switch really changes the vector table's dimension. Both query routes
+(MEMSERVE_QUERY_EMBED, issue 23): the Retriever embedding each query with the model of
+the table it reads (both loaded while both are active), and the Embedder doing it.
 """
 
 from __future__ import annotations
@@ -57,9 +59,10 @@ def models(svc) -> dict[str, dict]:
     return {m["name"]: m for m in r.json()["models"]}
 
 
-def test_switch_keeps_every_memory_searchable(tmp_path):
+@pytest.mark.parametrize("route", ["retriever", "embedder"])
+def test_switch_keeps_every_memory_searchable(tmp_path, route):
     data = tmp_path / "svc"
-    svc = start_service(data)
+    svc = start_service(data, MEMSERVE_QUERY_EMBED=route)
     try:
         user = "switcher"
         with client(svc) as c:
