@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from serve_app.cli import keys as keys_cli
 from serve_app.cli import portability as portability_cli
 from serve_app.cli import tenants as tenants_cli
 from serve_app.mcp import stdio as mcp_cli
@@ -40,6 +41,7 @@ def main() -> None:
         stopped = stop_embedded(get_settings().data_dir)
         print("embedded PostgreSQL stopped" if stopped else "embedded PostgreSQL was not running")
     elif args.command == "create-key":
+        keys_cli.check(args.role, args.user_id)  # the API's rules, before anything is written
         print(asyncio.run(_create_key(args.tenant, args.role, args.user_id)))
     elif args.command == "mcp":
         mcp_cli.main(args)

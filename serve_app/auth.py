@@ -37,11 +37,26 @@ def bearer_token(header: str | None) -> str:
     return token.strip()
 
 
+def check_user_id(user_id: str | None) -> None:
+    """422 for a reserved user id: '@...' names shared owners ('@org', '@agent:<id>'), and a
+    user by that name would alias them."""
+    if user_id is not None and user_id.startswith("@"):
+        raise ApiError(422, "invalid_request", "user_id must not start with '@'")
+
+
+def check_key_owner(role: str, user_id: str | None) -> None:
+    """422 unless a new key of ``role`` may be bound to ``user_id``: a user key needs its
+    user; service and admin keys act for any user (the API and the CLI both ask)."""
+    if role == "user" and user_id is None:
+        raise ApiError(422, "invalid_request", "a user key needs user_id")
+    if role != "user" and user_id is not None:
+        raise ApiError(422, "invalid_request", f"{role} keys act for any user; omit user_id")
+    check_user_id(user_id)
+
+
 def resolve_owner(principal: Principal, requested_user_id: str | None) -> Owner:
     """The owner a request acts on, or a 4xx if the key may not act for that user."""
-    if requested_user_id is not None and requested_user_id.startswith("@"):
-        # '@...' names shared owners ('@org', '@agent:<id>'); a user by that name would alias them.
-        raise ApiError(422, "invalid_request", "user_id must not start with '@'")
+    check_user_id(requested_user_id)
     if principal.role == "user":
         if requested_user_id is not None and requested_user_id != principal.user_id:
             raise ApiError(403, "forbidden", "a user key may only act for its own user")

@@ -15,7 +15,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query, Response
 
 from serve_app.api.deps import Caller, Svc
-from serve_app.auth import Principal
+from serve_app.auth import Principal, check_key_owner
 from serve_app.errors import ApiError
 from serve_app.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyList, DeletedCount
 
@@ -34,12 +34,7 @@ Admin = Annotated[Principal, Depends(admin)]
 
 @router.post("/keys", status_code=201, response_model=ApiKeyCreated)
 async def create_key(body: ApiKeyCreate, caller: Admin, services: Svc):
-    if body.role == "user" and body.user_id is None:
-        raise ApiError(422, "invalid_request", "a user key needs user_id")
-    if body.role == "service" and body.user_id is not None:
-        raise ApiError(422, "invalid_request", "a service key acts for any user; omit user_id")
-    if body.user_id is not None and body.user_id.startswith("@"):
-        raise ApiError(422, "invalid_request", "user_id must not start with '@'")
+    check_key_owner(body.role, body.user_id)
     key, row = await services.keys.create(
         caller.tenant_id,
         body.role,
