@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from ray.serve import Application
 
-from serve_app.bootstrap import ModelFacts, bootstrap
+from serve_app.bootstrap import ModelFacts, bootstrap, save_key
 
 DEFAULT_CONFIG = Path(__file__).with_name("serve_config.yaml")
 _DEPLOYMENT_KEYS = {
@@ -66,12 +66,18 @@ def build_app(model: ModelFacts, options: dict[str, dict] | None = None) -> Appl
 
 def prepare() -> ModelFacts:
     """Without the launcher (`serve run`/`serve deploy`): find or start the database and
-    run the start-up work once, before any replica starts."""
+    run the start-up work once, before any replica starts.
+
+    This may run in a Ray task (`serve deploy` builds the app in one), so a generated
+    key is never printed: it goes to a 0600 file in the data dir (:func:`save_key`)."""
     from serve_app.db.resolve import resolve_dsn
     from serve_app.settings import get_settings
 
     settings = get_settings()
-    return bootstrap(settings, resolve_dsn(settings)).model
+    boot = bootstrap(settings, resolve_dsn(settings))
+    if boot.generated_key:
+        save_key(settings, boot.generated_key)
+    return boot.model
 
 
 def app_builder(args: dict[str, Any] | None = None) -> Application:

@@ -11,7 +11,9 @@ start-up work of their own beyond opening their pools.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from models import ModelSpec
 from models import prepare_model as prepare_model_files
@@ -22,6 +24,7 @@ from serve_app.settings import Settings
 from serve_app.store.keys import ever_had_service_key, generate_key, has_key, seed_key
 
 log = logging.getLogger("memserve")
+KEY_FILE = "bootstrap-key"  # in the data dir: a key generated under `serve run`/`deploy`
 
 
 @dataclass(frozen=True)
@@ -67,11 +70,35 @@ def bootstrap(settings: Settings, dsn: str) -> Bootstrapped:
     # The configured model's table; while another model is active it fills in the
     # background and the active one keeps serving (serve_app.reembed).
     model = plan_models(settings, dsn, prepare_model(settings))
-    generated = ensure_keys(dsn, settings)
-    if generated:
-        print(
-            f"\n  Generated the service key of tenant '{settings.default_tenant}' (shown once):\n"
-            f"    {generated}\n  Set MEMSERVE_BOOTSTRAP_KEY to choose your own.\n",
-            flush=True,
-        )
+    generated = ensure_keys(dsn, settings)  # shown by the caller: the terminal, or a file
     return Bootstrapped(dsn=dsn, model=model, generated_key=generated)
+
+
+def show_key(settings: Settings, key: str) -> None:
+    """Print a generated key once, to the terminal of `make run` (the launcher process,
+    never a Ray task, whose output lands in Ray's log files)."""
+    print(
+        f"\n  Generated the service key of tenant '{settings.default_tenant}' (shown once):\n"
+        f"    {key}\n  Set MEMSERVE_BOOTSTRAP_KEY to choose your own.\n",
+        flush=True,
+    )
+
+
+def save_key(settings: Settings, key: str) -> Path:
+    """Write a generated key to ``<data dir>/bootstrap-key`` (mode 0600) and log where, not
+    the key: under `serve run`/`serve deploy` start-up may run in a Ray task, whose
+    output is kept in Ray's log files (readable on every node, shown by the dashboard)."""
+    path = settings.data_dir / KEY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a file left by an earlier start keeps no wider mode
+        os.write(fd, f"{key}\n".encode())
+    finally:
+        os.close(fd)
+    log.warning(
+        "generated the service key of tenant '%s'; it is in %s (mode 0600, read it once and"
+        " delete it), or set MEMSERVE_BOOTSTRAP_KEY to choose your own",
+        settings.default_tenant, path,
+    )  # fmt: skip
+    return path

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 
-from serve_app.bootstrap import ModelFacts, bootstrap
+from serve_app.bootstrap import ModelFacts, bootstrap, show_key
 from serve_app.console import banner, quiet_logging, ray_context_urls, stream_replica_logs
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.ingress_proxy import ray_env, reap_orphans
@@ -51,8 +51,10 @@ def run(settings: Settings | None = None) -> None:
     if pg is not None and settings.db.embedded_watchdog_s > 0:
         watchdog = pg.watch(watchdog_stop, settings.db.embedded_watchdog_s)
     try:
-        model = bootstrap(settings, dsn).model
-        _serve(settings, model, stop, started, data)
+        boot = bootstrap(settings, dsn)
+        if boot.generated_key:  # this process is the terminal's, not a Ray task
+            show_key(settings, boot.generated_key)
+        _serve(settings, boot.model, stop, started, data)
     finally:
         watchdog_stop.set()
         if watchdog is not None:

@@ -21,6 +21,8 @@ Identifier = Annotated[
 ]
 # Free text that reaches a text column: PostgreSQL refuses NUL, so it is a 422 here.
 NO_NUL = r"^[^\x00]*$"
+# memory_items.version is a PostgreSQL integer: a bigger one is a 422, not an overflow.
+MAX_ROW_VERSION = 2**31 - 1
 
 
 class MemoryType(StrEnum):
@@ -169,7 +171,7 @@ class MemoryPatch(StrictModel):
     status: Literal["active", "archived"] | None = None  # archived: out of search/context
     valid_from: datetime | None = None  # event time: when it became true
     valid_until: datetime | None = None  # retire it (null: valid again); never deletes
-    version: int | None = Field(default=None, ge=1)  # apply only to this row version (409)
+    version: int | None = Field(default=None, ge=1, le=MAX_ROW_VERSION)  # only this row version
 
     _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)

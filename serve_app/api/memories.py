@@ -13,6 +13,7 @@ from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
 from serve_app.schemas import (
+    MAX_ROW_VERSION,
     DeletedCount,
     HistoryResponse,
     Identifier,
@@ -173,7 +174,8 @@ def parse_if_match(header: str | None, body_version: int | None) -> int | None:
     if header is None or header.strip() == "*":
         return body_version
     raw = header.strip().removeprefix("W/").strip('"')
-    if not raw.isdigit():
+    # ASCII digits only: str.isdigit() also takes "²" (int() refuses it) and "١٢".
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_ROW_VERSION:
         raise ApiError(422, "invalid_request", "If-Match must be a memory version")
     if body_version is not None and body_version != int(raw):
         raise ApiError(422, "invalid_request", "If-Match and version disagree")

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from serve_app.api.admin import Admin
 from serve_app.api.deps import Svc
 from serve_app.api.memories import parse_if_match
+from serve_app.schemas import MAX_ROW_VERSION
 from serve_app.tenancy import TenantSettings
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,9 @@ async def settings_history(
     caller: Admin,
     services: Svc,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    before: Annotated[int | None, Query(ge=1, description="versions older than this")] = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=MAX_ROW_VERSION, description="versions older than this")
+    ] = None,
 ):
     """Every change, newest first: who (the admin key, or ``cli``), when, and each field's
     old and new value."""

@@ -93,7 +93,10 @@ def _term(scope: Scope, key: str, value: Any) -> None:
                 scope.created_before = _when(v, op)
     elif key == "categories":
         if isinstance(value, dict) and set(value) <= {"in", "contains"}:
-            raw = value.get("in", []) + ([value["contains"]] if "contains" in value else [])
+            listed = value.get("in", [])
+            if not isinstance(listed, list):
+                raise bad("categories.in takes a list of strings")
+            raw = listed + ([value["contains"]] if "contains" in value else [])
         else:
             raw = value if isinstance(value, list) else [value]
         if not all(isinstance(t, str) and t for t in raw):
