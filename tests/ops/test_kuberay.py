@@ -47,12 +47,22 @@ def test_serve_config_v2_is_the_packaged_application(serve_v2):
     ServeDeploySchema.model_validate(serve_v2)
     packaged = load_config(DEFAULT_CONFIG)
     assert serve_v2["applications"][0]["import_path"] == "serve_app.application:app"
-    # Exactly the two cluster changes the generator names, nothing else.
+    # Exactly the cluster changes the generator names, nothing else.
     assert serve_v2["http_options"]["host"] == "0.0.0.0"
     embedder = deployment_options(serve_v2)["Embedder"]["ray_actor_options"]
     assert embedder["num_gpus"] == 1
+    # The GPU Embedder embeds search queries too (issue 23): every replica of the app,
+    # the Ingress and Retriever on the CPU group included, gets the setting.
+    app_env = serve_v2["applications"][0]["runtime_env"]["env_vars"]
+    assert app_env["MEMSERVE_QUERY_EMBED"] == "embedder"
     undone = copy.deepcopy(serve_v2)
     undone["http_options"]["host"] = packaged["http_options"]["host"]
+    for app in undone["applications"]:
+        app["runtime_env"]["env_vars"].pop("MEMSERVE_QUERY_EMBED")
+        if not app["runtime_env"]["env_vars"]:
+            del app["runtime_env"]["env_vars"]
+        if not app["runtime_env"]:
+            del app["runtime_env"]
     for d in undone["applications"][0]["deployments"]:
         if d["name"] == "Embedder":
             d["ray_actor_options"] = deployment_options(packaged)["Embedder"]["ray_actor_options"]
