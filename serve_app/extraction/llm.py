@@ -109,6 +109,11 @@ class LLMClient:
                 if resp.status_code in _RETRYABLE_STATUS
                 else "http_4xx"
             )
+            # The upstream's text stays in this log: it can name the operator's account, org
+            # or key, and the error itself reaches API callers (dead letters, job status).
+            log.warning(
+                "LLM answered HTTP %d: %s", resp.status_code, resp.text[:500].replace("\n", " ")
+            )
             raise LLMUnavailable(kind, f"LLM answered HTTP {resp.status_code}")
         try:
             return resp.json()["choices"][0]["message"]["content"] or ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
@@ -71,4 +73,20 @@ async def test_down_opens_breaker_then_fails_fast(fake_llm):
     with pytest.raises(LLMUnavailable) as err:
         await llm.complete_json("sys", "x")
     assert err.value.kind == "circuit_open" and fake_llm.calls() == []
+    await llm.close()
+
+
+async def test_an_upstream_error_text_is_logged_not_carried(fake_llm, caplog):
+    """The error reaches API callers (dead letters); the upstream's text, which can name
+    the operator's account, only the log."""
+    leak = "Incorrect API key provided: sk-proj-ab12****wxyz for organization org-AcmeSecret"
+    fake_llm.add_rule("x", "", kind="chat", status=401, message=leak)
+    llm = client(fake_llm, max_retries=0)
+    with (
+        caplog.at_level(logging.WARNING, logger="serve_app.extraction.llm"),
+        pytest.raises(LLMUnavailable) as err,
+    ):
+        await llm.complete_json("sys", "x")
+    assert err.value.kind == "http_4xx" and str(err.value) == "LLM answered HTTP 401"
+    assert any(leak in r.getMessage() for r in caplog.records)
     await llm.close()
