@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from serve_app.ratelimit import RateLimiter, retry_after_header, work_units
+import pytest
+
+from serve_app.ratelimit import RateLimiter, end_user, retry_after_header, work_units
 
 
 class Clock:
@@ -67,3 +69,22 @@ def test_work_units_count_items_and_body_size():
     assert 850 < work_units(batch, 800_000) < 900
     assert work_units({"messages": []}, 0) == 1
     assert work_units({"items": "not a list"}, 2048) == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "user"),
+    [
+        ({"user_id": "ann", "filters": {"user_id": "bob"}}, "ann"),  # the route refuses it
+        ({"user": "ann"}, "ann"),  # the chat proxy's field
+        ({"filters": {"user_id": "bob"}}, "bob"),  # mem0 v3
+        ({"filters": {"AND": [{"agent_id": "a"}, {"AND": [{"user_id": "bob"}]}]}}, "bob"),
+        ({"filters": {"user_id": "*"}}, None),  # any user: the key's shared bucket
+        ({"filters": {"user_id": 7}}, None),
+        ({"filters": {"AND": "bob"}}, None),
+        ({"filters": {"AND": [{}] * 500 + [{"user_id": "bob"}]}}, None),  # bounded walk
+        (["user_id"], None),
+        (None, None),
+    ],
+)
+def test_the_end_user_a_body_names(body, user):
+    assert end_user(body) == user
