@@ -26,7 +26,8 @@ async def client(fresh_db, encoder):
 async def test_custom_categories_are_kept_with_the_memory(client):
     c = client
     body = {"messages": [{"role": "user", "content": "I fly to Rome in May"}], "user_id": "ann",
-            "infer": False, "metadata": {"src": "app"}, "custom_categories": CATEGORIES}  # fmt: skip
+            "infer": False, "metadata": {"src": "app"},
+            "custom_categories": CATEGORIES}  # fmt: skip
     r = await c.post(ADD, json=body)
     assert r.status_code == 200, r.text
     [added] = r.json()["results"]
