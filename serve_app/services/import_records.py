@@ -43,6 +43,8 @@ class _Carried(BaseModel):
     updated_at: datetime | None = None
     valid_from: datetime | None = None
     valid_until: datetime | None = None
+    superseded_by: str | None = Field(default=None, max_length=128)
+    supersedes: list[str] = Field(default_factory=list, max_length=1000)
 
     _aware = field_validator("created_at", "updated_at", "valid_from", "valid_until")(_aware)
 
@@ -170,8 +172,9 @@ def _memory(record: dict[str, Any], now: datetime) -> ImportedMemory | None:
         confidence=c.confidence, source="import", expires_at=expires_at,
     )  # fmt: skip
     return ImportedMemory(
-        item, c.id, c.created_at, c.updated_at, c.status, c.valid_from, c.valid_until
-    )
+        item, c.id, c.created_at, c.updated_at, c.status, c.valid_from, c.valid_until,
+        c.superseded_by, c.supersedes,
+    )  # fmt: skip
 
 
 def _fact(record: dict[str, Any]) -> ImportedFact:

@@ -341,8 +341,8 @@ class GuardedWriter:
                 items = [m.item for m in memories]
                 rows = await self.add(owner, items, vectors, actor=actor, conn=conn)
             ids = [r["id"] for r in rows]
-            await imports.restamp_memories(conn, owner.tenant_id, ids, list(memories))
             new_ids = {m.source_id: i for m, i in zip(memories, ids, strict=True) if m.source_id}
+            await imports.restamp_memories(conn, owner.tenant_id, ids, list(memories), new_ids)
             history = await imports.replay_history(conn, owner, new_ids, list(events))
             fact_ids: dict[str, uuid.UUID] = {}
             for f in (f for f in facts if f.active):

@@ -10,10 +10,11 @@ inserted and add history rows and inactive fact versions next to them.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
 
 from serve_app.store.records import NewMemory, Owner
 
@@ -29,6 +30,8 @@ class ImportedMemory:
     status: str = "active"
     valid_from: datetime | None = None
     valid_until: datetime | None = None
+    superseded_by: str | None = None  # source ids of the supersession chain
+    supersedes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -65,18 +68,29 @@ class ImportedFact:
 
 
 async def restamp_memories(
-    conn: AsyncConnection, tenant_id: str, ids: list[uuid.UUID], records: list[ImportedMemory]
+    conn: AsyncConnection,
+    tenant_id: str,
+    ids: list[uuid.UUID],
+    records: list[ImportedMemory],
+    new_ids: dict[str, uuid.UUID],
 ) -> None:
-    """The source's timestamps, status and validity on the rows just added."""
+    """The source's timestamps, status, validity and supersession chain (mapped to the
+    new ids; links to memories not imported are dropped) on the rows just added."""
     await conn.execute(
         "UPDATE memory_items i SET created_at = coalesce(s.created_at, i.created_at),"
         " updated_at = coalesce(s.updated_at, s.created_at, i.updated_at), status = s.status,"
-        " valid_from = s.valid_from, valid_until = s.valid_until"
+        " valid_from = s.valid_from, valid_until = s.valid_until, superseded_by = s.by,"
+        " supersedes = ARRAY(SELECT jsonb_array_elements_text(s.sup))::uuid[]"
         " FROM unnest(%(ids)s::uuid[], %(created)s::timestamptz[], %(updated)s::timestamptz[],"
-        " %(status)s::text[], %(vfrom)s::timestamptz[], %(vuntil)s::timestamptz[])"
-        " AS s(id, created_at, updated_at, status, valid_from, valid_until)"
+        " %(status)s::text[], %(vfrom)s::timestamptz[], %(vuntil)s::timestamptz[],"
+        " %(by)s::uuid[], %(sup)s::jsonb[])"
+        " AS s(id, created_at, updated_at, status, valid_from, valid_until, by, sup)"
         " WHERE i.id = s.id AND i.tenant_id = %(tenant_id)s",
         {
+            "by": [new_ids.get(r.superseded_by or "") for r in records],
+            "sup": [
+                Jsonb([str(new_ids[x]) for x in r.supersedes if x in new_ids]) for r in records
+            ],  # fmt: skip
             "tenant_id": tenant_id,
             "ids": ids,
             "created": [r.created_at for r in records],

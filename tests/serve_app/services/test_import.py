@@ -208,3 +208,22 @@ async def test_writes_during_a_running_forget_are_409_and_retryable(make_stack):
         await running.finish(conn)
     r = await c.post("/v1/memories", json={"user_id": "eve", "content": "hello"})
     assert r.status_code == 201, r.text
+
+
+async def test_validity_and_the_supersession_chain_are_kept(make_stack):
+    c, _ = await make_stack()
+    body = jsonl(
+        mem("lives in Paris", id="m1", valid_from="2020-01-01T00:00:00+00:00",
+            valid_until="2024-06-01T00:00:00+00:00", superseded_by="m2"),
+        mem("lives in Berlin", id="m2", valid_from="2024-06-01T00:00:00+00:00",
+            supersedes=["m1", "not-imported"]),
+    )  # fmt: skip
+    r = await post(c, body, user="fay")
+    assert r.status_code == 200, r.text
+    rows = await c.get("/v1/memories", params={"user_id": "fay", "include_invalidated": "true"})
+    by = {m["content"]: m for m in rows.json()["memories"]}
+    paris, berlin = by["lives in Paris"], by["lives in Berlin"]
+    assert paris["valid_until"].startswith("2024-06-01") and paris["superseded_by"] == berlin["id"]
+    assert berlin["supersedes"] == [paris["id"]] and berlin["valid_from"].startswith("2024-06-01")
+    current = (await c.get("/v1/memories", params={"user_id": "fay"})).json()["memories"]
+    assert [m["content"] for m in current] == ["lives in Berlin"]  # the retired one is hidden
