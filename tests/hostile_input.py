@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import psycopg
+
 TEXT = {"NUL": "a\x00b", "lone surrogate": "a\ud800b", "lone low surrogate": "\udc00z"}
 RAW_TEXT = {"NUL": "a%00b", "lone surrogate": "a%ED%A0%80b"}  # as a URL spells them
 INTS = {"10**30": 10**30, "-10**30": -(10**30), "2**63": 2**63, "-1": -1}
@@ -250,3 +252,39 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "array"
     return "object" if isinstance(value, dict) else "null"
+
+
+def row_counts(dsn: str, tenant: str | None = None) -> dict[str, int]:
+    """Rows per table (of ``tenant`` only: the tables with a tenant_id), to show that
+    hostile input changed nothing."""
+    with psycopg.connect(dsn) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT t.table_name FROM information_schema.tables t WHERE t.table_schema ="
+                " 'public' AND t.table_type = 'BASE TABLE' AND (%(t)s::text IS NULL OR EXISTS"
+                " (SELECT 1 FROM information_schema.columns c WHERE c.table_schema = 'public'"
+                " AND c.table_name = t.table_name AND c.column_name = 'tenant_id'))",
+                {"t": tenant},
+            )
+        ]
+        where = " WHERE tenant_id = %(t)s" if tenant is not None else ""
+        params = {"t": tenant} if tenant is not None else None
+        return {
+            t: conn.execute(f'SELECT count(*) FROM "{t}"{where}', params).fetchone()[0]
+            for t in tables
+        }
+
+
+def verdict(case: Case, status: int, text: str) -> str | None:
+    """What is wrong with the answer to ``case`` (None: nothing)."""
+    if status >= 500 or (case.strict and not 400 <= status < 500):
+        return f"{case.label} -> {status} {text[:200]}"
+    if status >= 400:
+        try:
+            code = json.loads(text)["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = None
+        if not code:
+            return f"{case.label} -> {status} without the error shape: {text[:200]}"
+    return None

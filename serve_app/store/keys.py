@@ -78,18 +78,6 @@ class KeyStore:
         self.pool = pool
         self.cache = cache
 
-    def cached_verdict(self, key: str) -> bool | None:
-        """From memory only: True (valid when last read), False (unknown or too long), None."""
-        if len(key) > MAX_KEY_CHARS:
-            return False
-        cache = self.cache
-        if cache is None:
-            return None
-        key_hash = hash_key(key)
-        if cache.known(key_hash):
-            return True
-        return False if cache.is_unknown(key_hash) else None
-
     async def lookup(
         self, key: str, before_db: Callable[[], None] | None = None
     ) -> dict[str, Any] | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -117,3 +120,95 @@ def test_nul_in_fact_fields_is_422(api, uid, method, params, body):
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] == "invalid_request"
     assert api.get("/v1/facts", params={"user_id": uid}).json()["facts"] == []
+
+
+def _raw(api, method: str, path: str, body: bytes, **kw):
+    headers = {"content-type": "application/json"} | kw.pop("headers", {})
+    return api.request(method, path, content=body, headers=headers, **kw)
+
+
+@pytest.mark.parametrize("if_match", ['"١٢"', '"²"', f'"{10**30}"', '"-1"', '"0"'])
+def test_if_match_out_of_range_or_not_ascii_digits_is_422(api, uid, if_match):
+    """ "²" passed isdigit() and failed int() (a 500); 10**30 overflowed the column."""
+    m = api.post("/v1/memories", json={"user_id": uid, "content": "keep me"}).json()
+    r = _raw(
+        api,
+        "PATCH",
+        f"/v1/memories/{m['id']}",
+        b'{"content": "changed"}',
+        params={"user_id": uid},
+        headers={"if-match": if_match.encode()},
+    )
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
+    for version in (10**30, -1, "١٢"):
+        r = api.patch(
+            f"/v1/memories/{m['id']}",
+            params={"user_id": uid},
+            json={"content": "changed", "version": version},
+        )
+        assert r.status_code == 422, r.text
+    got = api.get(f"/v1/memories/{m['id']}", params={"user_id": uid}).json()
+    assert got["content"] == "keep me" and got["version"] == 1
+
+
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("POST", "/v1/search", {"query": "x", "metadata": {"k": "a\x00b"}}),  # was a 503
+        ("POST", "/v1/search", {"query": "x", "metadata": {"k\x00": "v"}}),
+        ("POST", "/v1/memories", {"content": "a\ud800b"}),  # unpaired surrogate: a 500
+        ("POST", "/v1/memories", {"content": "x", "metadata": {"k": ["\udc00"]}}),
+        ("POST", "/v1/context", {"query": "\ud800"}),
+        (
+            "POST",
+            "/mem0/v3/memories/search/",
+            {"query": "x", "filters": {"categories": {"in": "a"}}},
+        ),
+        ("POST", "/mem0/v3/memories/", {"filters": {"categories": {"in": "a"}}}),
+        (
+            "POST",
+            "/mem0/v3/memories/search/",
+            {"query": "x", "filters": {"metadata": {"k": "\x00"}}},
+        ),
+    ],
+)
+def test_hostile_strings_and_filters_are_4xx(api, uid, method, path, body):
+    raw = json.dumps({"user_id": uid, **body}).encode()  # ASCII: the surrogate stays escaped
+    r = _raw(api, method, path, raw)
+    assert 400 <= r.status_code < 500 and r.json()["error"]["code"], r.text
+    assert count(api, uid) == 0
+
+
+def test_nul_in_admin_fields_is_422(service, uid):
+    with httpx.Client(
+        base_url=service.base_url, headers={"Authorization": f"Bearer {service.admin_key}"}
+    ) as admin:
+        r = admin.get("/v1/admin/extraction/dead-letters", params={"user_id": "a\x00b"})
+        assert r.status_code == 422, r.text
+        r = admin.post("/v1/admin/consolidate", json={"user_id": "a\x00b"})
+        assert r.status_code == 422, r.text
+        r = admin.post("/v1/admin/keys", json={"role": "service", "name": "n\x00"})
+        assert r.status_code == 422, r.text
+        assert all(
+            "\x00" not in (k["name"] or "") for k in admin.get("/v1/admin/keys").json()["keys"]
+        )
+
+
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/facts", "/v1/export", "/mem0/v1/entities/"])
+def test_deep_nesting_is_4xx_on_any_route(api, uid, path):
+    """A body nested 100k deep made the parser (and the rate limiter's work estimate,
+    which reads the body of every route) raise RecursionError: a 500."""
+    for body in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 5000 + b"1" + b"}" * 5000):
+        r = _raw(api, "GET", path, body, params={"user_id": uid})
+        assert r.status_code == 422 and "nested" in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("header", [None, "Basic abc", "Bearer"])
+def test_a_stranger_gets_401_before_the_body_is_read(service, uid, header):
+    """Without a (well-formed) key: 401, not the 400/413 reading the body would give."""
+    headers = {"content-type": "application/json"} | ({"authorization": header} if header else {})
+    with httpx.Client(base_url=service.base_url, headers=headers, timeout=30) as c:
+        for body in (b'{"user_id": "x", "content": ', b"x" * 2_000_000):
+            for path in ("/v1/memories", "/mem0/v3/memories/add/", "/v1/chat/completions"):
+                r = c.post(path, content=body)
+                assert r.status_code in (401, 429), (path, r.status_code, r.text)

@@ -2,8 +2,9 @@
 
 It reuses the e2e service when that one already runs in this pytest session
 (a full run), else starts its own the same way (with the fake LLM upstream).
-Attack cases are counted per kind and reported in the terminal summary and in
-``.pytest_cache/security_cases.json``.
+Attack cases are counted per kind and reported, with the leaks and 5xx answers
+found, in the terminal summary and in ``loadtests/results/security_suite.json``
+(cases per kind, total, leaks, server errors, other findings).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from tests.e2e.service import ServiceProcess
 from tests.fakes.llm_server import FakeLLM
 
 CASES: Counter[str] = Counter()
-FINDINGS: list[str] = []
+FINDINGS: list[str] = []  # anything else a suite found wrong (schemathesis' other checks)
+LEAKS: list[str] = []  # one caller saw another's data
+SERVER_ERRORS: list[str] = []  # a 5xx answer to a request
+RESULTS = Path(__file__).resolve().parents[2] / "loadtests" / "results" / "security_suite.json"
 
 
 @pytest.fixture(scope="session")
@@ -52,9 +56,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     total = sum(CASES.values())
     terminalreporter.section("memserve security suite")
     for kind, n in sorted(CASES.items()):
-        terminalreporter.write_line(f"{kind:<40} {n:>6}")
-    terminalreporter.write_line(f"{'total attack/fuzz cases':<40} {total:>6}")
-    terminalreporter.write_line(f"leaks / 5xx found: {len(FINDINGS)}")
-    out = Path(config.rootpath) / ".pytest_cache" / "security_cases.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"cases": dict(CASES), "total": total, "findings": FINDINGS}))
+        terminalreporter.write_line(f"{kind:<60} {n:>6}")
+    terminalreporter.write_line(f"{'total attack/fuzz cases':<60} {total:>6}")
+    terminalreporter.write_line(
+        f"leaks found: {len(LEAKS)}; 5xx found: {len(SERVER_ERRORS)};"
+        f" other findings: {len(FINDINGS)}"
+    )
+    report = {
+        "cases": dict(sorted(CASES.items())),
+        "total": total,
+        "leaks": LEAKS,
+        "server_errors": SERVER_ERRORS,
+        "findings": FINDINGS,
+        "exitstatus": int(exitstatus),
+    }
+    RESULTS.write_text(json.dumps(report, indent=1) + "\n")

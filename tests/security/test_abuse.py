@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.security.conftest import CASES, FINDINGS, http
+from tests.security.conftest import CASES, SERVER_ERRORS, http
 
 pytestmark = pytest.mark.e2e
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 def _note(kind: str, status: int, what: str) -> None:
     CASES[kind] += 1
     if status >= 500:
-        FINDINGS.append(f"{kind}: {what} -> {status}")
+        SERVER_ERRORS.append(f"{kind}: {what} -> {status}")
 
 
 @pytest.fixture(scope="module")

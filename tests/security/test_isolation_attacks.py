@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.security.conftest import CASES, FINDINGS, http
+from tests.security.conftest import CASES, LEAKS, SERVER_ERRORS, http
 
 pytestmark = pytest.mark.e2e
 USERS = ("u1", "u2", "u3")
@@ -267,12 +267,14 @@ def test_isolation_attacks(sec_service, world, before):
         key, claimed, (method, path, params, body) = attack
         r = clients[key.secret].request(method, path, params=params, json=body)
         CASES[f"isolation {method} {re.sub(r'/[0-9a-f-]{36}', '/{id}', path)}"] += 1
+        if r.status_code >= 500:
+            SERVER_ERRORS.append(f"isolation {method} {path} {params} {body} -> {r.status_code}")
         assert r.status_code < 500, (method, path, params, body, r.status_code, r.text)
         acting = acting_user(key, claimed, path)
         text = visible_text(r)
         for s in world.forbidden(key.tenant, acting):
             if s.token in text or s.id in text:
-                FINDINGS.append(f"{key.role}@{key.tenant} as {acting}: {method} {path} -> {s}")
+                LEAKS.append(f"{key.role}@{key.tenant} as {acting}: {method} {path} -> {s}")
                 raise AssertionError(f"leak of {s} to {key} via {method} {path} {params} {body}")
         if r.status_code < 300 and method in ("PATCH", "DELETE") and path.count("/") == 3:
             target = path.rsplit("/", 1)[1]
