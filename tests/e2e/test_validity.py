@@ -70,11 +70,12 @@ def test_supersedes_of_someone_elses_memory_is_404_and_writes_nothing(service, k
         assert mine["valid_until"] is None and mine["superseded_by"] is None
 
 
-def wait_for_memories(api, uid: str, n: int = 1) -> list[dict]:
+def wait_for_memories(api, uid: str) -> list[dict]:
+    """The user's memories once extraction wrote one (and the session's summary, if any)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         rows = api.get("/v1/memories", params={"user_id": uid}).json()["memories"]
-        if len(rows) >= n:
+        if any(r["source"] == "extraction" for r in rows):
             return rows
         time.sleep(0.2)
     raise AssertionError(f"nothing extracted for {uid}")
@@ -88,7 +89,7 @@ def test_turn_dates_reach_the_prompt_and_valid_from(api, service, fake_llm, uid)
          "occurred_at": "2026-11-19T18:00:00Z"}]})  # fmt: skip
     assert r.status_code == 202, r.text
     assert api.post(f"/v1/sessions/s-{uid}/end", json={"user_id": uid}).status_code == 202
-    [m] = wait_for_memories(api, uid)
+    [m] = [m for m in wait_for_memories(api, uid) if m["source"] == "extraction"]
     assert m["valid_from"] == "2026-11-19T18:00:00Z"
     [call] = [c for c in fake_llm.calls("extract") if f"Ana-{uid}" in str(c["messages"])]
     prompt = call["messages"][-1]["content"]
@@ -111,7 +112,7 @@ def test_chat_proxy_occurred_at_is_recorded_with_the_turn(api, service, keys, fa
         assert time.monotonic() < deadline, "the chat turn was not recorded"
         time.sleep(0.1)
     assert api.post(f"/v1/sessions/c-{uid}/end", json={"user_id": uid}).status_code == 202
-    [m] = wait_for_memories(api, uid)
+    [m] = [m for m in wait_for_memories(api, uid) if m["source"] == "extraction"]
     assert m["valid_from"] == "2026-11-18T09:00:00Z"
     [call] = [c for c in fake_llm.calls("extract") if f"oboe-{uid}" in str(c["messages"])]
     assert (
