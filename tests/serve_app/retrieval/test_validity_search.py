@@ -55,6 +55,8 @@ async def test_patch_valid_until_leaves_the_hot_cache_at_once(env):
         got = await r.search(q("Paris", mode=mode), vecs[0])
         assert paris["id"] not in ids(got)
     assert r.served["hot"] >= 2  # answered hot, from a reloaded entry (version moved on)
+    entry = r.cache.get(("t1", "alice"), 0)
+    assert entry is not None and paris["id"] not in entry.ids  # the cache holds what is valid
     # The past and the audit view still find it (from PostgreSQL, never the cache).
     hot_before = r.served["hot"]
     then = await r.search(q("Paris", as_of=JAN + timedelta(days=30)), vecs[0])
