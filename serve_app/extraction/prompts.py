@@ -46,12 +46,10 @@ one of identity, preference, constraint, instruction and a short snake_case
 key (name, location, language, diet, timezone, ...). Use the same key for the
 same attribute; a new value for a key replaces the old one.
 
-Dates: the conversation gives the session's date and the day each turn was said.
-Resolve every relative date against the day of its turn and write the date itself
-("last Tuesday" said on Thu 2026-11-19 becomes "on 2026-11-17"); never store
-"yesterday", "next week" or a weekday alone. "valid_from" (YYYY-MM-DD, optional) is
-when a memory or fact became true if the conversation says so ("I moved here in
-March 2024" -> "2024-03-01"); leave it out otherwise (the turn's day is used).
+Dates: each turn shows the day it was said. Write relative dates as dates resolved
+against their turn's day ("last Tuesday" said on Thu 2026-11-19 -> "on 2026-11-17").
+"valid_from" (YYYY-MM-DD, optional): when a memory or fact became true, if the
+conversation says ("moved here in March 2024" -> "2024-03-01").
 
 Answer with one JSON object and nothing else:
 {{"memories": [{{"type": "...", "content": "...", "importance": 0.0, "confidence": 0.0,
