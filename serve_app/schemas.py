@@ -202,6 +202,7 @@ class SearchRequest(StrictModel):
     include_archived: bool = False  # archived memories too (answered from PostgreSQL)
     as_of: datetime | None = None  # what was valid then (event time)
     include_invalidated: bool = False  # retired memories too (audits)
+    explain: bool = False  # each result's score split into its signals (costs nothing off)
 
     _query = field_validator("query")(check_content)
     _as_of = field_validator("as_of")(event_time)
@@ -241,6 +242,26 @@ class ScoredMemory(Memory):
     similarity: float | None = None
 
 
+class ScoreBreakdown(BaseModel):
+    """The signals that ranked a result (serve_app/retrieval/explain.py); ``final`` is
+    w_similarity x ``relevance`` + ``importance`` + ``recency`` (those two weighted)."""
+
+    similarity: float | None
+    lexical: float
+    entity: float
+    time: float
+    neighbour: float
+    expansion: float
+    relevance: float
+    importance: float
+    recency: float
+    final: float
+
+
+class ExplainedMemory(ScoredMemory):
+    explain: ScoreBreakdown
+
+
 class MemoryList(BaseModel):
     memories: list[Memory]
     next_cursor: str | None
@@ -251,7 +272,7 @@ class MemoryBatch(BaseModel):
 
 
 class SearchResponse(BaseModel):
-    results: list[ScoredMemory]
+    results: list[ExplainedMemory] | list[ScoredMemory]  # explain: true gives the former
 
 
 class DeletedCount(BaseModel):

@@ -31,6 +31,7 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
         include_archived=body.include_archived,
         as_of=body.as_of,
         include_invalidated=body.include_invalidated,
+        explain=body.explain,
     )
 
 

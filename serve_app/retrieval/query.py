@@ -35,6 +35,8 @@ class SearchQuery:
     # then; ``include_invalidated`` retired ones too (audits). Either is answered cold.
     as_of: datetime | None = None
     include_invalidated: bool = False
+    # Return each result's score split into its signals (retrieval.explain); off: no cost.
+    explain: bool = False
 
     @property
     def owner_keys(self) -> tuple[str, ...]:

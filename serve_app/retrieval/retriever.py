@@ -34,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.metrics import RetrieverMetrics
 from serve_app.ranking import cap_per_group, rank
+from serve_app.retrieval import explain as why
 from serve_app.retrieval.cache import HotCache, Key, OwnerIndex, index_params
 from serve_app.retrieval.fusion import rrf
 from serve_app.retrieval.neighbours import neighbour_boost, neighbour_weight
@@ -88,11 +89,12 @@ class Retriever:
         # another time's (as_of) are searched in PostgreSQL.
         hot = self.cache.enabled and not q.include_archived and q.current
         entries = await self._entries(q, probe) if hot else None
+        parts: why.Parts | None = {} if q.explain else None  # None: no breakdown (no cost)
         if entries is not None:
             self.metrics.lookup("hot")
-            return await self._hot(q, qv, probe, entries, want_dense, want_lex)
+            return await self._hot(q, qv, probe, entries, want_dense, want_lex, parts)
         self.metrics.lookup("cold")
-        return await self._cold(q, qv, probe, want_dense=want_dense, want_lex=want_lex)
+        return await self._cold(q, qv, probe, want_dense, want_lex, parts)
 
     async def _entries(self, q: SearchQuery, probe: Probe) -> list[OwnerIndex] | None:
         """Fresh cache entries for every owner, loading small ones now; None: go cold."""
@@ -124,12 +126,14 @@ class Retriever:
         entries: list[OwnerIndex],
         want_dense: bool,
         want_lex: bool,
+        parts: why.Parts | None = None,
     ) -> list[dict[str, Any]]:
         if q.mode == "hybrid" and self.r.fusion == "zscore" and want_lex:
-            fused = self._zscore(q, qv, probe, entries)
+            fused = self._zscore(q, qv, probe, entries, parts)
             if fused is not None:
                 sims, _, relevance = fused
-                return await self._finish(q, [], [], sims, self._cached_rows(q, entries), relevance)
+                rows = self._cached_rows(q, entries)
+                return await self._finish(q, [], [], sims, rows, relevance, parts)
         depth_d = max(self.r.dense_depth, 3 * q.top_k)
         depth_l = max(self.r.lexical_depth, 3 * q.top_k)
         dense: list[tuple[Any, float]] = []
@@ -150,7 +154,12 @@ class Retriever:
             if missing:
                 sims.update(e.similarity(qv, missing))
         return await self._finish(
-            q, [i for i, _ in dense], [i for i, _ in lexical], sims, self._cached_rows(q, entries)
+            q,
+            [i for i, _ in dense],
+            [i for i, _ in lexical],
+            sims,
+            self._cached_rows(q, entries),
+            parts=parts,
         )
 
     @staticmethod
@@ -166,7 +175,12 @@ class Retriever:
         return entries[0].rows if len(entries) == 1 else ChainMap(*(e.rows for e in entries))
 
     def _zscore(
-        self, q: SearchQuery, qv: np.ndarray, probe: Probe, entries: list[OwnerIndex]
+        self,
+        q: SearchQuery,
+        qv: np.ndarray,
+        probe: Probe,
+        entries: list[OwnerIndex],
+        parts: why.Parts | None = None,
     ) -> tuple[dict[Any, float], dict[Any, dict], dict[Any, float]] | None:
         """Score fusion over the whole cached set: alpha * z(cosine) + (1 - alpha) * z(BM25).
 
@@ -216,12 +230,19 @@ class Retriever:
             return (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
 
         a = self.r.fusion_alpha
-        s = a * z(d) + (1 - a) * z(lx) + np.concatenate(direct)
-        s = neighbour_boost(s, np.concatenate(weights), np.concatenate(positions))
-        s = expand(s, segments, rs.expand_seeds, rs.expand_entity_weight, rs.expand_session_weight)
+        s0 = a * z(d) + (1 - a) * z(lx) + np.concatenate(direct)
+        s1 = neighbour_boost(s0, np.concatenate(weights), np.concatenate(positions))
+        s = expand(s1, segments, rs.expand_seeds, rs.expand_entity_weight, rs.expand_session_weight)
         n = min(self.candidate_count(q), len(ids))
         top = np.argpartition(-s, n - 1)[:n]
         top = top[np.argsort(-s[top], kind="stable")]
+        if parts is not None:
+            t = why.time_part(segments, intent, rs.time_weight)
+            lexical, direct_all = (1 - a) * z(lx), np.concatenate(direct)
+            parts.update(why.zscore_parts(
+                ids, top, lexical=lexical, time=t, entity=direct_all - t, neighbour=s1 - s0,
+                expansion=s - s1,
+            ))  # fmt: skip
         lo, hi = float(s[top[-1]]), float(s[top[0]])
         span = hi - lo if hi > lo else 1.0
         if rs.mmr_penalty > 0:
@@ -248,9 +269,9 @@ class Retriever:
         q: SearchQuery,
         qv: np.ndarray,
         probe: Probe,
-        *,
         want_dense: bool,
         want_lex: bool,
+        parts: why.Parts | None = None,
     ) -> list[dict[str, Any]]:
         depth_d = max(self.r.dense_depth, 3 * q.top_k)
         depth_l = max(self.r.lexical_depth, 3 * q.top_k)
@@ -262,9 +283,8 @@ class Retriever:
         lex_rows = await self.pg.lexical(q, qv, probe.terms, depth_l) if want_lex else []
         rows = {r["id"]: r for r in (*lex_rows, *dense_rows)}
         sims = {i: float(r["similarity"]) for i, r in rows.items()}
-        return await self._finish(
-            q, [r["id"] for r in dense_rows], [r["id"] for r in lex_rows], sims, rows
-        )
+        dense_ids, lex_ids = [r["id"] for r in dense_rows], [r["id"] for r in lex_rows]
+        return await self._finish(q, dense_ids, lex_ids, sims, rows, parts=parts)
 
     async def _finish(
         self,
@@ -274,8 +294,10 @@ class Retriever:
         sims: dict[Any, float],
         rows: Mapping[Any, dict[str, Any]],
         relevance: dict[Any, float] | None = None,
+        parts: why.Parts | None = None,
     ) -> list[dict[str, Any]]:
-        """Fuse, fetch current rows (if not fetched yet), attach scores, rank."""
+        """Fuse, fetch current rows (if not fetched yet), attach scores (and their
+        breakdown when ``parts`` is given: an ``explain`` search), rank."""
         n = self.candidate_count(q)
         if relevance is not None:  # already fused (score fusion)
             order = sorted(relevance, key=lambda i: (-relevance[i], str(i)))
@@ -288,6 +310,11 @@ class Retriever:
             )
             order = sorted(fused, key=lambda i: (-fused[i], str(i)))[:n]
             relevance = {i: fused[i] for i in order}
+            if parts is not None:
+                r = self.r
+                parts.update(
+                    why.rrf_parts(dense_ids, lex_ids, r.rrf_w_lexical, r.rrf_w_dense, r.rrf_k)
+                )
         if not rows:
             rows = await self.pg.fetch(q, order)
         now = datetime.now(UTC)
@@ -305,9 +332,13 @@ class Retriever:
             row["relevance"] = relevance[i]
             out.append(row)
         cap = self.r.session_cap
-        ranked = rank(out, self.weights, top_k=len(out) if cap else q.top_k, threshold=q.threshold)
+        ranked = rank(
+            out, self.weights, top_k=len(out) if cap else q.top_k, threshold=q.threshold, now=now
+        )
         if cap:
             ranked = cap_per_group(ranked, [session_key(r) for r in ranked], cap, q.top_k)
+        if parts is not None:
+            why.attach(ranked, parts, self.weights, now)
         for r in ranked:
             r.pop("relevance", None)
         return ranked
