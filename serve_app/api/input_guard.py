@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.errors import error_response
@@ -23,6 +25,9 @@ from serve_app.errors import error_response
 MAX_JSON_DEPTH = 64  # objects/arrays; tool schemas and metadata stay far below
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string literal, escapes and all
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_RAW_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")  # UTF-8 bytes of U+D800..U+DFFF
+_NUL_ESCAPE = re.compile(rb"\\u0000")
+_SURROGATE_ESCAPE = re.compile(rb"\\ud([89ab]|[c-f])[0-9a-f]{2}")  # on the lowercased body
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")  # NUL, and surrogates json.loads let through
 
 
@@ -60,27 +65,57 @@ class InputGuard:
 
 def body_problem(body: bytes) -> str | None:
     """Why ``body`` must be refused, or None. Not a JSON validator: a body that does
-    not parse is left to the route (400), only what would parse and then fail is caught."""
-    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
-    if len(brackets) > MAX_JSON_DEPTH and _depth(brackets) > MAX_JSON_DEPTH:
+    not parse is left to the route (400), only what would parse and then fail is caught.
+    Byte scans in C (~5 ms for a 600 KB batch): it is parsed only to name a refused field."""
+    opens = body.count(b"[") + body.count(b"{")  # a bound: strings may hold brackets too
+    if opens > MAX_JSON_DEPTH and _nesting(_STRING.sub(b"", body)) > MAX_JSON_DEPTH:
         return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
-    if b"\\u" not in body and b"\xed" not in body:
-        return None  # no escape and no raw surrogate bytes: nothing below can hold one
-    where = _bad_text(_documents(body))
-    if where is None:
+    if not _bad_text(body):
         return None
+    where = _where(_documents(body))
     return f"{where[:200] or 'body'}: text must not contain NUL or unpaired surrogate characters"
 
 
-def _depth(brackets: bytes) -> int:
-    depth = deepest = 0
-    for b in brackets:
-        if b in b"[{":
-            depth += 1
-            deepest = max(deepest, depth)
+def _nesting(text: bytes) -> int:
+    """How deep the brackets of ``text`` (JSON without its strings) nest."""
+    brackets = np.frombuffer(text.translate(None, _NOT_BRACKETS), dtype=np.uint8)
+    if brackets.size == 0:
+        return 0
+    opens = (brackets == ord("[")) | (brackets == ord("{"))
+    return int(np.cumsum(np.where(opens, 1, -1)).max())
+
+
+def _bad_text(body: bytes) -> bool:
+    """Whether a string of ``body`` would hold NUL or an unpaired surrogate once parsed
+    (raw NUL bytes too: JSON refuses them, other readers might not)."""
+    if b"\x00" in body or _RAW_SURROGATE.search(body):
+        return True
+    if b"\\u" not in body:
+        return False
+    if any(True for _ in _escapes(body, _NUL_ESCAPE)):
+        return True
+    high_end = None  # where the last high surrogate escape ended, while it waits for its low
+    for m in _escapes(body.lower(), _SURROGATE_ESCAPE):  # lowercase: a 3-byte literal prefix
+        if m.group(1) in b"89ab":
+            if high_end is not None:
+                return True  # a high after a high
+            high_end = m.end()
+        elif high_end != m.start():
+            return True  # a low not right after its high
         else:
-            depth -= 1
-    return deepest
+            high_end = None
+    return high_end is not None
+
+
+def _escapes(body: bytes, pattern: re.Pattern[bytes]) -> Iterator[re.Match[bytes]]:
+    """Matches of ``pattern`` (which starts with a backslash) that are real escapes: not
+    the second half of an escaped backslash (an even run of backslashes before them)."""
+    for m in pattern.finditer(body):
+        start = m.start()
+        while start > 0 and body[start - 1] == 0x5C:  # "\\"
+            start -= 1
+        if (m.start() - start) % 2 == 0:
+            yield m
 
 
 def _documents(body: bytes) -> list[Any]:
@@ -98,8 +133,8 @@ def _documents(body: bytes) -> list[Any]:
     return docs
 
 
-def _bad_text(docs: list[Any]) -> str | None:
-    """The dotted path of the first string (key or value) holding bad text, or None."""
+def _where(docs: list[Any]) -> str:
+    """The dotted path of the first string (key or value) holding bad text ("": none)."""
     stack: list[tuple[Any, str]] = [(doc, "") for doc in docs]
     while stack:
         value, path = stack.pop()
@@ -109,12 +144,12 @@ def _bad_text(docs: list[Any]) -> str | None:
         elif isinstance(value, dict):
             for key, item in value.items():
                 child = f"{path}.{key}" if path else str(key)
-                if _BAD_TEXT.search(key):
-                    return child.encode("utf-8", "backslashreplace").decode()
+                if _BAD_TEXT.search(key):  # named with the bad characters escaped
+                    return _BAD_TEXT.sub(lambda m: f"\\u{ord(m.group()):04x}", child)
                 stack.append((item, child))
         elif isinstance(value, list):
             stack.extend((item, f"{path}.{i}" if path else str(i)) for i, item in enumerate(value))
-    return None
+    return ""
 
 
 def _refuse(message: str):
