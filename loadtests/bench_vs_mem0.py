@@ -5,6 +5,7 @@
     ... --memserve-only --repo /work/baseline   # another checkout (shares this .venv)
     ... --query-embed both --memserve-only     # A/B the query routes on one commit
     ... --set MEMSERVE_CACHE_BUDGET_MB=0       # any other lever, recorded in the JSON
+    ... --variant lean:RAY_enable_metrics_collection=0   # + memserve:lean each repeat
 
 mem0 2.2.1 runs as its own REST server does (FastAPI, sync routes, one ``Memory``;
 loadtests/mem0_peer.py) in a virtualenv of its own (built once, cached), on pgvector
@@ -156,18 +157,39 @@ def summarise(w: Workload, res: dict, cpu_s: dict[str, float]) -> dict:
     return row
 
 
-def memserve_names(query_embed: str) -> list[str]:
-    """The memserve runs of one repeat: one, or one per query route (``both``)."""
+def memserve_names(query_embed: str, variants: list[str] = ()) -> list[str]:
+    """The memserve runs of one repeat: one, or one per query route (``both``), then
+    one per ``--variant``."""
     if query_embed == "both":
-        return [f"memserve:{route}" for route in QUERY_ROUTES]
-    return ["memserve"]
+        names = [f"memserve:{route}" for route in QUERY_ROUTES]
+    else:
+        names = ["memserve"]
+    return names + [f"memserve:{v.split(':', 1)[0]}" for v in variants]
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME:VAR=V[,VAR=V]`` -> (name, settings); VAR is a ``MEMSERVE_*`` or ``RAY_*``
+    variable (Ray reads its own from the environment the node starts with)."""
+    name, _, body = text.partition(":")
+    pairs = dict(p.split("=", 1) for p in body.split(",") if p)
+    if not name or name in QUERY_ROUTES or not pairs or not all(map(settable, pairs)):
+        raise ValueError(f"--variant takes NAME:MEMSERVE_X=V[,RAY_Y=W], not {text!r}")
+    return name, pairs
+
+
+def settable(var: str) -> bool:
+    return var.startswith(("MEMSERVE_", "RAY_"))
 
 
 def memserve_settings(name: str, args: argparse.Namespace) -> dict[str, str]:
-    """``MEMSERVE_*`` variables of a memserve run: ``--set`` ones, then its query route."""
+    """Variables of a memserve run: ``--set`` ones, its query route, its variant's."""
     settings = dict(item.split("=", 1) for item in args.set)
-    route = name.split(":", 1)[1] if ":" in name else args.query_embed
-    return settings | {"MEMSERVE_QUERY_EMBED": route}
+    tag = name.split(":", 1)[1] if ":" in name else None
+    variants = dict(parse_variant(v) for v in getattr(args, "variant", []))
+    route = tag if tag in QUERY_ROUTES else args.query_embed
+    if route == "both":  # a variant of a run that A/Bs the routes: the default route
+        route = QUERY_ROUTES[0]
+    return settings | {"MEMSERVE_QUERY_EMBED": route} | variants.get(tag, {})
 
 
 def one_pass(name: str, args: argparse.Namespace, plan: list[Workload], seed: int) -> dict:
@@ -280,10 +302,22 @@ def main() -> None:
         metavar="MEMSERVE_X=VALUE",
         help="a setting for memserve (repeatable): any lever, recorded in the JSON",
     )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=V[,VAR=V]",
+        help="one more memserve run per repeat, memserve:NAME, with these MEMSERVE_*/RAY_*"
+        " variables (repeatable): A/B a lever side by side on one commit",
+    )
     args = ap.parse_args()
-    if bad := [item for item in args.set if not item.startswith("MEMSERVE_") or "=" not in item]:
-        ap.error(f"--set takes MEMSERVE_NAME=VALUE, not {bad}")
-    memserves = [] if args.mem0_only else memserve_names(args.query_embed)
+    if bad := [item for item in args.set if not settable(item) or "=" not in item]:
+        ap.error(f"--set takes MEMSERVE_NAME=VALUE or RAY_NAME=VALUE, not {bad}")
+    try:
+        [parse_variant(v) for v in args.variant]
+    except ValueError as e:
+        ap.error(str(e))
+    memserves = [] if args.mem0_only else memserve_names(args.query_embed, args.variant)
     names = ["mem0"] * (not args.memserve_only) + memserves
     plan = workloads(args.quick)
     runs: dict[str, list[dict]] = {n: [] for n in names}

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from loadtests.bench_vs_mem0 import (
     HOT,
     memserve_names,
     memserve_settings,
+    parse_variant,
     print_table,
     workloads,
 )
@@ -53,3 +56,24 @@ def test_the_table_shows_every_run_and_ratios_over_the_first(capsys) -> None:
     line = next(ln for ln in out.splitlines() if ln.startswith("search, 8 clients, req/s"))
     assert line.split()[-1] == "2.00x"  # embedder over retriever
     assert f"by process role, {HOT}" in out
+
+
+def test_a_variant_is_one_more_run_with_its_own_variables() -> None:
+    a = args("both", "MEMSERVE_CACHE_BUDGET_MB=0")
+    a.variant = ["lean:RAY_enable_metrics_collection=0,MEMSERVE_RAY_DASHBOARD=false"]
+    names = memserve_names("both", a.variant)
+    assert names == ["memserve:retriever", "memserve:embedder", "memserve:lean"]
+    assert memserve_settings("memserve:lean", a) == {
+        "MEMSERVE_CACHE_BUDGET_MB": "0",
+        "MEMSERVE_QUERY_EMBED": "retriever",  # the default route, not "both"
+        "RAY_enable_metrics_collection": "0",
+        "MEMSERVE_RAY_DASHBOARD": "false",
+    }
+    assert memserve_settings("memserve:embedder", a)["MEMSERVE_QUERY_EMBED"] == "embedder"
+
+
+def test_a_variant_names_only_memserve_or_ray_variables() -> None:
+    for bad in ("lean", "lean:", "lean:PATH=/x", ":RAY_x=1", "embedder:RAY_x=1"):
+        with pytest.raises(ValueError):
+            parse_variant(bad)
+    assert parse_variant("x:RAY_a=1,MEMSERVE_B=c=d") == ("x", {"RAY_a": "1", "MEMSERVE_B": "c=d"})
