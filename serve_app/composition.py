@@ -41,6 +41,7 @@ from serve_app.store.directory import MemoryDirectory
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.keys import KeyStore
 from serve_app.store.turns import TurnStore
+from serve_app.store.users import UserDirectory
 
 log = logging.getLogger(__name__)
 Closer = Callable[[], Awaitable[None]]
@@ -75,6 +76,7 @@ class Services:
     maintenance: MaintenanceService | None = None  # dead letters, consolidation (admin)
     lifecycle: Lifecycle | None = None  # forget, access tracking, expiry purge, quotas
     tenants: TenantService | None = None  # per-tenant settings over the env defaults
+    users: UserDirectory | None = None  # the tenant's users and sessions (GET /v1/users)
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -182,6 +184,7 @@ async def build_services(
             portability=portability,
             maintenance=maintenance,
             tenants=tenants,
+            users=UserDirectory(pool),
             _closers=closers,
         )
     except BaseException:

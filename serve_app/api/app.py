@@ -19,7 +19,9 @@ from serve_app.api import (
     search,
     sessions,
     tenants,
+    users,
 )
+from serve_app.api.console import mount_console
 from serve_app.api.deps import principal
 from serve_app.api.gate import StrangerGate, public_routes
 from serve_app.api.input_guard import InputGuard
@@ -59,6 +61,7 @@ ROUTERS = (
     facts,
     portability,
     tenants,
+    users,
     mem0,
 )
 
@@ -78,14 +81,16 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     )
     app.state.services = services
     install_handlers(app)
+    console = mount_console(app)  # /console: static files, no key (the page asks for one)
     app.add_middleware(InputGuard)  # NUL, lone surrogates, deep nesting: 422 for every route
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.body_bytes)
     app.add_middleware(
         StrangerGate,
         authenticator=lambda: _authenticator(app),
-        public=lambda: public_routes(
-            app, [r for module in ROUTERS for r in module.router.routes], principal
-        ),
+        public=lambda: [
+            *public_routes(app, [r for module in ROUTERS for r in module.router.routes], principal),
+            *console,
+        ],
     )  # outside the body limit: a stranger's body is never read
     app.add_middleware(RequestMetrics)  # outermost: latency per route, 413s included
     for module in ROUTERS:

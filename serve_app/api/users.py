@@ -1,0 +1,88 @@
+"""/v1/users: the tenant's users and their sessions, for the console and operators.
+
+A user key sees only its own user; a service or admin key its tenant's (the tenant
+comes from the key, never from the request).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel
+
+from serve_app.api.deps import Caller, Svc
+from serve_app.auth import resolve_owner
+from serve_app.errors import ApiError
+from serve_app.schemas import Identifier
+
+router = APIRouter(prefix="/v1/users", tags=["users"])
+UserPath = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")]
+
+
+class UserSummary(BaseModel):
+    user_id: str
+    memories: int  # active, valid now
+    archived: int
+    facts: int  # current ones
+    sessions: int
+    pending_turns: int  # waiting for extraction
+    dead_turns: int  # dead-lettered (an admin retries them)
+    last_activity: datetime | None
+
+
+class UserList(BaseModel):
+    users: list[UserSummary]
+    next_cursor: str | None  # the next page's ``cursor`` (null: the last page)
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    turns: int
+    pending_turns: int
+    extracted_turns: int
+    dead_turns: int
+    failed_turns: int
+    started_at: datetime
+    last_turn_at: datetime
+    ended: bool
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
+
+
+def _page_limit(limit: int, services) -> int:
+    top = services.settings.limits.list_limit
+    if limit > top:
+        raise ApiError(422, "invalid_request", f"limit must be at most {top}")
+    return limit
+
+
+@router.get("", response_model=UserList)
+async def list_users(
+    caller: Caller,
+    services: Svc,
+    limit: Annotated[int, Query(ge=1)] = 50,
+    cursor: Identifier | None = None,
+):
+    """Users by id, with memory/fact/session counts and their last activity."""
+    only = caller.user_id if caller.role == "user" else None
+    rows, next_cursor = await services.users.users(
+        caller.tenant_id, only=only, after=cursor or "", limit=_page_limit(limit, services)
+    )
+    return {"users": rows, "next_cursor": next_cursor}
+
+
+@router.get("/{user_id}/sessions", response_model=SessionList)
+async def list_sessions(
+    user_id: UserPath, caller: Caller, services: Svc, limit: Annotated[int, Query(ge=1)] = 50
+):
+    """The user's sessions, latest first, with pending / extracted / dead-lettered turns."""
+    owner = resolve_owner(caller, user_id)
+    assert owner.user_id is not None
+    rows = await services.users.sessions(
+        owner.tenant_id, owner.user_id, _page_limit(limit, services)
+    )
+    return {"sessions": rows}
