@@ -86,9 +86,9 @@ async def settled(client: httpx.AsyncClient, user_id: str, sid: str, timeout: fl
     raise TimeoutError(f"{user_id}/{sid} not extracted: {status}")
 
 
-async def judge(client: httpx.AsyncClient, u: User) -> dict[str, list[int]]:
-    """Per metric, 1/0 outcomes for this user."""
-    out: dict[str, list[int]] = {"stale": [], "p_at_1": [], "as_of": []}
+async def judge(client: httpx.AsyncClient, u: User) -> dict[str, list[Any]]:
+    """Per metric, 1/0 outcomes for this user (and its misses, to read)."""
+    out: dict[str, list[Any]] = {"stale": [], "p_at_1": [], "as_of": [], "misses": []}
     for attribute, question in QUESTIONS.items():
         r = await client.post("/v1/context", json={"user_id": u.user_id, "query": question})
         r.raise_for_status()
@@ -98,6 +98,8 @@ async def judge(client: httpx.AsyncClient, u: User) -> dict[str, list[int]]:
         if current is not None:
             top = await top_hit(client, u.user_id, question)
             out["p_at_1"].append(int(top == current))
+            if top != current:
+                out["misses"].append({"q": question, "want": current, "got": top})
         for i in range(len(DATES) - 1):  # a day before each later session
             when = DATES[i + 1] - timedelta(days=1)
             expected = u.at(attribute, when)
@@ -105,6 +107,9 @@ async def judge(client: httpx.AsyncClient, u: User) -> dict[str, list[int]]:
                 continue
             top = await top_hit(client, u.user_id, question, as_of=when.isoformat())
             out["as_of"].append(int(top == expected))
+            if top != expected:
+                out["misses"].append({"q": question, "as_of": when.date().isoformat(),
+                                      "want": expected, "got": top})  # fmt: skip
     return out
 
 
@@ -178,6 +183,7 @@ async def measure(svc, fake: FakeLLM, users: list[User], model: ScriptedModel) -
             "stale_value_rate": rate([x for j in mine for x in j["stale"]]),
             "precision_at_1": rate([x for j in mine for x in j["p_at_1"]]),
             "as_of_accuracy": rate([x for j in mine for x in j["as_of"]]),
+            "misses_sample": [x for j in mine for x in j["misses"]][:8],
         }
     turns = sum(2 * len(s) for u in users for s in u.sessions)
     calls = fake.calls("extract")
@@ -199,6 +205,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--users", type=int, default=6, help="users per cohort")
     ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--no-reconcile", action="store_true", help="today's prompt (baseline)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     users = [make_user(f"ku-{c}-{c[0]}{n:02d}{rng.randrange(10**4):04d}", c, rng)
@@ -207,14 +214,20 @@ def main() -> None:
     fake = FakeLLM().start()
     fake.add_responder(model)
     try:
-        with fresh_service(MEMSERVE_LLM_BASE_URL=fake.url, **ENV) as svc:
+        env = {**ENV, "MEMSERVE_EXTRACT_RECONCILE": str(not args.no_reconcile).lower()}
+        with fresh_service(MEMSERVE_LLM_BASE_URL=fake.url, **env) as svc:
             result = asyncio.run(measure(svc, fake, users, model))
     finally:
         fake.stop()
-    result["config"] = {"users_per_cohort": args.users, "seed": args.seed,
-                        "sessions_per_user": len(DATES)}  # fmt: skip
+    result["config"] = {
+        "users_per_cohort": args.users,
+        "seed": args.seed,
+        "sessions_per_user": len(DATES),
+        "reconcile": not args.no_reconcile,
+    }
     print(json.dumps(result, indent=2))
-    print(f"wrote {write_json('bench_knowledge_update', result)}")
+    name = "bench_knowledge_update" + ("-no_reconcile" if args.no_reconcile else "")
+    print(f"wrote {write_json(name, result)}")
 
 
 if __name__ == "__main__":

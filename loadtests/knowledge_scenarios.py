@@ -35,10 +35,10 @@ DIETS = ["vegetarian", "vegan", "pescatarian", "gluten-free"]
 PLACES = ["Rome", "Kyoto", "Cairo", "Lima", "Quebec"]
 QUESTIONS = {
     "city": "Where does the user live now?",
-    "job": "What is the user's job now?",
+    "job": "Where does the user work now?",
     "diet": "What diet does the user follow now?",
-    "partner": "Who is the user's partner now?",
-    "plan": "What trip is the user planning?",
+    "partner": "Who is the user dating now?",
+    "plan": "What trip does the user plan?",
 }
 
 
@@ -93,7 +93,7 @@ def make_user(user_id: str, cohort: str, rng: random.Random) -> User:
     said(0, "job", f"I work as a {jobs[0][0]} at {jobs[0][1]}-{tag}.",
          f"The user works as a {jobs[0][0]} at {jobs[0][1]}-{tag}")  # fmt: skip
     said(0, "diet", f"Dr Lee-{tag} got me eating {diets[0]}: I'm {diets[0]} these days.",
-         f"The user is {diets[0]}")  # fmt: skip
+         f"The user follows a {diets[0]} diet")  # fmt: skip
     said(1, "partner", f"I'm dating {partners[0]}.", f"The user is dating {partners[0]}")
     said(1, "plan", f"We're flying to {place}-{tag} next Friday!",
          f"The user plans a trip to {place}-{tag} on {plan_day:%Y-%m-%d}")  # fmt: skip
@@ -102,7 +102,7 @@ def make_user(user_id: str, cohort: str, rng: random.Random) -> User:
     said(2, "job", f"I quit and now I'm a {jobs[1][0]} at {jobs[1][1]}-{tag}.",
          f"The user works as a {jobs[1][0]} at {jobs[1][1]}-{tag}")  # fmt: skip
     said(2, "diet", f"Dr Lee-{tag} agreed I switch: I'm {diets[1]} now.",
-         f"The user is {diets[1]}")  # fmt: skip
+         f"The user follows a {diets[1]} diet")  # fmt: skip
     said(3, "partner", f"{partners[0]} and I split up; I'm with {partners[1]} now.",
          f"The user is dating {partners[1]}")  # fmt: skip
     said(3, "city", f"We moved again, to {cities[2]}-{tag}.", city.format(cities[2]))
