@@ -1,0 +1,350 @@
+"""The memory console in a real browser (Debian's chromium, Playwright) against the real
+service: every view and action end to end, what a user key may see, hostile content shown
+as text, a phone's width; a screenshot of each view (tests/e2e/browser.py)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.browser import Shots, chromium_browser
+from tests.e2e.conftest import client_for
+from tests.fakes.llm_server import extraction, memory
+
+pytestmark = pytest.mark.e2e
+XSS = ('<script>window.__pwned = "script"</script>',
+       '<img src=x onerror="window.__pwned = \'img\'">')  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium_browser() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Shots:
+    return Shots(tmp_path_factory.mktemp("console-shots"))
+
+
+@pytest.fixture(scope="module")
+def admin(service):
+    with client_for(service, service.admin_key) as c:
+        yield c
+
+
+class Console:
+    """One browser tab on /console, signed in with ``key``; page errors are collected
+    (a Content-Security-Policy violation or a script error fails the test)."""
+
+    def __init__(self, browser, base_url: str, key: str, width: int = 1280) -> None:
+        self.ctx = browser.new_context(viewport={"width": width, "height": 900})
+        self.page: Page = self.ctx.new_page()
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("dialog", lambda d: d.accept())
+        self.base = base_url
+        self.page.goto(f"{base_url}/console/")
+        self.page.fill("#key", key)
+        self.page.click("#login button[type=submit]")
+        expect(self.page.locator("#signout")).to_be_visible()
+
+    def go(self, fragment: str) -> Page:
+        self.page.goto(f"{self.base}/console/#/{fragment}")
+        self.page.wait_for_load_state("networkidle")
+        return self.page
+
+    def close(self) -> None:
+        self.ctx.close()
+        # 403/404 answers the test provokes are logged by chromium as failed loads
+        bad = [e for e in self.errors if "status of 40" not in e]
+        assert bad == [], bad
+
+
+def wait_for(fn, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := fn():
+            return value
+        time.sleep(0.3)
+    raise AssertionError("timed out")
+
+
+def seed(api: httpx.Client, fake_llm, uid: str) -> dict:
+    """A user with plain, archived, edited, invalidated and hostile memories, facts with
+    history, an extracted session, a dead-lettered one and a chat request."""
+
+    def add(content: str, **kw) -> dict:
+        r = api.post("/v1/memories", json={"user_id": uid, "content": content, "infer": False,
+                                           **kw})  # fmt: skip
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    out = {"tea": add("Likes green tea in the morning", type="preference"),
+           "oslo": add("Lives in Oslo near the fjord", type="fact"),
+           "old": add("Works at Initech as a tester"),
+           "xss": [add(x) for x in XSS]}  # fmt: skip
+    q = {"user_id": uid}
+    r = api.patch(f"/v1/memories/{out['old']['id']}", params=q,
+                  json={"content": "Works at Globex as an engineer"})  # fmt: skip
+    assert r.status_code == 200, r.text
+    out["archived"] = add("Used to play the violin")
+    assert api.patch(f"/v1/memories/{out['archived']['id']}", params=q,
+                     json={"status": "archived"}).status_code == 200  # fmt: skip
+    out["retired"] = add("Owned a red bicycle")
+    r = api.patch(f"/v1/memories/{out['retired']['id']}", params=q,
+                  json={"valid_until": "2024-01-01T00:00:00Z"})  # fmt: skip
+    assert r.status_code == 200, r.text
+    for city in ("Bergen", "Oslo"):
+        r = api.put("/v1/facts", json={**q, "category": "profile", "key": "city", "value": city})
+        assert r.status_code == 200, r.text
+    fake_llm.add_rule(f"kayak-{uid}", extraction([memory(f"Paddles a kayak-{uid} on Sundays")]))
+    fake_llm.add_rule(f"POISON-{uid}", "", kind=None, status=400, message="context too long")
+    for sid, text in (("s-ok", f"I paddle my kayak-{uid} on Sundays"), ("s-bad", f"POISON-{uid}")):
+        turn = {**q, "messages": [{"role": "user", "content": text}]}
+        assert api.post(f"/v1/sessions/{sid}/turns", json=turn).status_code == 202
+        assert api.post(f"/v1/sessions/{sid}/end", json=q).status_code == 202
+    chat = {"model": "fake", "user": uid, "messages": [{"role": "user", "content": "hello"}]}
+    assert api.post("/v1/chat/completions", json=chat).status_code == 200
+    return out
+
+
+@pytest.fixture(scope="module")
+def user(api, admin, fake_llm) -> tuple[str, dict]:
+    uid = "cu_" + secrets.token_hex(5)
+    made = seed(api, fake_llm, uid)
+    dead = lambda: admin.get("/v1/admin/extraction/dead-letters", params=q(uid)).json()  # noqa: E731
+    wait_for(lambda: dead()["dead_letters"], 60)  # the poisoned session is dead-lettered
+    wait_for(lambda: api.get("/v1/sessions/s-ok", params=q(uid)).json()["pending_turns"] == 0)
+    return uid, made
+
+
+def q(uid: str) -> dict:
+    return {"user_id": uid}
+
+
+def test_operator_flows_with_a_service_key(browser, service, keys, api, user, shots):
+    uid, made = user
+    c = Console(browser, service.base_url, keys.service)
+    page = c.page
+    shots.take(page, "01-users")
+    page = c.go("users/cu_")  # the page of users after "cu_" (other tests' users before it)
+    row = page.locator("#users tr", has_text=uid)
+    counts = next(u for u in api.get("/v1/users", params={"cursor": "cu_"}).json()["users"]
+                  if u["user_id"] == uid)  # fmt: skip
+    for label in ("Memories", "Archived", "Facts", "Sessions"):
+        expect(row.locator(f"td[data-label={label}]")).to_have_text(str(counts[label.lower()]))
+    row.get_by_role("link", name=uid).click()
+    timeline = page.locator("#timeline")
+    expect(timeline).to_contain_text("Likes green tea in the morning")
+    expect(timeline).not_to_contain_text("Used to play the violin")  # archived: filtered out
+    expect(timeline).not_to_contain_text("Owned a red bicycle")  # invalidated: toggle off
+    shots.take(page, "02-user-timeline")
+    page.select_option("#filters select[name=status]", "archived")
+    expect(timeline).to_contain_text("Used to play the violin")
+    expect(timeline).not_to_contain_text("Likes green tea")
+    page.select_option("#filters select[name=status]", "active")
+    page.check("#filters input[name=invalidated]")
+    card = timeline.locator("article", has_text="Owned a red bicycle")
+    expect(card).to_contain_text("→ 2024-01-01")  # its validity interval
+    page.select_option("#filters select[name=type]", "preference")
+    expect(timeline.locator("article")).to_have_count(1)
+    expect(timeline).to_contain_text("Likes green tea")
+
+    c.go(f"user/{uid}/memory/{made['old']['id']}")
+    expect(page.locator("#history del").first).to_contain_text("Initech")
+    expect(page.locator("#history ins").first).to_contain_text("Globex")
+    shots.take(page, "03-memory-history-diff")
+
+    c.go(f"user/{uid}/facts")
+    fact = page.locator("#facts article", has_text="profile/city")
+    expect(fact.locator("p.content")).to_have_text("Oslo")
+    expect(fact.locator("span.old")).to_have_text("Bergen")  # the history: replaced value
+    shots.take(page, "04-facts")
+
+    c.go(f"user/{uid}/sessions")
+    expect(page.locator("#sessions tr", has_text="s-bad")).to_contain_text("1")
+    ok = api.get(f"/v1/users/{uid}/sessions").json()["sessions"]
+    bad = next(s for s in ok if s["session_id"] == "s-bad")
+    assert bad["dead_turns"] == 1  # what the view shows, from the API
+    expect(page.locator("#sessions tr", has_text="s-bad").locator(".badge.dead")).to_have_text("1")
+    shots.take(page, "05-sessions")
+
+    c.go(f"user/{uid}/search")
+    page.fill("#search input[name=query]", "green tea")
+    page.click("#search button[type=submit]")
+    first = page.locator("#results tbody tr").first
+    expect(first).to_contain_text("Likes green tea in the morning")
+    ask = {"user_id": uid, "query": "green tea", "mode": "hybrid", "top_k": 10, "explain": True}
+    want = api.post("/v1/search", json=ask).json()["results"][0]
+    for part in ("similarity", "lexical", "importance", "recency", "time", "expansion", "final"):
+        expect(first.locator(f"span.num.{part}")).to_have_text(f"{want['explain'][part]:.3f}")
+    shots.take(page, "06-search-explain")
+
+    c.go(f"user/{uid}/context")
+    page.fill("#context-form textarea", "Where do I live?")
+    page.click("#context-form button[type=submit]")
+    ctx = api.post("/v1/context", json={"user_id": uid, "query": "Where do I live?"}).json()
+    expect(page.locator("#context-block")).to_have_text(ctx["context"])  # the exact block
+    expect(page.locator("#context .badge.tokens")).to_have_text(f"{ctx['tokens']} tokens")
+    shots.take(page, "07-context-preview")
+
+    # Actions: edit, archive, delete through the timeline; the API sees each.
+    c.go(f"user/{uid}/memories")
+    tea = timeline.locator(f"article[data-id='{made['tea']['id']}']")
+    tea.get_by_role("button", name="Edit").click()
+    tea.locator("textarea").fill("Likes jasmine tea in the morning")
+    tea.get_by_role("button", name="Save").click()
+    expect(timeline).to_contain_text("Likes jasmine tea in the morning")
+    got = api.get(f"/v1/memories/{made['tea']['id']}", params=q(uid)).json()
+    assert got["content"] == "Likes jasmine tea in the morning" and got["version"] == 2
+    timeline.locator(f"article[data-id='{made['oslo']['id']}']").get_by_role(
+        "button", name="Archive").click()  # fmt: skip
+    expect(timeline).not_to_contain_text("Lives in Oslo")
+    assert (
+        api.get(f"/v1/memories/{made['oslo']['id']}", params=q(uid)).json()["status"] == "archived"
+    )
+    tea = timeline.locator(f"article[data-id='{made['tea']['id']}']")
+    tea.get_by_role("button", name="Delete").click()
+    expect(timeline).not_to_contain_text("jasmine")
+    assert api.get(f"/v1/memories/{made['tea']['id']}", params=q(uid)).status_code == 404
+
+    c.go(f"user/{uid}/actions")
+    page.click("#export")
+    expect(page.locator("#export-link")).to_be_visible()
+    records = int(page.locator("#export-result").inner_text().split()[0])
+    lines = api.get("/v1/export", params=q(uid)).text.strip().splitlines()
+    assert records == len(lines) > 5
+    forget = page.locator("#forget button[type=submit]")
+    expect(forget).to_be_disabled()
+    page.fill("#forget input", uid[:-1])  # a near miss does not arm it
+    expect(forget).to_be_disabled()
+    page.fill("#forget input", uid)
+    shots.take(page, "08-actions")
+    forget.click()
+    expect(page.locator("#forgotten")).to_contain_text("memories")
+    assert api.get("/v1/memories", params=q(uid)).json()["memories"] == []
+    c.close()
+
+
+def test_hostile_content_is_shown_as_text(browser, service, keys, api):
+    uid = "cx_" + secrets.token_hex(5)
+    ids = []
+    for x in XSS:
+        r = api.post("/v1/memories", json={"user_id": uid, "content": x, "infer": False})
+        ids.append(r.json()["id"])
+    api.patch(f"/v1/memories/{ids[0]}", params=q(uid), json={"content": XSS[0] + " <b>bold</b>"})
+    r = api.put("/v1/facts", json={"user_id": uid, "category": "c", "key": "k", "value": XSS[1]})
+    assert r.status_code == 200, r.text
+    c = Console(browser, service.base_url, keys.service)
+    page = c.go(f"user/{uid}/memories")
+    for x in XSS:
+        expect(page.locator("#timeline")).to_contain_text(x)  # literally, as typed
+    for view in (f"user/{uid}/memory/{ids[0]}", f"user/{uid}/facts"):
+        c.go(view)
+        expect(page.locator("main")).to_contain_text("onerror")
+    c.go(f"user/{uid}/search")
+    page.fill("#search input[name=query]", "script img onerror")
+    page.click("#search button[type=submit]")
+    expect(page.locator("#results")).to_contain_text(XSS[1])
+    assert page.evaluate("window.__pwned") is None  # the same tab all along: nothing ran
+    assert page.locator("main img, main script, main b").count() == 0
+    c.close()
+
+
+def test_a_user_key_sees_only_its_user(browser, service, api, shots):
+    me, other = "cm_" + secrets.token_hex(4), "co_" + secrets.token_hex(4)
+    for who in (me, other):
+        api.post(
+            "/v1/memories", json={"user_id": who, "content": f"secret of {who}", "infer": False}
+        )
+    key = service.add_key("msk_" + secrets.token_hex(16), "default", "user", me)
+    c = Console(browser, service.base_url, key)
+    page = c.page
+    expect(page.locator("#timeline")).to_contain_text(f"secret of {me}")  # lands on its own
+    expect(page.locator("#nav")).not_to_contain_text("Users")
+    expect(page.locator("#nav")).not_to_contain_text("Admin")
+    shots.take(page, "09-user-key-view")
+    c.go("users")  # the directory shows only the key's user: the console goes there
+    expect(page.locator("h1")).to_have_text(f"User {me}")
+    c.go(f"user/{other}/memories")
+    expect(page.locator("main")).to_contain_text("forbidden")
+    expect(page.locator("main")).not_to_contain_text(f"secret of {other}")
+    c.go("admin/keys")
+    expect(page.locator("main")).not_to_contain_text("Create key")
+    c.close()
+
+
+def test_admin_views(browser, service, api, admin, fake_llm, user, shots):
+    uid = "cd_" + secrets.token_hex(5)  # a dead letter of its own (the flows forget theirs)
+    fake_llm.add_rule(f"POISON-{uid}", "", kind=None, status=400, message="context too long")
+    turn = {**q(uid), "messages": [{"role": "user", "content": f"POISON-{uid}"}]}
+    assert api.post("/v1/sessions/s-bad/turns", json=turn).status_code == 202
+    assert api.post("/v1/sessions/s-bad/end", json=q(uid)).status_code == 202
+    dead = lambda: admin.get("/v1/admin/extraction/dead-letters", params=q(uid)).json()  # noqa: E731
+    before = wait_for(lambda: dead()["dead_letters"], 60)[0]
+    c = Console(browser, service.base_url, service.admin_key)
+    page = c.go("admin/keys")
+    page.select_option("#new-key select[name=role]", "user")
+    page.fill("#new-key input[name=user_id]", "console_made")
+    page.fill("#new-key input[name=name]", "made in the console")
+    page.click("#new-key button[type=submit]")
+    secret = page.locator("#new-secret code").inner_text()
+    made = next(k for k in admin.get("/v1/admin/keys").json()["keys"]
+                if k["name"] == "made in the console")  # fmt: skip
+    assert secret.startswith(made["prefix"]) and made["revoked_at"] is None
+    shots.take(page, "10-admin-keys")
+    page.locator(f"button[data-key='{made['id']}']").click()
+    expect(page.locator(f"button[data-key='{made['id']}']")).to_have_count(0)
+    assert admin.get(f"/v1/admin/keys/{made['id']}").json()["revoked_at"] is not None
+
+    c.go("admin/usage")
+    expect(page.locator("#usage-chart rect.barrect").first).to_be_visible()
+    shots.take(page, "11-admin-usage")
+
+    c.go("admin/dead")
+    retry = page.locator("#dead tr", has_text=uid).get_by_role("button", name="Retry")
+    shots.take(page, "12-admin-dead-letters")
+    retry.click()
+    expect(page.locator("#flash")).to_contain_text("Queued")
+    # Retried: out of the list (the scripted refusal may dead-letter it again, later)
+    wait_for(lambda: not dead()["dead_letters"] or dead()["dead_letters"][0]["dead_at"]
+             > before["dead_at"])  # fmt: skip
+
+    c.go("admin/models")
+    expect(page.locator("#models")).to_contain_text("active")
+    expect(page.locator("#models")).to_contain_text("100%")
+    shots.take(page, "13-admin-models")
+
+    c.go("admin/settings")
+    view = admin.get("/v1/admin/tenant/settings").json()
+    expect(page.locator("#settings-effective")).to_contain_text('"quotas"')
+    assert '"quotas"' in str(view).replace("'", '"')
+    shots.take(page, "14-admin-settings")
+    c.close()
+
+
+def test_phone_width(browser, service, keys, api, shots):
+    uid = "cp_" + secrets.token_hex(4)
+    for i in range(3):
+        api.post("/v1/memories", json={"user_id": uid, "content": f"phone memory {i} " + "w" * 80,
+                                       "infer": False})  # fmt: skip
+    c = Console(browser, service.base_url, keys.service, width=390)
+    for view, name in ((f"user/{uid}/memories", "15-phone-timeline"), ("users", "16-phone-users")):
+        page = c.go(view)
+        page.wait_for_selector("main h1")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 391, (view, width)  # nothing wider than the phone
+        shots.take(page, name)
+    page = c.go(f"user/{uid}/search")
+    page.fill("#search input[name=query]", "phone memory")
+    page.click("#search button[type=submit]")
+    expect(page.locator("#results")).to_contain_text("phone memory")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 391
+    shots.take(page, "17-phone-search")
+    c.close()
