@@ -137,6 +137,14 @@ class RetrievalSettings(BaseSettings):
     retrieval_shards: int = 64  # shard key = crc32(user) % shards, the multiplexed model id
     retrieval_shards_per_replica: int = 64  # Serve multiplexing: shards a replica keeps warm
     pg_exact_scan_max: int = 5_000  # owners up to this size: exact scan via the owner btree
+    # A global pgvector HNSW index on the vector tables (m, ef_construction below). Off:
+    # every query is per owner, so the owner btree answers all of them exactly, and a
+    # write skips HNSW insertion (issue 23, loadtests/bench_insert.py at 100k rows: a
+    # 100-row insert 12 ms vs 1.6 s, cold 10k-row owner p50 23 ms either way, recall@10
+    # 1.0 vs 0.96). On for owners far above pg_exact_scan_max that are often cold.
+    pg_hnsw: bool = False
+    pg_hnsw_m: int = 16
+    pg_hnsw_ef_construction: int = 64
     dense_depth: int = 100  # dense candidates fused per search (at least 3 x top_k)
     lexical_depth: int = 100  # lexical candidates fused per search
     # Hybrid fusion on cached owners (RRF always when cold).

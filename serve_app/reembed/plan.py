@@ -22,7 +22,9 @@ def plan_models(settings: Settings, dsn: str, spec: ModelSpec) -> ModelFacts:
     too, it still embeds queries) and the configured one fills in the background.
     """
     wanted = Wanted(spec.table_slug, settings.embed.model, spec.name, spec.dim)
-    ensure_table(dsn, wanted.slug, wanted.dim)
+    r = settings.retrieval
+    hnsw = (r.pg_hnsw_m, r.pg_hnsw_ef_construction) if r.pg_hnsw else None
+    ensure_table(dsn, wanted.slug, wanted.dim, hnsw=hnsw)
     active, filling = reconcile(
         dsn, wanted, lambda slug: known_spec(slug, settings), margin_s=settings.reembed.margin_s
     )
