@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
+from serve_app.responses import UsageResponse, UsageRow
 from serve_app.schemas import ErrorResponse, Identifier, at_most, said_time
 from serve_app.services.chat import ChatCall
 
@@ -125,19 +126,6 @@ async def chat_completions(
         occurred_at=occurred_at,
     )
     return await services.chat.complete(call)
-
-
-class UsageRow(BaseModel):
-    key_id: str
-    day: str
-    requests: int
-    refused: int
-    prompt_tokens: int
-    completion_tokens: int
-
-
-class UsageResponse(BaseModel):
-    usage: list[UsageRow]
 
 
 @router.get("/chat/usage", response_model=UsageResponse)

@@ -5,37 +5,16 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated
-from uuid import UUID
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
+from serve_app.responses import Fact, FactList
 from serve_app.schemas import NO_NUL, DeletedCount, Identifier, StrictModel, event_time
 
 router = APIRouter(prefix="/v1/facts", tags=["facts"])
-
-
-class Fact(BaseModel):
-    id: UUID
-    category: str
-    key: str
-    value: str
-    confidence: float
-    active: bool
-    source: str
-    session_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    superseded_at: datetime | None = None
-    superseded_by: UUID | None = None
-    valid_from: datetime | None = None  # when the value became true (null: unknown)
-    valid_until: datetime | None = None  # when it stopped (its successor's valid_from)
-
-
-class FactList(BaseModel):
-    facts: list[Fact]
 
 
 class FactSet(StrictModel):

@@ -6,16 +6,17 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from serve_app.api.deps import Svc
+from serve_app.responses import Health, Readiness
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_model=Health)
 async def healthz():
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=Readiness)
 async def readyz(services: Svc):
     """Ready when the database answers; also reports each component."""
     ok, components = await services.health.readiness()

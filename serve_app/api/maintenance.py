@@ -14,6 +14,7 @@ from serve_app.api.admin import Admin
 from serve_app.api.deps import Svc
 from serve_app.composition import Services
 from serve_app.errors import ApiError
+from serve_app.responses import ConsolidationReport, DeadLetterList, Retried
 from serve_app.services.maintenance import MaintenanceService
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -34,7 +35,7 @@ def _maintenance(services: Services) -> MaintenanceService:
     return services.maintenance
 
 
-@router.get("/extraction/dead-letters")
+@router.get("/extraction/dead-letters", response_model=DeadLetterList)
 async def list_dead_letters(
     caller: Admin,
     services: Svc,
@@ -46,14 +47,14 @@ async def list_dead_letters(
     return {"dead_letters": rows}
 
 
-@router.post("/extraction/dead-letters/retry")
+@router.post("/extraction/dead-letters/retry", response_model=Retried)
 async def retry_dead_letters(body: RetryRequest, caller: Admin, services: Svc) -> dict[str, Any]:
     """Queue dead-lettered batches again with fresh attempts (all, one user, one session)."""
     sessions = await _maintenance(services).retry(caller.tenant_id, body.user_id, body.session_id)
     return {"retried": sessions}
 
 
-@router.post("/consolidate")
+@router.post("/consolidate", response_model=ConsolidationReport)
 async def consolidate_user(body: ConsolidateRequest, caller: Admin, services: Svc) -> dict:
     """Run consolidation (merge, insights, digests, decay) for one user now."""
     return await _maintenance(services).consolidate(caller.tenant_id, body.user_id)

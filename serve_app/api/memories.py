@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
+from serve_app.responses import QueuedJob
 from serve_app.schemas import (
     MAX_ROW_VERSION,
     DeletedCount,
@@ -32,23 +33,12 @@ from serve_app.services.memories import read_owner, write_owner
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 UserQuery = Annotated[Identifier | None, Query(description="required with a service key")]
 
-QUEUED_SCHEMA = {
-    "type": "object",
-    "properties": {"status": {"type": "string"}, "job_id": {"type": "string"}},
-    "required": ["status", "job_id"],
-}
-
 
 @router.post(
     "",
     status_code=201,
     response_model=Memory,
-    responses={
-        202: {
-            "description": "infer: true: queued for extraction",
-            "content": {"application/json": {"schema": QUEUED_SCHEMA}},
-        }
-    },
+    responses={202: {"model": QueuedJob, "description": "infer: true: queued for extraction"}},
 )
 async def create_memory(body: MemoryCreate, caller: Caller, services: Svc):
     """201 with the memory; with ``infer: true`` (and an LLM configured) 202

@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from serve_app.api.admin import Admin
 from serve_app.api.deps import Svc
 from serve_app.errors import ApiError
+from serve_app.responses import ModelDropped, ModelList
 from serve_app.store.model_registry import DropRefused, drop_retired, models
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def _operator(caller: Admin, services: Svc) -> None:
         raise ApiError(403, "forbidden", "embedding models are managed by the default tenant")
 
 
-@router.get("")
+@router.get("", response_model=ModelList)
 async def list_models(caller: Admin, services: Svc) -> dict:
     """Every vector table: state (active, filling, retired) and re-embed progress."""
     _operator(caller, services)
@@ -35,7 +36,7 @@ async def list_models(caller: Admin, services: Svc) -> dict:
     return {"models": [r.as_dict() for r in rows]}
 
 
-@router.delete("/{slug}")
+@router.delete("/{slug}", response_model=ModelDropped)
 async def drop_model(slug: str, caller: Admin, services: Svc) -> dict:
     """Drop a retired model's vector table (409 while it serves, fills or a switch settles)."""
     _operator(caller, services)

@@ -11,6 +11,7 @@ from serve_app.api.deps import Caller, Svc
 from serve_app.api.memories import UserQuery
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
+from serve_app.responses import ImportReport
 from serve_app.services.portability import parse
 
 router = APIRouter(prefix="/v1", tags=["portability"])
@@ -35,7 +36,7 @@ async def export(caller: Caller, services: Svc, user_id: UserQuery = None):
     )
 
 
-@router.post("/import")
+@router.post("/import", response_model=ImportReport)
 async def import_(request: Request, caller: Caller, services: Svc, user_id: UserQuery = None):
     """Load an export (ours, or mem0's ``get_all`` output) into the user, all or nothing:
     every record is validated first (a bad one is a 422 naming its line), then memories

@@ -12,10 +12,11 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
+from serve_app.responses import SessionEnded, SessionStatus, TurnsAccepted
 from serve_app.schemas import Identifier, StrictModel, at_most, check_content, said_time
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -46,28 +47,6 @@ class TurnsRequest(StrictModel):
 class EndRequest(StrictModel):
     user_id: Identifier | None = None
     agent_id: Identifier | None = None
-
-
-class TurnsAccepted(BaseModel):
-    session_id: str
-    accepted: int
-    turn_range: list[int]
-    extraction: str  # scheduled | buffered | raw (no LLM: stored as episodic turns)
-
-
-class SessionEnded(BaseModel):
-    session_id: str
-    pending_turns: int
-    extraction: str
-
-
-class SessionStatus(BaseModel):
-    session_id: str
-    turns: int
-    pending_turns: int
-    failed_turns: int
-    compressed_turns: int
-    ended: bool
 
 
 @router.post("/{session_id}/turns", status_code=202, response_model=TurnsAccepted)

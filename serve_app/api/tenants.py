@@ -11,45 +11,20 @@ every replica at once (NOTIFY).
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Annotated, Any
-from uuid import UUID
 
 from fastapi import APIRouter, Body, Header, Query
-from pydantic import BaseModel
 
 from serve_app.api.admin import Admin
 from serve_app.api.deps import Svc
 from serve_app.api.memories import parse_if_match
+from serve_app.responses import SettingsHistory, TenantSettingsView
 from serve_app.schemas import MAX_ROW_VERSION
 from serve_app.tenancy import TenantSettings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/admin/tenant", tags=["admin"])
 IfMatch = Annotated[str | None, Header(description='the settings version: "3"')]
-
-
-class TenantSettingsView(BaseModel):
-    tenant_id: str
-    version: int  # 0: never changed (the environment's values throughout)
-    updated_at: datetime | None
-    updated_by: UUID | None  # the admin key; None: the operator's CLI
-    settings: dict[str, Any]  # what the tenant set
-    effective: TenantSettings  # what applies: the environment's values with those on top
-
-
-class SettingsChange(BaseModel):
-    version: int
-    changed_at: datetime
-    changed_by: UUID | None
-    actor: str
-    changes: list[dict[str, Any]]  # [{"field": "quotas.max_memories_per_user", "old", "new"}]
-    old: dict[str, Any]
-    new: dict[str, Any]
-
-
-class SettingsHistory(BaseModel):
-    changes: list[SettingsChange]
 
 
 @router.get("/settings", response_model=TenantSettingsView)

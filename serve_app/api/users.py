@@ -6,51 +6,18 @@ comes from the key, never from the request).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
+from serve_app.responses import SessionList, UserList
 from serve_app.schemas import Identifier
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 UserPath = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")]
-
-
-class UserSummary(BaseModel):
-    user_id: str
-    memories: int  # active, valid now
-    archived: int
-    facts: int  # current ones
-    sessions: int
-    pending_turns: int  # waiting for extraction
-    dead_turns: int  # dead-lettered (an admin retries them)
-    last_activity: datetime | None
-
-
-class UserList(BaseModel):
-    users: list[UserSummary]
-    next_cursor: str | None  # the next page's ``cursor`` (null: the last page)
-
-
-class SessionSummary(BaseModel):
-    session_id: str
-    turns: int
-    pending_turns: int
-    extracted_turns: int
-    dead_turns: int
-    failed_turns: int
-    started_at: datetime
-    last_turn_at: datetime
-    ended: bool
-
-
-class SessionList(BaseModel):
-    sessions: list[SessionSummary]
 
 
 def _page_limit(limit: int, services) -> int:

@@ -13,14 +13,14 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-CHUNK_BYTES = 512 * 1024  # well under the default 1 MiB body limit
-CHUNK_RECORDS = 2000  # under the default MEMSERVE_MAX_IMPORT_RECORDS (5000)
+from serve_app.client.chunks import CHUNK_BYTES, chunks, groups, records
+
+__all__ = ["add_parsers", "chunks", "groups", "main"]
 
 
 def add_parsers(sub: Any) -> None:
@@ -61,67 +61,6 @@ def export(client: httpx.Client, params: dict[str, str], out: str) -> None:
         finally:
             if sink is not sys.stdout.buffer:
                 sink.close()
-
-
-def records(text: str) -> list[str]:
-    """One JSON record per line: a single JSON document (mem0) is split into its records."""
-    stripped = text.strip()
-    if stripped[:1] in ("[", "{"):
-        try:
-            whole = json.loads(stripped)
-        except ValueError:
-            whole = None  # JSON Lines
-        if isinstance(whole, dict) and isinstance(whole.get("results"), list):
-            whole = whole["results"]
-        if isinstance(whole, list):
-            return [json.dumps(r) for r in whole]
-        if isinstance(whole, dict):
-            return [json.dumps(whole)]
-    return [line for line in text.splitlines() if line.strip()]
-
-
-def groups(lines: list[str]) -> list[list[str]]:
-    """Lines that must go in one request: a memory and its history events (the import
-    attributes them to the memory's new id), a fact's versions; anything else alone."""
-    out: list[list[str]] = []
-    by_key: dict[tuple[str, str], list[str]] = {}
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None  # the server names the bad line
-        if not isinstance(record, dict):
-            out.append([line])
-            continue
-        kind = record.get("kind")
-        if kind == "memory" and record.get("id"):
-            by_key[("memory", str(record["id"]))] = group = [line]
-            out.append(group)
-        elif kind == "history" and ("memory", str(record.get("memory_id"))) in by_key:
-            by_key[("memory", str(record.get("memory_id")))].append(line)
-        elif kind == "fact":
-            key = ("fact", f"{record.get('category')}/{record.get('key')}")
-            if key not in by_key:
-                by_key[key] = []
-                out.append(by_key[key])
-            by_key[key].append(line)
-        else:
-            out.append([line])
-    return out
-
-
-def chunks(lines: list[str], limit: int, max_records: int = CHUNK_RECORDS) -> Iterator[str]:
-    batch: list[str] = []
-    size = 0
-    for group in groups(lines):
-        n = sum(len(line.encode()) + 1 for line in group)
-        if batch and (size + n > limit or len(batch) + len(group) > max_records):
-            yield "\n".join(batch) + "\n"
-            batch, size = [], 0
-        batch.extend(group)
-        size += n
-    if batch:
-        yield "\n".join(batch) + "\n"
 
 
 def import_(client: httpx.Client, params: dict[str, str], text: str, limit: int) -> dict:

@@ -3,20 +3,32 @@
 Each endpoint is a static function building the ``Call`` (method, path, query,
 body, result type); ``Endpoint`` turns it into a method of whichever client reads
 it. Unset (None) arguments are left out so the service applies its defaults.
+Memories, retrieval and health are here; sessions, facts, users, chat and
+export/import in ``api_data``; admin calls in ``api_admin``; ``routes`` maps each
+route of the service to its methods.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
-from serve_app.client.call import Call, Message, clean, to_messages, with_body, with_params
+from serve_app.client.api_admin import AdminApi
+from serve_app.client.api_data import DataApi
+from serve_app.client.call import (
+    Call,
+    Message,
+    clean,
+    if_match_header,
+    to_messages,
+    with_body,
+    with_params,
+)
 from serve_app.client.endpoint import Endpoint
+from serve_app.responses import Health, QueuedJob, Readiness
 from serve_app.schemas import (
-    ApiKeyCreated,
-    ApiKeyInfo,
-    ApiKeyList,
     ContextResponse,
     DeletedCount,
     HistoryResponse,
@@ -29,16 +41,18 @@ from serve_app.schemas import (
 Json = dict[str, Any]
 
 
-class Api:
+class Api(DataApi, AdminApi):
     """The API's calls, independent of sync/async transport."""
 
     # memories
     @Endpoint
     @staticmethod
-    def add(content: str, *, user_id: str | None = None, **fields: Any) -> Call[Memory]:
-        """``fields``: type, tags, metadata, importance, agent_id, session_id (MemoryCreate)."""
+    def add(content: str, *, user_id: str | None = None, **fields: Any) -> Call[Memory | QueuedJob]:
+        """``fields``: type, tags, metadata, importance, agent_id, session_id, valid_from,
+        supersedes, infer (MemoryCreate); ``infer: true`` answers a ``QueuedJob``."""
         body = {"user_id": user_id, "content": content, **fields}
-        return with_body("POST", "/v1/memories", body, Memory)
+        call = with_body("POST", "/v1/memories", body, Memory)
+        return replace(call, by_status={202: QueuedJob})
 
     @Endpoint
     @staticmethod
@@ -55,11 +69,17 @@ class Api:
     @Endpoint
     @staticmethod
     def update(
-        memory_id: UUID | str, *, user_id: str | None = None, **changes: Any
+        memory_id: UUID | str,
+        *,
+        user_id: str | None = None,
+        if_match: int | None = None,
+        **changes: Any,
     ) -> Call[Memory]:
-        """``changes`` are sent as given: an explicit None is sent, not left out."""
+        """``changes`` are sent as given: an explicit None is sent, not left out.
+        ``if_match``: the version read (409 if the memory changed since)."""
         params = clean({"user_id": user_id})
-        return Call("PATCH", f"/v1/memories/{memory_id}", params=params, json=changes, model=Memory)
+        path, headers = f"/v1/memories/{memory_id}", if_match_header(if_match)
+        return Call("PATCH", path, params=params, json=changes, model=Memory, headers=headers)
 
     @Endpoint
     @staticmethod
@@ -110,60 +130,15 @@ class Api:
             body["history"] = to_messages(history)
         return with_body("POST", "/v1/context", body, ContextResponse)
 
-    # sessions and facts (their shapes belong to the extraction API: plain dicts)
-    @Endpoint
-    @staticmethod
-    def add_turns(
-        session_id: str,
-        messages: Iterable[Message],
-        *,
-        user_id: str | None = None,
-        **options: Any,
-    ) -> Call[Json | None]:
-        body = {"user_id": user_id, "messages": to_messages(messages), **options}
-        return with_body("POST", f"/v1/sessions/{session_id}/turns", body)
-
-    @Endpoint
-    @staticmethod
-    def end_session(session_id: str, *, user_id: str | None = None) -> Call[Json | None]:
-        return with_body("POST", f"/v1/sessions/{session_id}/end", {"user_id": user_id})
-
-    @Endpoint
-    @staticmethod
-    def facts(*, user_id: str | None = None, **filters: Any) -> Call[Json]:
-        return with_params("GET", "/v1/facts", {"user_id": user_id, **filters})
-
-    # admin
-    @Endpoint
-    @staticmethod
-    def create_key(role: str, *, user_id: str | None = None, **options: Any) -> Call[ApiKeyCreated]:
-        body = {"role": role, "user_id": user_id, **options}
-        return with_body("POST", "/v1/admin/keys", body, ApiKeyCreated)
-
-    @Endpoint
-    @staticmethod
-    def list_keys() -> Call[ApiKeyList]:
-        return Call("GET", "/v1/admin/keys", model=ApiKeyList)
-
-    @Endpoint
-    @staticmethod
-    def get_key(key_id: UUID | str) -> Call[ApiKeyInfo]:
-        return Call("GET", f"/v1/admin/keys/{key_id}", model=ApiKeyInfo)
-
-    @Endpoint
-    @staticmethod
-    def revoke_key(key_id: UUID | str) -> Call[None]:
-        return Call("DELETE", f"/v1/admin/keys/{key_id}")
-
     # health
     @Endpoint
     @staticmethod
-    def health() -> Call[Json]:
+    def health() -> Call[Health]:
         """Liveness: answers while the process serves HTTP."""
-        return Call("GET", "/healthz")
+        return Call("GET", "/healthz", model=Health)
 
     @Endpoint
     @staticmethod
-    def ready() -> Call[Json]:
+    def ready() -> Call[Readiness]:
         """Each component's state; ``Unavailable`` (503) while the database does not answer."""
-        return Call("GET", "/readyz")
+        return Call("GET", "/readyz", model=Readiness)

@@ -4,12 +4,15 @@ An endpoint is a function that builds a ``Call``. Read from a client it becomes 
 method with the same signature that sends the call through the client's ``_run``:
 ``MemserveClient.add(...)`` returns the result, ``AsyncMemserveClient.add(...)``
 an awaitable of it. The overloads of ``__get__`` tell type checkers which.
+``Stream`` is the same for an answer read line by line (``Call.lines``): an iterator
+of its items from the sync client, an async iterator from the async one; the request
+is sent when iteration starts.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from serve_app.client.call import Call
@@ -48,13 +51,34 @@ class Endpoint(Generic[P, T]):
     def __get__(self, client: Any, owner: type | None = None) -> Any:
         if client is None:
             return self
-        build, run = self.build, client._run
+        build, run, stream = self.build, client._run, client._stream
 
         def method(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return run(build(*args, **kwargs))
+            call = build(*args, **kwargs)
+            return stream(call) if call.lines is not None else run(call)
 
         method.__name__ = self.name
         method.__qualname__ = f"{type(client).__name__}.{self.name}"
         method.__doc__ = self.__doc__
         method.__signature__ = self.__signature__  # type: ignore[attr-defined]
         return method
+
+
+class Stream(Endpoint[P, T]):
+    """An endpoint whose answer is streamed: ``T`` is the type of each item."""
+
+    @overload
+    def __get__(self, client: None, owner: type | None = None) -> Stream[P, T]: ...
+
+    @overload
+    def __get__(
+        self, client: AsyncMemserveClient, owner: type | None = None
+    ) -> Callable[P, AsyncIterator[T]]: ...
+
+    @overload
+    def __get__(
+        self, client: MemserveClient, owner: type | None = None
+    ) -> Callable[P, Iterator[T]]: ...
+
+    def __get__(self, client: Any, owner: type | None = None) -> Any:
+        return super().__get__(client, owner)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -23,6 +25,7 @@ from serve_app.client import (
     NotFound,
     RateLimited,
 )
+from serve_app.client.routes import ROUTES
 from serve_app.schemas import DeletedCount
 
 
@@ -31,7 +34,9 @@ class Recorder:
     """What the server saw, and what it answers next."""
 
     url: str
-    seen: list[tuple[str, str, dict[str, str], Any, str]] = field(default_factory=list)
+    seen: list[tuple[str, str, dict[str, str], Any, str, dict[str, str]]] = field(
+        default_factory=list
+    )
     status: int = 204
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -45,9 +50,12 @@ def server() -> Iterator[Recorder]:
         def _any(self) -> None:
             url = urlsplit(self.path)
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            body = json.loads(raw) if raw else None
+            ndjson = self.headers.get("content-type") == "application/x-ndjson"
+            body = (raw.decode() if ndjson else json.loads(raw)) if raw else None
             auth = self.headers.get("authorization", "")
-            rec.seen.append((self.command, url.path, dict(parse_qsl(url.query)), body, auth))
+            extra = {k: v for k, v in self.headers.items() if k.lower() in MARKED}
+            query = dict(parse_qsl(url.query))
+            rec.seen.append((self.command, url.path, query, body, auth, extra))
             out = b"" if rec.body is None else json.dumps(rec.body).encode()
             self.send_response(rec.status)
             for k, v in rec.headers.items():
@@ -56,7 +64,7 @@ def server() -> Iterator[Recorder]:
             self.end_headers()
             self.wfile.write(out)
 
-        do_GET = do_POST = do_PATCH = do_DELETE = _any
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _any
 
         def log_message(self, *args: object) -> None:
             pass
@@ -71,10 +79,12 @@ def server() -> Iterator[Recorder]:
 
 
 MID = "0b7e4f3c-2f0e-4a53-9d6f-1d2b3c4d5e6f"
+MARKED = {"if-match", "x-memserve-session", "x-memserve-agent", "x-memserve-occurred-at"}
+WHEN = datetime(2026, 3, 1, 12, tzinfo=UTC)
 U = {"user_id": "u1"}
 
-# (method name, args, kwargs) -> (HTTP method, path, query, JSON body)
-CALLS: list[tuple[str, tuple, dict, tuple[str, str, dict, Any]]] = [
+# (method name, args, kwargs, (HTTP method, path, query, JSON body)[, headers it sets])
+CALLS: list[tuple] = [
     ("add", ("I like tea",), {**U, "tags": ["t"], "type": None},
      ("POST", "/v1/memories", {}, {"user_id": "u1", "content": "I like tea", "tags": ["t"]})),
     ("add_batch", ([{"content": "a"}],), U,
@@ -106,24 +116,64 @@ CALLS: list[tuple[str, tuple, dict, tuple[str, str, dict, Any]]] = [
     ("revoke_key", (MID,), {}, ("DELETE", f"/v1/admin/keys/{MID}", {}, None)),
     ("health", (), {}, ("GET", "/healthz", {}, None)),
     ("ready", (), {}, ("GET", "/readyz", {}, None)),
+    ("update", (MID,), {"if_match": 3, "content": "x"},
+     ("PATCH", f"/v1/memories/{MID}", {}, {"content": "x"}), {"If-Match": '"3"'}),
+    ("session_status", ("s1",), U, ("GET", "/v1/sessions/s1", U, None)),
+    ("add_turns", ("s1", [{"role": "user", "content": "hi", "occurred_at": WHEN}]), {},
+     ("POST", "/v1/sessions/s1/turns", {}, {"messages": [
+         {"role": "user", "content": "hi", "occurred_at": "2026-03-01T12:00:00+00:00"}]})),
+    ("facts", (), {**U, "include_inactive": True, "as_of": WHEN},
+     ("GET", "/v1/facts", {**U, "include_inactive": "true",
+                           "as_of": "2026-03-01T12:00:00+00:00"}, None)),
+    ("set_fact", ("diet", "style", "vegan"), {**U, "valid_from": WHEN},
+     ("PUT", "/v1/facts", {}, {"user_id": "u1", "category": "diet", "key": "style",
+                               "value": "vegan", "valid_from": "2026-03-01T12:00:00+00:00"})),
+    ("delete_facts", (), {**U, "category": "diet"},
+     ("DELETE", "/v1/facts", {**U, "category": "diet"}, None)),
+    ("users", (), {"limit": 2, "cursor": "bob"},
+     ("GET", "/v1/users", {"limit": "2", "cursor": "bob"}, None)),
+    ("user_sessions", ("u1",), {"limit": 3},
+     ("GET", "/v1/users/u1/sessions", {"limit": "3"}, None)),
+    ("chat", ([("user", "hi")],), {"model": "m", "session_id": "s", "temperature": 0.1},
+     ("POST", "/v1/chat/completions", {}, {"model": "m", "temperature": 0.1, "messages": [
+         {"role": "user", "content": "hi"}], "stream": False}), {"X-Memserve-Session": "s"}),
+    ("chat_usage", (), {}, ("GET", "/v1/chat/usage", {}, None)),
+    ("import_", ([{"kind": "memory", "content": "a"}, '{"kind": "fact"}'],), U,
+     ("POST", "/v1/import", U, '{"kind": "memory", "content": "a"}\n{"kind": "fact"}\n')),
+    ("erase_tenant", ("t1",), {}, ("DELETE", "/v1/admin/data", {"confirm": "t1"}, None)),
+    ("tenant_settings", (), {}, ("GET", "/v1/admin/tenant/settings", {}, None)),
+    ("replace_tenant_settings", ({"chat_models": ["a"]},), {"if_match": 2},
+     ("PUT", "/v1/admin/tenant/settings", {}, {"chat_models": ["a"]}), {"If-Match": '"2"'}),
+    ("patch_tenant_settings", ({"quotas": None},), {},
+     ("PATCH", "/v1/admin/tenant/settings", {}, {"quotas": None})),
+    ("tenant_settings_history", (), {"before": 4},
+     ("GET", "/v1/admin/tenant/settings/history", {"before": "4"}, None)),
+    ("models", (), {}, ("GET", "/v1/admin/models", {}, None)),
+    ("drop_model", ("e5",), {}, ("DELETE", "/v1/admin/models/e5", {}, None)),
+    ("dead_letters", (), {**U, "limit": 5},
+     ("GET", "/v1/admin/extraction/dead-letters", {**U, "limit": "5"}, None)),
+    ("retry_dead_letters", (), {"session_id": "s1"},
+     ("POST", "/v1/admin/extraction/dead-letters/retry", {}, {"session_id": "s1"})),
+    ("consolidate", ("u1",), {}, ("POST", "/v1/admin/consolidate", {}, U)),
 ]  # fmt: skip
+STREAMED = {"export", "chat_stream", "import_all"}  # see test_streams.py
 
 
 def test_every_public_method_has_a_request_case():
     public = {n for n in dir(MemserveClient) if not n.startswith("_")} - {"close"}
-    assert public == {name for name, *_ in CALLS}
+    assert public == {name for name, *_ in CALLS} | STREAMED
     assert public == {n for n in dir(AsyncMemserveClient) if not n.startswith("_")} - {"aclose"}
 
 
 async def test_sync_and_async_send_the_same_requests(server: Recorder):
-    expected = [(*want, "Bearer k1") for *_, want in CALLS]
+    expected = [(*case[3], "Bearer k1", case[4] if len(case) > 4 else {}) for case in CALLS]
     with MemserveClient(server.url, "k1") as m:
-        for name, args, kwargs, _ in CALLS:
+        for name, args, kwargs, *_ in CALLS:
             assert getattr(m, name)(*args, **kwargs) is None  # 204: no body
     assert server.seen == expected
     server.seen.clear()
     async with AsyncMemserveClient(server.url, "k1") as am:
-        for name, args, kwargs, _ in CALLS:
+        for name, args, kwargs, *_ in CALLS:
             assert await getattr(am, name)(*args, **kwargs) is None
     assert server.seen == expected
 
@@ -133,7 +183,7 @@ async def test_answers_become_typed_results_and_errors(server: Recorder):
     m, am = MemserveClient(server.url), AsyncMemserveClient(server.url)
     assert m.delete_scope(user_id="u") == DeletedCount(deleted=3)
     assert await am.delete_scope(user_id="u") == DeletedCount(deleted=3)
-    assert m.facts() == {"deleted": 3}  # no model: the JSON as is
+    assert m.chat([("user", "hi")]) == {"deleted": 3}  # no model: the JSON as is
     assert server.seen[0][4] == ""  # no key: no Authorization header
     server.status, server.body = 404, {"error": {"code": "not_found", "message": "gone"}}
     with pytest.raises(NotFound, match="gone"):
@@ -158,3 +208,13 @@ def test_methods_keep_their_names_docs_and_signatures():
         inspect.signature(m.add_turns).parameters["messages"].kind.name == "POSITIONAL_OR_KEYWORD"
     )
     m.close()
+
+
+def template(path: str) -> re.Pattern[str]:
+    return re.compile("^" + re.sub(r"\\{[a-z_]+\\}", "[^/]+", re.escape(path)) + "$")
+
+
+def test_each_method_sends_the_route_the_table_maps_it_to():
+    by_name = {n: route for route, names in ROUTES.items() for n in names}
+    for name, _, _, (method, path, *_), *_ in CALLS:
+        assert by_name[name][0] == method and template(by_name[name][1]).match(path), name

@@ -1,0 +1,130 @@
+"""``AdminApi``: the admin key's calls (keys, tenant settings and data, embedding models,
+extraction dead letters, consolidation); see ``api``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from serve_app.client.call import Call, if_match_header, with_body, with_params
+from serve_app.client.endpoint import Endpoint
+from serve_app.responses import (
+    ConsolidationReport,
+    DeadLetterList,
+    ModelDropped,
+    ModelList,
+    Retried,
+    SettingsHistory,
+    TenantSettingsView,
+)
+from serve_app.schemas import ApiKeyCreated, ApiKeyInfo, ApiKeyList, DeletedCount
+
+SETTINGS = "/v1/admin/tenant/settings"
+
+
+class AdminApi:
+    """Calls that need an admin key; each acts within the key's own tenant."""
+
+    # keys
+    @Endpoint
+    @staticmethod
+    def create_key(role: str, *, user_id: str | None = None, **options: Any) -> Call[ApiKeyCreated]:
+        """``options``: name, rate_limit_per_s. The secret (``key``) is shown only here."""
+        body = {"role": role, "user_id": user_id, **options}
+        return with_body("POST", "/v1/admin/keys", body, ApiKeyCreated)
+
+    @Endpoint
+    @staticmethod
+    def list_keys() -> Call[ApiKeyList]:
+        return Call("GET", "/v1/admin/keys", model=ApiKeyList)
+
+    @Endpoint
+    @staticmethod
+    def get_key(key_id: UUID | str) -> Call[ApiKeyInfo]:
+        return Call("GET", f"/v1/admin/keys/{key_id}", model=ApiKeyInfo)
+
+    @Endpoint
+    @staticmethod
+    def revoke_key(key_id: UUID | str) -> Call[None]:
+        return Call("DELETE", f"/v1/admin/keys/{key_id}")
+
+    # tenant
+    @Endpoint
+    @staticmethod
+    def erase_tenant(confirm: str) -> Call[DeletedCount]:
+        """Erase every memory, fact, turn and session of the tenant (its keys stay);
+        ``confirm`` must repeat the tenant id."""
+        return with_params("DELETE", "/v1/admin/data", {"confirm": confirm}, DeletedCount)
+
+    @Endpoint
+    @staticmethod
+    def tenant_settings() -> Call[TenantSettingsView]:
+        """The tenant's overrides, their version and the effective settings."""
+        return Call("GET", SETTINGS, model=TenantSettingsView)
+
+    @Endpoint
+    @staticmethod
+    def replace_tenant_settings(
+        settings: Mapping[str, Any], *, if_match: int | None = None
+    ) -> Call[TenantSettingsView]:
+        """Replace the overrides (what ``settings`` leaves out: the environment's value);
+        ``if_match``: the version read (409 if they changed since)."""
+        headers = if_match_header(if_match)
+        return Call("PUT", SETTINGS, json=dict(settings), model=TenantSettingsView, headers=headers)
+
+    @Endpoint
+    @staticmethod
+    def patch_tenant_settings(
+        patch: Mapping[str, Any], *, if_match: int | None = None
+    ) -> Call[TenantSettingsView]:
+        """A JSON merge patch of the overrides (``None``: back to the environment's)."""
+        headers = if_match_header(if_match)
+        return Call("PATCH", SETTINGS, json=dict(patch), model=TenantSettingsView, headers=headers)
+
+    @Endpoint
+    @staticmethod
+    def tenant_settings_history(
+        *, limit: int | None = None, before: int | None = None
+    ) -> Call[SettingsHistory]:
+        """Every change, newest first; ``before``: versions older than this."""
+        params = {"limit": limit, "before": before}
+        return with_params("GET", f"{SETTINGS}/history", params, SettingsHistory)
+
+    # embedding models (the default tenant's admin only: the tables are shared)
+    @Endpoint
+    @staticmethod
+    def models() -> Call[ModelList]:
+        """Every vector table: state (active, filling, retired) and re-embed progress."""
+        return Call("GET", "/v1/admin/models", model=ModelList)
+
+    @Endpoint
+    @staticmethod
+    def drop_model(slug: str) -> Call[ModelDropped]:
+        """Drop a retired model's vector table (409 while it serves or fills)."""
+        return Call("DELETE", f"/v1/admin/models/{slug}", model=ModelDropped)
+
+    # extraction and consolidation
+    @Endpoint
+    @staticmethod
+    def dead_letters(
+        *, user_id: str | None = None, limit: int | None = None
+    ) -> Call[DeadLetterList]:
+        params = {"user_id": user_id, "limit": limit}
+        return with_params("GET", "/v1/admin/extraction/dead-letters", params, DeadLetterList)
+
+    @Endpoint
+    @staticmethod
+    def retry_dead_letters(
+        *, user_id: str | None = None, session_id: str | None = None
+    ) -> Call[Retried]:
+        """Queue dead-lettered batches again (all, one user's, one session's)."""
+        body = {"user_id": user_id, "session_id": session_id}
+        return with_body("POST", "/v1/admin/extraction/dead-letters/retry", body, Retried)
+
+    @Endpoint
+    @staticmethod
+    def consolidate(user_id: str) -> Call[ConsolidationReport]:
+        """Consolidate one user now (merge, insights, digests, decay)."""
+        body = {"user_id": user_id}
+        return with_body("POST", "/v1/admin/consolidate", body, ConsolidationReport)

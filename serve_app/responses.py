@@ -1,0 +1,223 @@
+"""Response models of the routes beyond memories and search (those are in schemas.py).
+
+They live here, not in their route modules, so the Python client (serve_app/client)
+reads answers into the very models the routes declare without importing FastAPI,
+the services or Ray. Models of answers that carry a report whose keys grow with the
+service (consolidation, a dropped model) allow extra fields rather than drop them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict
+
+from serve_app.tenancy import TenantSettings
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# health
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    status: str  # ready | unavailable (503)
+    components: dict[str, str]  # component -> "ok" or why not
+
+
+# memories: POST /v1/memories with infer: true
+class QueuedJob(BaseModel):
+    status: str  # queued
+    job_id: str  # GET /v1/sessions/{job_id} shows its extraction
+
+
+# facts
+class Fact(BaseModel):
+    id: UUID
+    category: str
+    key: str
+    value: str
+    confidence: float
+    active: bool
+    source: str
+    session_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    superseded_at: datetime | None = None
+    superseded_by: UUID | None = None
+    valid_from: datetime | None = None  # when the value became true (null: unknown)
+    valid_until: datetime | None = None  # when it stopped (its successor's valid_from)
+
+
+class FactList(BaseModel):
+    facts: list[Fact]
+
+
+# sessions
+class TurnsAccepted(BaseModel):
+    session_id: str
+    accepted: int
+    turn_range: list[int]
+    extraction: str  # scheduled | buffered | raw (no LLM: stored as episodic turns)
+
+
+class SessionEnded(BaseModel):
+    session_id: str
+    pending_turns: int
+    extraction: str
+
+
+class SessionStatus(BaseModel):
+    session_id: str
+    turns: int
+    pending_turns: int
+    failed_turns: int
+    compressed_turns: int
+    ended: bool
+
+
+# chat proxy
+class UsageRow(BaseModel):
+    key_id: str
+    day: str
+    requests: int
+    refused: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class UsageResponse(BaseModel):
+    usage: list[UsageRow]
+
+
+# portability
+class ImportCounts(BaseModel):
+    memories: int
+    facts: int
+    fact_versions: int
+    history: int
+
+
+class ImportReport(BaseModel):
+    imported: ImportCounts
+    facts: dict[str, int]  # outcome (added, updated, ...) -> facts
+    memory_ids: list[UUID]  # the new ids, in the order of the memory records
+    skipped: dict[str, int]  # record kind -> records ignored (header, end, ...)
+
+
+# admin: embedding models
+class ModelInfo(_Open):
+    slug: str
+    ref: str
+    name: str
+    dim: int
+    state: str  # active | filling | retired
+    table: str
+    progress: float  # share re-embedded into this table (1.0 once it serves)
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+class ModelDropped(BaseModel):
+    dropped: ModelInfo
+
+
+# admin: extraction and consolidation
+class DeadLetter(BaseModel):
+    user_id: str
+    session_id: str
+    turns: int
+    first_turn: int
+    last_turn: int
+    attempts: int
+    dead_at: datetime
+    error: str | None
+
+
+class DeadLetterList(BaseModel):
+    dead_letters: list[DeadLetter]
+
+
+class SessionRef(BaseModel):
+    user_id: str
+    session_id: str
+
+
+class Retried(BaseModel):
+    retried: list[SessionRef]  # the sessions queued again
+
+
+class ConsolidationReport(_Open):
+    merged: int
+    archived: int
+    insights: int
+    digests: int
+    decayed: int
+    conflicts: int
+    llm_errors: int
+    skipped: str | None = None  # why nothing ran (another run holds the user)
+
+
+# admin: tenant settings
+class TenantSettingsView(BaseModel):
+    tenant_id: str
+    version: int  # 0: never changed (the environment's values throughout)
+    updated_at: datetime | None
+    updated_by: UUID | None  # the admin key; None: the operator's CLI
+    settings: dict[str, Any]  # what the tenant set
+    effective: TenantSettings  # what applies: the environment's values with those on top
+
+
+class SettingsChange(BaseModel):
+    version: int
+    changed_at: datetime
+    changed_by: UUID | None
+    actor: str
+    changes: list[dict[str, Any]]  # [{"field": "quotas.max_memories_per_user", "old", "new"}]
+    old: dict[str, Any]
+    new: dict[str, Any]
+
+
+class SettingsHistory(BaseModel):
+    changes: list[SettingsChange]
+
+
+# users
+class UserSummary(BaseModel):
+    user_id: str
+    memories: int  # active, valid now
+    archived: int
+    facts: int  # current ones
+    sessions: int
+    pending_turns: int  # waiting for extraction
+    dead_turns: int  # dead-lettered (an admin retries them)
+    last_activity: datetime | None
+
+
+class UserList(BaseModel):
+    users: list[UserSummary]
+    next_cursor: str | None  # the next page's ``cursor`` (null: the last page)
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    turns: int
+    pending_turns: int
+    extracted_turns: int
+    dead_turns: int
+    failed_turns: int
+    started_at: datetime
+    last_turn_at: datetime
+    ended: bool
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
