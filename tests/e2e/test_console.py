@@ -157,8 +157,12 @@ def test_operator_flows_with_a_service_key(browser, service, keys, api, user, sh
     expect(timeline).to_contain_text("Likes green tea")
 
     c.go(f"user/{uid}/memory/{made['old']['id']}")
-    expect(page.locator("#history del").first).to_contain_text("Initech")
-    expect(page.locator("#history ins").first).to_contain_text("Globex")
+    update = page.locator("#history li", has_text="UPDATE")
+    expect(update.locator("ins").first).to_be_visible()
+    gone, came = update.locator("del").all_inner_texts(), update.locator("ins").all_inner_texts()
+    kept = update.locator(".diff span").all_inner_texts()
+    assert "Initech" in gone and "Globex" in came and "tester" in " ".join(gone)  # word diff
+    assert "Works at " in kept and "Works" not in " ".join(gone + came)
     shots.take(page, "03-memory-history-diff")
 
     c.go(f"user/{uid}/facts")
@@ -245,9 +249,10 @@ def test_hostile_content_is_shown_as_text(browser, service, keys, api):
     page = c.go(f"user/{uid}/memories")
     for x in XSS:
         expect(page.locator("#timeline")).to_contain_text(x)  # literally, as typed
-    for view in (f"user/{uid}/memory/{ids[0]}", f"user/{uid}/facts"):
+    shown = {f"user/{uid}/memory/{ids[0]}": XSS[0] + " <b>bold</b>", f"user/{uid}/facts": XSS[1]}
+    for view, text in shown.items():
         c.go(view)
-        expect(page.locator("main")).to_contain_text("onerror")
+        expect(page.locator("main")).to_contain_text(text)
     c.go(f"user/{uid}/search")
     page.fill("#search input[name=query]", "script img onerror")
     page.click("#search button[type=submit]")
