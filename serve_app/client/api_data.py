@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec
 
 from serve_app.client.call import Call, Message, clean, to_messages, with_body, with_params
 from serve_app.client.chunks import ImportData, to_lines
@@ -25,6 +27,39 @@ from serve_app.schemas import DeletedCount
 
 Json = dict[str, Any]
 NDJSON = "application/x-ndjson"
+P = ParamSpec("P")
+
+
+def chat_call(
+    messages: Iterable[Message],
+    *,
+    model: str | None = None,
+    user: str | None = None,
+    session_id: str | None = None,
+    agent_id: str | None = None,
+    occurred_at: datetime | str | None = None,
+    **options: Any,
+) -> Call[Json]:
+    """An OpenAI chat completion with the user's memories added; ``user``: the end user
+    (a service key); ``options`` (temperature, ...) go to the upstream as given."""
+    headers = clean({"X-Memserve-Session": session_id, "X-Memserve-Agent": agent_id,
+                     "X-Memserve-Occurred-At": occurred_at})  # fmt: skip
+    body = clean({"model": model, "user": user, **options})
+    body.update(messages=to_messages(messages), stream=False)
+    return Call("POST", "/v1/chat/completions", json=body, headers=headers or None)
+
+
+def streamed(build: Callable[P, Call[Json]]) -> Callable[P, Call[Json]]:
+    """The same call streamed: each ``chat.completion.chunk``; a stream cut before
+    ``[DONE]`` raises ``Unavailable``."""
+
+    @functools.wraps(build)
+    def call(*args: P.args, **kwargs: P.kwargs) -> Call[Json]:
+        plain = build(*args, **kwargs)
+        return replace(plain, json={**plain.json, "stream": True}, lines=ServerSentEvents)
+
+    call.__doc__ = streamed.__doc__
+    return call
 
 
 class DataApi:
@@ -111,37 +146,8 @@ class DataApi:
         return with_params("GET", path, {"limit": limit}, SessionList)
 
     # the chat proxy (its answers are the upstream's OpenAI JSON: plain dicts)
-    @Endpoint
-    @staticmethod
-    def chat(
-        messages: Iterable[Message],
-        *,
-        model: str | None = None,
-        user: str | None = None,
-        session_id: str | None = None,
-        agent_id: str | None = None,
-        occurred_at: datetime | str | None = None,
-        **options: Any,
-    ) -> Call[Json]:
-        """An OpenAI chat completion with the user's memories added; ``user``: the end
-        user (a service key); ``options`` (temperature, ...) go to the upstream as given."""
-        return _chat(messages, model, user, session_id, agent_id, occurred_at, options, False)
-
-    @Stream
-    @staticmethod
-    def chat_stream(
-        messages: Iterable[Message],
-        *,
-        model: str | None = None,
-        user: str | None = None,
-        session_id: str | None = None,
-        agent_id: str | None = None,
-        occurred_at: datetime | str | None = None,
-        **options: Any,
-    ) -> Call[Json]:
-        """``chat`` streamed: each ``chat.completion.chunk``; a stream cut before
-        ``[DONE]`` raises ``Unavailable``."""
-        return _chat(messages, model, user, session_id, agent_id, occurred_at, options, True)
+    chat = Endpoint(chat_call)
+    chat_stream = Stream(streamed(chat_call))
 
     @Endpoint
     @staticmethod
@@ -166,22 +172,3 @@ class DataApi:
         body = "".join(line + "\n" for line in to_lines(data)).encode()
         params, headers = clean({"user_id": user_id}), {"Content-Type": NDJSON}
         return Call("POST", "/v1/import", params, model=ImportReport, headers=headers, content=body)
-
-
-def _chat(
-    messages: Iterable[Message],
-    model: str | None,
-    user: str | None,
-    session_id: str | None,
-    agent_id: str | None,
-    occurred_at: datetime | str | None,
-    options: dict[str, Any],
-    stream: bool,
-) -> Call[Json]:
-    when = occurred_at.isoformat() if isinstance(occurred_at, datetime) else occurred_at
-    headers = clean({"X-Memserve-Session": session_id, "X-Memserve-Agent": agent_id,
-                     "X-Memserve-Occurred-At": when})  # fmt: skip
-    body = clean({"model": model, "user": user, **options})
-    body.update(messages=to_messages(messages), stream=stream)
-    lines = ServerSentEvents if stream else None
-    return Call("POST", "/v1/chat/completions", json=body, headers=headers or None, lines=lines)

@@ -134,9 +134,11 @@ CALLS: list[tuple] = [
      ("GET", "/v1/users", {"limit": "2", "cursor": "bob"}, None)),
     ("user_sessions", ("u1",), {"limit": 3},
      ("GET", "/v1/users/u1/sessions", {"limit": "3"}, None)),
-    ("chat", ([("user", "hi")],), {"model": "m", "session_id": "s", "temperature": 0.1},
+    ("chat", ([("user", "hi")],), {"model": "m", "session_id": "s", "temperature": 0.1,
+              "occurred_at": WHEN},
      ("POST", "/v1/chat/completions", {}, {"model": "m", "temperature": 0.1, "messages": [
-         {"role": "user", "content": "hi"}], "stream": False}), {"X-Memserve-Session": "s"}),
+         {"role": "user", "content": "hi"}], "stream": False}), {"X-Memserve-Session": "s",
+                                      "X-Memserve-Occurred-At": "2026-03-01T12:00:00+00:00"}),
     ("chat_usage", (), {}, ("GET", "/v1/chat/usage", {}, None)),
     ("import_", ([{"kind": "memory", "content": "a"}, '{"kind": "fact"}'],), U,
      ("POST", "/v1/import", U, '{"kind": "memory", "content": "a"}\n{"kind": "fact"}\n')),
