@@ -7,6 +7,7 @@ inspected in-process (the ``fake_llm`` fixture).
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import openai
@@ -109,3 +110,27 @@ def test_errors(service, keys):
         assert r.status_code == 422
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 400  # a service key must name the user
+
+
+def test_a_client_that_leaves_mid_stream_still_has_its_turn_and_use_recorded(service, llm, uid):
+    """Through Ray Serve: the client goes away after the first piece of a slow stream; the
+    replica's relay is cancelled, and still records the turn and counts the call."""
+    key = service.add_key("msk_" + secrets.token_hex(16), "default", "service")
+    body = {"user": uid, "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+    llm.set_mode("slow_stream", delay_s=0.5)  # ~2.5 s for the whole answer
+    try:
+        with client_for(service, key) as c:
+            with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                for line in r.iter_lines():
+                    if line.startswith("data: {") and '"content": "T' in line:
+                        break  # the first piece of the answer: leave
+            status = wait_turns(c, uid, "chat", 2)
+            assert status["turns"] == 2
+            deadline = time.monotonic() + 10  # another replica sees it once it is flushed
+            while not (rows := c.get("/v1/chat/usage").json()["usage"]):
+                assert time.monotonic() < deadline, "the call was not counted"
+                time.sleep(0.2)
+            assert rows[0]["requests"] == 1 and rows[0]["completion_tokens"] > 0, rows
+    finally:
+        llm.set_mode("ok")
