@@ -32,6 +32,8 @@ _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")  # NUL, and surrogates json.loads 
 
 
 class InputGuard:
+    """Reads the (size-limited) body once, refuses it or replays it to the app."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -66,7 +68,8 @@ class InputGuard:
 def body_problem(body: bytes) -> str | None:
     """Why ``body`` must be refused, or None. Not a JSON validator: a body that does
     not parse is left to the route (400), only what would parse and then fail is caught.
-    Byte scans in C (~5 ms for a 600 KB batch): it is parsed only to name a refused field."""
+    Byte scans in C (~20 ms for a 600 KB batch full of escaped emoji, a few us for a
+    search): the body is parsed only to name a refused field."""
     opens = body.count(b"[") + body.count(b"{")  # a bound: strings may hold brackets too
     if opens > MAX_JSON_DEPTH and _nesting(_STRING.sub(b"", body)) > MAX_JSON_DEPTH:
         return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
