@@ -170,13 +170,12 @@ async def test_a_memory_edited_meanwhile_is_never_overwritten(make_harness, fake
     edited = "The user lives in Paris (edited by the user)"
     loop = asyncio.get_running_loop()
 
-    async def patch() -> None:
-        async with h.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE memory_items SET content = %s, version = version + 1"
-                " WHERE user_id = 'fay' AND content IN (%s, %s)",
-                (edited, PARIS, job),
-            )
+    async def patch() -> None:  # what PATCH /v1/memories/{id} does: the guarded update
+        for row in await h.memories("fay"):
+            await h.pipeline.guarded.update(
+                Owner(T, "fay"), row["id"], {"content": edited}, None,
+                actor="api", expected_version=row["version"],
+            )  # fmt: skip
 
     def on_request(kind: str, messages: list[dict]) -> None:
         if kind == "extract" and shown(messages):
