@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from serve_app.schemas import MemoryBatch
 from serve_app.tenancy import TenantSettings
 
 
@@ -35,6 +36,13 @@ class Readiness(BaseModel):
 class QueuedJob(BaseModel):
     status: str  # queued
     job_id: str  # GET /v1/sessions/{job_id} shows its extraction
+
+
+class MemoryBatchResult(MemoryBatch):
+    """POST /v1/memories/batch: the stored memories, and a job per ``infer: true`` item
+    (the route answers ``jobs`` only when there are some)."""
+
+    jobs: list[QueuedJob] = Field(default_factory=list)
 
 
 # facts

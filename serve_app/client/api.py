@@ -27,13 +27,12 @@ from serve_app.client.call import (
     with_params,
 )
 from serve_app.client.endpoint import Endpoint
-from serve_app.responses import Health, QueuedJob, Readiness
+from serve_app.responses import Health, MemoryBatchResult, QueuedJob, Readiness
 from serve_app.schemas import (
     ContextResponse,
     DeletedCount,
     HistoryResponse,
     Memory,
-    MemoryBatch,
     MemoryList,
     SearchResponse,
 )
@@ -56,10 +55,10 @@ class Api(DataApi, AdminApi):
 
     @Endpoint
     @staticmethod
-    def add_batch(items: Sequence[Json], *, user_id: str | None = None) -> Call[MemoryBatch]:
-        return with_body(
-            "POST", "/v1/memories/batch", {"user_id": user_id, "items": items}, MemoryBatch
-        )
+    def add_batch(items: Sequence[Json], *, user_id: str | None = None) -> Call[MemoryBatchResult]:
+        """``items``: MemoryCreate objects; ``infer: true`` ones come back as ``jobs``."""
+        body = {"user_id": user_id, "items": items}
+        return with_body("POST", "/v1/memories/batch", body, MemoryBatchResult)
 
     @Endpoint
     @staticmethod

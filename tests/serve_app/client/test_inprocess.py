@@ -16,7 +16,9 @@ from serve_app.responses import (
     Fact,
     FactList,
     ImportReport,
+    MemoryBatchResult,
     ModelList,
+    QueuedJob,
     Retried,
     SessionEnded,
     SessionList,
@@ -71,10 +73,20 @@ async def test_sessions_facts_and_users_are_typed(clients):
     assert (await m.delete_facts(user_id="ana", category="location")) == DeletedCount(deleted=2)
     assert (await m.facts(user_id="ana")).facts == []
     await m.add("I like green tea", user_id="ana")
+    job = await m.add("I moved to Rome", user_id="ana", infer=True)  # 202: a job
+    assert isinstance(job, QueuedJob) and job.status == "queued"
+    assert (await m.session_status(job.job_id, user_id="ana")).turns == 1
+    batch = await m.add_batch([{"content": "I swim"}, {"content": "I ski", "infer": True}],
+                              user_id="ana")  # fmt: skip
+    assert isinstance(batch, MemoryBatchResult) and [x.content for x in batch.memories] == [
+        "I swim"
+    ]
+    assert len(batch.jobs) == 1 and batch.jobs[0].job_id != job.job_id
     users = await m.users(limit=10)
     assert isinstance(users, UserList) and "ana" in {u.user_id for u in users.users}
     sessions = await m.user_sessions("ana")
-    assert isinstance(sessions, SessionList) and sessions.sessions[0].session_id == "s1"
+    assert isinstance(sessions, SessionList)
+    assert {x.session_id for x in sessions.sessions} == {"s1", job.job_id, batch.jobs[0].job_id}
     with pytest.raises(InvalidRequest):
         await m.set_fact("location", "city", "")  # no user, empty value: 4xx, typed
 
