@@ -103,8 +103,10 @@ def seed(api: httpx.Client, fake_llm, uid: str) -> dict:
     for city in ("Bergen", "Oslo"):
         r = api.put("/v1/facts", json={**q, "category": "profile", "key": "city", "value": city})
         assert r.status_code == 200, r.text
-    fake_llm.add_rule(f"kayak-{uid}", extraction([memory(f"Paddles a kayak-{uid} on Sundays")]))
+    # The refusal first: the first matching rule answers, and the poisoned session's prompt
+    # may quote the user's kayak memory (reconcile shows related memories).
     fake_llm.add_rule(f"POISON-{uid}", "", kind=None, status=400, message="context too long")
+    fake_llm.add_rule(f"kayak-{uid}", extraction([memory(f"Paddles a kayak-{uid} on Sundays")]))
     for sid, text in (("s-ok", f"I paddle my kayak-{uid} on Sundays"), ("s-bad", f"POISON-{uid}")):
         turn = {**q, "messages": [{"role": "user", "content": text}]}
         assert api.post(f"/v1/sessions/{sid}/turns", json=turn).status_code == 202
@@ -119,7 +121,7 @@ def user(api, admin, fake_llm) -> tuple[str, dict]:
     uid = "cu_" + secrets.token_hex(5)
     made = seed(api, fake_llm, uid)
     dead = lambda: admin.get("/v1/admin/extraction/dead-letters", params=q(uid)).json()  # noqa: E731
-    wait_for(lambda: dead()["dead_letters"], 60)  # the poisoned session is dead-lettered
+    wait_for(lambda: dead()["dead_letters"], 90)  # the poisoned session is dead-lettered
     wait_for(lambda: api.get("/v1/sessions/s-ok", params=q(uid)).json()["pending_turns"] == 0)
     return uid, made
 
@@ -292,7 +294,7 @@ def test_admin_views(browser, service, api, admin, fake_llm, user, shots):
     assert api.post("/v1/sessions/s-bad/turns", json=turn).status_code == 202
     assert api.post("/v1/sessions/s-bad/end", json=q(uid)).status_code == 202
     dead = lambda: admin.get("/v1/admin/extraction/dead-letters", params=q(uid)).json()  # noqa: E731
-    before = wait_for(lambda: dead()["dead_letters"], 60)[0]
+    before = wait_for(lambda: dead()["dead_letters"], 90)[0]
     c = Console(browser, service.base_url, service.admin_key)
     page = c.go("admin/keys")
     page.select_option("#new-key select[name=role]", "user")
