@@ -161,8 +161,7 @@ class DataApi:
     def export(*, user_id: str | None = None) -> Call[Json]:
         """The user's records as they stream in (``header``, ``memory``, ``fact``,
         ``history``, ``end``); a stream cut before ``end`` raises ``Unavailable``."""
-        call: Call[Json] = with_params("GET", "/v1/export", {"user_id": user_id})
-        return Call(call.method, call.path, params=call.params, lines=JsonLines)
+        return replace(with_params("GET", "/v1/export", {"user_id": user_id}), lines=JsonLines)
 
     @Endpoint
     @staticmethod
