@@ -20,46 +20,21 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from psycopg import AsyncConnection
 
 from serve_app.extraction.parser import ExtractedMemory
 from serve_app.extraction.reconcile import Known, Shown
+from serve_app.metrics import ExtractionMetrics
 from serve_app.store import history
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.memory_index import VersionConflict
 from serve_app.store.records import NewMemory, Owner, live, valid
 from serve_app.text import dedupe_hash
 
 ACTOR = "extractor"
-
-
-class Writes(Protocol):
-    """The guarded write path (``serve_app.store.guarded.GuardedWriter``)."""
-
-    async def add(
-        self,
-        owner: Owner,
-        items: list[NewMemory],
-        embeddings: np.ndarray,
-        *,
-        actor: str | None = ...,
-        conn: AsyncConnection | None = ...,
-    ) -> list[dict[str, Any]]: ...
-
-    async def update(
-        self,
-        owner: Owner,
-        item_id: uuid.UUID,
-        changes: dict[str, Any],
-        embedding: np.ndarray | None,
-        *,
-        actor: str | None = ...,
-        event: str = ...,
-        expected_version: int | None = ...,
-        conn: AsyncConnection | None = ...,
-    ) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True)
@@ -98,7 +73,7 @@ async def stale(conn: AsyncConnection, owner: Owner, target: Shown) -> str | Non
 
 async def supersede(
     conn: AsyncConnection,
-    writes: Writes,
+    writes: GuardedWriter,
     owner: Owner,
     target: Shown,
     item: NewMemory,
@@ -124,7 +99,7 @@ async def supersede(
 
 async def invalidate(
     conn: AsyncConnection,
-    writes: Writes,
+    writes: GuardedWriter,
     owner: Owner,
     target: Shown,
     prov: Provenance,
@@ -149,22 +124,16 @@ def event(kind: str, memory_id: Any, memory: str, **extra: Any) -> dict[str, Any
     return {"id": str(memory_id), "memory": memory, "event": kind, **extra}
 
 
-class Metrics(Protocol):
-    def decision(self, outcome: str) -> None: ...
-
-    def rejected(self, reason: str) -> None: ...
-
-
 async def apply(
     conn: AsyncConnection,
-    writes: Writes,
+    writes: GuardedWriter,
     owner: Owner,
     m: ExtractedMemory,
     item: NewMemory | None,
     vector: np.ndarray | None,
     known: Known,
     prov: Provenance,
-    metrics: Metrics,
+    metrics: ExtractionMetrics,
 ) -> dict[str, Any] | None:
     """Apply an UPDATE, INVALIDATE or NOOP; its mem0 event, ``{}`` when nothing is
     reported, or None when the memory is to be handled as an ADD after all (an UPDATE

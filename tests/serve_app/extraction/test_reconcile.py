@@ -50,6 +50,18 @@ def decide(fake_llm, make) -> None:
     fake_llm.add_responder(respond)
 
 
+def while_the_model_thinks(fake_llm, work) -> None:
+    """Run ``work()`` on the test's loop while the LLM answers a reconcile prompt (between
+    the gather and the apply of the batch)."""
+    loop = asyncio.get_running_loop()
+
+    def on_request(kind: str, messages: list[dict]) -> None:
+        if kind == "extract" and shown(messages):
+            asyncio.run_coroutine_threadsafe(work(), loop).result(30)
+
+    fake_llm.on_request = on_request
+
+
 async def history(h, memory_id) -> list[dict]:
     return await h.rows(
         "SELECT event, old_content, new_content, new_data FROM memory_history"
@@ -168,7 +180,6 @@ async def test_a_memory_edited_meanwhile_is_never_overwritten(make_harness, fake
     job = "The user works at Acme"
     await seed(h, fake_llm, "fay", PARIS, job)
     edited = "The user lives in Paris (edited by the user)"
-    loop = asyncio.get_running_loop()
 
     async def patch() -> None:  # what PATCH /v1/memories/{id} does: the guarded update
         for row in await h.memories("fay"):
@@ -177,11 +188,7 @@ async def test_a_memory_edited_meanwhile_is_never_overwritten(make_harness, fake
                 actor="api", expected_version=row["version"],
             )  # fmt: skip
 
-    def on_request(kind: str, messages: list[dict]) -> None:
-        if kind == "extract" and shown(messages):
-            asyncio.run_coroutine_threadsafe(patch(), loop).result(10)
-
-    fake_llm.on_request = on_request
+    while_the_model_thinks(fake_llm, patch)
     decide(fake_llm, lambda msgs: [
         decision("UPDATE", alias_of(msgs, PARIS), BERLIN, "moved"),
         decision("INVALIDATE", alias_of(msgs, job), reason="quit"),
@@ -200,7 +207,6 @@ async def test_a_memory_edited_meanwhile_is_never_overwritten(make_harness, fake
 async def test_a_forget_racing_the_reconcile_writes_nothing(make_harness, fake_llm, encoder):
     h = await make_harness(settings_for(fake_llm.url))
     await seed(h, fake_llm, "gus", PARIS, "The user plans a trip to Rome")
-    loop = asyncio.get_running_loop()
     forgets = ForgetStore(h.pool, encoder.spec.table_slug)
     last_event: list[int] = []
 
@@ -208,11 +214,7 @@ async def test_a_forget_racing_the_reconcile_writes_nothing(make_harness, fake_l
         await forgets.forget(Scope(T, "gus"))
         last_event.extend(r["n"] for r in await h.rows("SELECT max(id) AS n FROM memory_history"))
 
-    def on_request(kind: str, messages: list[dict]) -> None:
-        if kind == "extract" and shown(messages):
-            asyncio.run_coroutine_threadsafe(forget(), loop).result(30)
-
-    fake_llm.on_request = on_request
+    while_the_model_thinks(fake_llm, forget)
     decide(fake_llm, lambda msgs: [
         decision("UPDATE", alias_of(msgs, PARIS), BERLIN, "moved"),
         decision("INVALIDATE", "m2", reason="cancelled"),
