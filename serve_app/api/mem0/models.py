@@ -233,8 +233,11 @@ def to_history(event: dict[str, Any], user_id: str | None) -> dict[str, Any]:
         "new_memory": event["new_content"],
         "user_id": user_id,
         "event": HISTORY_EVENTS.get(event["event"], "UPDATE"),
-        "metadata": {"actor": event["actor"], "memserve_event": event["event"],
-                     **({"why": event["new_data"]} if event.get("new_data") else {})},  # fmt: skip
+        "metadata": {
+            "actor": event["actor"],
+            "memserve_event": event["event"],
+            **({"why": event["new_data"]} if event.get("new_data") else {}),
+        },  # fmt: skip
         "created_at": event["created_at"],
         "updated_at": event["created_at"],
     }
