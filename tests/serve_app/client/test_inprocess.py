@@ -5,6 +5,7 @@ export streams and loads back, and errors are the client's typed ones."""
 from __future__ import annotations
 
 import httpx
+import psycopg
 import pytest
 
 from serve_app.api import create_app
@@ -22,6 +23,7 @@ from serve_app.responses import (
     Retried,
     SessionEnded,
     SessionList,
+    SessionRef,
     SessionStatus,
     SettingsHistory,
     TenantSettingsView,
@@ -126,6 +128,22 @@ async def test_chat_stream_and_usage(clients, llm):
     usage = await m.chat_usage()
     assert isinstance(usage, UsageResponse) and sum(u.requests for u in usage.usage) == 2
     assert sum(u.requests for u in (await admin.chat_usage()).usage) == 2
+
+
+async def test_dead_letters_are_typed_and_retried(clients, fresh_db):
+    m, admin = clients
+    await m.add_turns("s9", [("user", "I keep bees")], user_id="dora")
+    async with await psycopg.AsyncConnection.connect(fresh_db, autocommit=True) as conn:
+        await conn.execute(
+            "UPDATE session_turns SET dead_at = now(), extract_attempts = 3,"
+            " extract_error = 'http_4xx: refused' WHERE user_id = 'dora'"
+        )
+    [dead] = (await admin.dead_letters(user_id="dora")).dead_letters
+    assert (dead.session_id, dead.turns, dead.attempts) == ("s9", 1, 3)
+    assert dead.error == "http_4xx: refused"
+    retried = await admin.retry_dead_letters(user_id="dora")
+    assert retried == Retried(retried=[SessionRef(user_id="dora", session_id="s9")])
+    assert (await admin.dead_letters(user_id="dora")).dead_letters == []
 
 
 async def test_admin_calls_are_typed(clients):
