@@ -57,6 +57,7 @@ class _Event(BaseModel):
     new_content: str | None = Text
     actor: str | None = Field(default=None, max_length=128, pattern=NO_NUL)
     created_at: datetime | None = None
+    new_data: dict[str, Any] | None = None  # why (reconcile: decision, reason, turns)
 
     _aware = field_validator("created_at")(_aware)
 
@@ -194,7 +195,13 @@ def _add(batch: ImportBatch, record: dict[str, Any], now: datetime) -> None:
         e = _Event.model_validate(record)
         batch.events.append(
             ImportedEvent(
-                e.memory_id, e.event, e.old_content, e.new_content, e.actor, e.created_at
+                e.memory_id,
+                e.event,
+                e.old_content,
+                e.new_content,
+                e.actor,
+                e.created_at,
+                e.new_data,
             )  # fmt: skip
         )
     elif kind == "fact":

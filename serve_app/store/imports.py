@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
@@ -44,6 +45,7 @@ class ImportedEvent:
     new_content: str | None = None
     actor: str | None = None
     created_at: datetime | None = None
+    new_data: dict[str, Any] | None = None  # why (reconcile: decision, reason, turns)
 
 
 @dataclass
@@ -121,12 +123,12 @@ async def replay_history(
     )
     await conn.execute(
         "INSERT INTO memory_history (memory_id, tenant_id, user_id, event, old_content,"
-        " new_content, actor, created_at)"
+        " new_content, actor, created_at, new_data)"
         " SELECT e.memory_id, %(t)s, %(u)s, e.event, e.old_content, e.new_content, e.actor,"
-        " coalesce(e.created_at, now())"
+        " coalesce(e.created_at, now()), e.new_data"
         " FROM unnest(%(mid)s::uuid[], %(ev)s::text[], %(old)s::text[], %(new)s::text[],"
-        " %(actor)s::text[], %(at)s::timestamptz[]) WITH ORDINALITY"
-        " AS e(memory_id, event, old_content, new_content, actor, created_at, ord)"
+        " %(actor)s::text[], %(at)s::timestamptz[], %(data)s::jsonb[]) WITH ORDINALITY"
+        " AS e(memory_id, event, old_content, new_content, actor, created_at, new_data, ord)"
         " ORDER BY e.ord",
         {
             "t": owner.tenant_id,
@@ -137,6 +139,7 @@ async def replay_history(
             "new": [e.new_content for e in kept],
             "actor": [e.actor for e in kept],
             "at": [e.created_at for e in kept],
+            "data": [None if e.new_data is None else Jsonb(e.new_data) for e in kept],
         },
     )
     return len(kept)

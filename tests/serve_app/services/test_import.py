@@ -109,7 +109,8 @@ async def test_scope_expiry_status_timestamps_and_history_are_kept(make_stack):
          "actor": "api:abc", "created_at": "2024-03-01T10:00:00+00:00"},
         {"kind": "history", "memory_id": "m1", "event": "UPDATE", "old_content": "a session nte",
          "new_content": "a session note", "actor": "api:abc",
-         "created_at": "2024-03-02T10:00:00+00:00"},
+         "created_at": "2024-03-02T10:00:00+00:00",
+         "new_data": {"decision": "UPDATE", "reason": "typo", "turns": [3]}},
         {"kind": "history", "memory_id": "gone", "event": "DELETE", "actor": "api:abc"},
         {"memory": "ran at the gym", "run_id": "r9", "created_at": "2024-05-05T08:00:00Z"},
     )  # fmt: skip
@@ -132,6 +133,7 @@ async def test_scope_expiry_status_timestamps_and_history_are_kept(make_stack):
     events = events.get("events", events) if isinstance(events, dict) else events
     assert [(e["event"], e["new_content"]) for e in events] == [
         ("ADD", "a session nte"), ("UPDATE", "a session note")]  # fmt: skip
+    assert events[1]["new_data"] == {"decision": "UPDATE", "reason": "typo", "turns": [3]}
 
 
 async def test_fact_versions_keep_their_chain(make_stack):
