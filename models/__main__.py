@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "--exact-gelu", action="store_true", help="keep erf GELU (default: tanh FastGelu)"
     )
+    exp.add_argument(
+        "--no-smooth", action="store_true", help="quantise without smoothing the FFN inputs"
+    )
     exp.add_argument("--min-cosine", type=float, default=0.99)
     exp.add_argument("--force", action="store_true", help="replace an existing export")
 
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 exclude_nodes=args.exclude_nodes,
                 optimize=args.optimize,
                 gelu_approximation=not args.exact_gelu,
+                smooth=not args.no_smooth,
                 min_cosine=args.min_cosine,
                 force=args.force,
             )

@@ -329,17 +329,10 @@ def _quantize(
 
 def _calibration_feeds(spec: ModelSpec, cache: Path) -> Iterator[dict[str, Any]]:
     """One graph input per calibration text (no padding to skew the maxima)."""
-    import numpy as np
-    from tokenizers import Tokenizer
-
     from models.resolve import resolve_tokenizer
+    from models.smoothing import calibration_feeds
 
-    tokenizer = Tokenizer.from_file(str(resolve_tokenizer(spec, models_dir=cache)))
-    tokenizer.enable_truncation(max_length=spec.max_tokens)
-    for text in CALIBRATION_TEXTS:
-        ids = np.array([tokenizer.encode(text).ids], dtype=np.int64)
-        mask, types = np.ones_like(ids), np.zeros_like(ids)
-        yield {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return calibration_feeds(resolve_tokenizer(spec, models_dir=cache), spec.max_tokens)
 
 
 @contextlib.contextmanager

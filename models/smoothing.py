@@ -50,6 +50,38 @@ CALIBRATION_TEXTS: tuple[str, ...] = (
 )
 
 
+def calibration_feeds(tokenizer: Path, max_tokens: int) -> Iterator[dict[str, np.ndarray]]:
+    """One graph input per calibration text (no padding to skew the maxima)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer))
+    tok.enable_truncation(max_length=max_tokens)
+    for text in CALIBRATION_TEXTS:
+        ids = np.array([tok.encode(text).ids], dtype=np.int64)
+        yield {
+            "input_ids": ids,
+            "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.zeros_like(ids),
+        }
+
+
+def smooth_ffn_up(
+    source: Path, out: Path, tokenizer: Path, max_tokens: int, *, alpha: float = 0.7
+) -> list[str]:
+    """Write ``source`` with every FFN up-projection smoothed; returns their names.
+
+    Writes nothing and returns ``[]`` when the graph has no recognisable
+    up-projection (the caller then quantises ``source`` as it is).
+    """
+    import onnx
+
+    roles = matmul_roles(onnx.load(str(source), load_external_data=False))
+    nodes = nodes_by_role(roles, "ffn_up")
+    if nodes:
+        smooth_matmuls(source, out, nodes, calibration_feeds(tokenizer, max_tokens), alpha=alpha)
+    return nodes
+
+
 def matmul_roles(model: Any) -> dict[str, Role]:
     """Role of each MatMul with a constant weight, in graph order (one layer after another).
 
