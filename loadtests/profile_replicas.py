@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--repo", type=Path, default=ROOT, help="memserve checkout to profile")
     args = ap.parse_args()
     settings = dict(item.split("=", 1) for item in args.set)
-    out: dict = {"args": vars(args)}
+    out: dict = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     with (
         memserve_server(args.repo, settings=settings) as server,
         tempfile.TemporaryDirectory() as tmp,
