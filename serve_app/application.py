@@ -46,6 +46,18 @@ def deployment_options(config: dict[str, Any], app_name: str = "memserve") -> di
     return {}
 
 
+def max_cpus(options: dict[str, dict]) -> float:
+    """CPUs every replica the deployments may scale to asks for (``num_cpus`` x max
+    replicas): a local Ray node offers at least this many, so autoscaling never waits
+    on a logical CPU the machine's cores could serve."""
+    total = 0.0
+    for o in options.values():
+        auto = o.get("autoscaling_config") or {}
+        replicas = auto.get("max_replicas", o.get("num_replicas", 1))
+        total += float((o.get("ray_actor_options") or {}).get("num_cpus", 1)) * int(replicas)
+    return total
+
+
 def build_app(model: ModelFacts, options: dict[str, dict] | None = None) -> Application:
     """The deployment graph; ``model`` comes from :func:`serve_app.bootstrap.bootstrap`."""
     from deployments.embedder import Embedder

@@ -7,6 +7,7 @@ stops Serve, Ray and the database cleanly on SIGINT/SIGTERM.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -87,12 +88,13 @@ def _serve(
     import ray
     from ray import serve
 
-    from serve_app.application import build_app, deployment_options, load_config
+    from serve_app.application import build_app, deployment_options, load_config, max_cpus
 
     config = load_config(settings.serve_config)
     init_kwargs = dict(
         address=settings.serving.address,
-        num_cpus=settings.serving.num_cpus or max(os.cpu_count() or 1, 4),
+        num_cpus=settings.serving.num_cpus
+        or math.ceil(max(os.cpu_count() or 1, 4, max_cpus(deployment_options(config)))),
         include_dashboard=settings.serving.dashboard,
         runtime_env={"env_vars": _ray_env()},
         logging_level=logging.WARNING,
