@@ -1,7 +1,7 @@
 """A tenant's own settings: the validated document and how it meets the environment.
 
 The stored document holds overrides only: a field that is absent (or PATCHed to
-null) takes the environment's value (serve_app/settings.py), so an operator's new
+null) takes the environment's value (serve_app/settings/), so an operator's new
 default reaches every tenant that did not choose otherwise. Writes validate the
 whole document strictly (wrong types, unknown fields, out-of-range values: 422);
 :func:`resolve` merges it over the environment into :class:`Effective`, the

@@ -1,0 +1,117 @@
+"""The read path: embedding model, hot cache, retrieval, ranking and context blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+from serve_app.settings.base import env, group
+
+
+class EmbedSettings(BaseSettings):
+    model_config = group("MEMSERVE_EMBED_")
+
+    model: str = "all-minilm-l6-v2-int8"  # spec name or model directory (contract variable)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = None  # ONNX Runtime intra-op threads; default: the replica's CPUs
+    max_batch_size: int = 32
+    # Idle-encoder wait for a batch to fill; while a batch runs, callers queue anyway.
+    batch_wait_s: float = 0.001
+    # Padded tokens per ONNX Runtime run (texts sorted by length, split into runs of
+    # at most this many); default: 512 on CPU (cache-sized runs), 16384 on CUDA.
+    max_batch_tokens: int | None = None
+    # ONNX Runtime idle threads busy-wait when True; off by default because replicas share
+    # CPUs with other deployments (and Postgres), whose work spinning threads would steal.
+    spinning: bool = False
+    models_cache: Path | None = Field(None, validation_alias=env("MEMSERVE_MODELS_CACHE"))
+
+
+class CacheSettings(BaseSettings):
+    """The retriever's FAISS/BM25 hot cache, per replica."""
+
+    model_config = group("MEMSERVE_CACHE_")
+
+    budget_mb: int = 512  # 0 disables the cache (pgvector only)
+    hnsw_threshold: int = 20_000  # owners above this many vectors get FAISS HNSW, else flat
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 80
+    hnsw_ef_search: int = 128
+    sync_load_max: int = 50_000  # colder/larger owners: answer from pgvector, load behind
+    filter_max_ids: int = 5_000  # filtered search in the cache up to this many matches
+    faiss_threads: int = 1  # OpenMP threads of FAISS (single queries gain nothing)
+
+
+class RetrievalSettings(BaseSettings):
+    """Candidate generation, fusion and routing (names as the historic variables)."""
+
+    model_config = group("MEMSERVE_")
+
+    hnsw_ef_search: int = 64  # pgvector
+    retrieval_shards: int = 64  # shard key = crc32(user) % shards, the multiplexed model id
+    retrieval_shards_per_replica: int = 64  # Serve multiplexing: shards a replica keeps warm
+    pg_exact_scan_max: int = 5_000  # owners up to this size: exact scan via the owner btree
+    # A global pgvector HNSW index on the vector tables (m, ef_construction below). Off:
+    # every query is per owner, so the owner btree answers all of them exactly, and a
+    # write skips HNSW insertion (issue 23, loadtests/bench_insert.py at 100k rows: a
+    # 100-row insert 12 ms vs 1.6 s, cold 10k-row owner p50 23 ms either way, recall@10
+    # 1.0 vs 0.96). On for owners far above pg_exact_scan_max that are often cold.
+    pg_hnsw: bool = False
+    pg_hnsw_m: int = 16
+    pg_hnsw_ef_construction: int = 64
+    dense_depth: int = 100  # dense candidates fused per search (at least 3 x top_k)
+    lexical_depth: int = 100  # lexical candidates fused per search
+    # Hybrid fusion on cached owners (RRF always when cold).
+    fusion: Literal["zscore", "rrf"] = "zscore"
+    fusion_alpha: float = 0.7  # zscore: weight of z(cosine) vs z(BM25) (0.6 before issue 16)
+    # zscore: share of the best adjacent memory's (creation order) fused score a memory
+    # gets (chat turns: the answer sits next to the matching turn); 0: off. Scaled by the
+    # owner's sequential coherence, full from fusion_neighbour_coherence (chats ~0.2,
+    # unrelated documents ~0), see serve_app/retrieval/neighbours.py
+    fusion_neighbour_weight: float = 0.4
+    fusion_neighbour_coherence: float = 0.1
+    fusion_full_max: int = 50_000  # zscore needs every score of the owner; bigger: RRF
+    rrf_k: int = 10
+    rrf_w_dense: float = 1.0
+    rrf_w_lexical: float = 1.0
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.3  # short memories: weak length normalisation (measured on LoCoMo)
+    # Signals added to the z-score fusion on cached owners (serve_app/retrieval/signals.py;
+    # LoCoMo dev per conversation in loadtests/results/eval_signals*.json):
+    entity_weight: float = 0.0  # x idf of the query's proper nouns a memory names (dev: no gain)
+    time_weight: float = 1.0  # x time fit ("when", a named period, "recently")
+    expand_seeds: int = 3  # the best hits whose rare entities and session lend a bonus
+    expand_entity_weight: float = 0.0  # x idf of a seed's rare entities (dev: no gain)
+    expand_session_weight: float = 0.6  # flat bonus for a seed's session
+    session_cap: int = 0  # at most this many results per session before others (0: off)
+    mmr_penalty: float = 0.0  # x max cosine to better hits (maximal marginal relevance)
+    # Who embeds a search's query (issue 23): the Retriever replica (one Serve hop per search)
+    # or the Embedder (batched with others; GPU clusters). MEMSERVE_QUERY_EMBED.
+    query_embed: Literal["retriever", "embedder"] = "retriever"
+
+
+class RankSettings(BaseSettings):
+    """Final score = w_similarity * cosine + w_importance * importance + w_recency * recency."""
+
+    model_config = group("MEMSERVE_RANK_")
+
+    w_similarity: float = 0.8
+    w_importance: float = 0.1
+    w_recency: float = 0.1
+    recency_half_life_days: float = 30.0
+    # What recency measures: "updated" (last write) or "accessed" (last time search or
+    # context returned the memory, else its last write; see serve_app.services.access).
+    recency_from: Literal["updated", "accessed"] = "updated"
+
+
+class ContextSettings(BaseSettings):
+    model_config = group("MEMSERVE_CONTEXT_")
+
+    token_budget: int = 1000  # default budget of a context block (approx. tokens)
+    top_k: int = 10  # memories considered for a context block
+    threshold: float = 0.2  # min cosine similarity of a memory in a context block
+    max_facts: int = 50
+    # Session-scope memories expire after this; 0: never.
+    session_ttl_s: float = Field(86400.0, validation_alias=env("MEMSERVE_SESSION_TTL_S"))
