@@ -12,7 +12,7 @@ function el(tag, attrs, text) {
 export function barChart(points, { title = "", height = 160, id } = {}) {
   const w = Math.max(320, points.length * 28 + 40);
   const top = Math.max(1, ...points.map(([, v]) => v));
-  const svg = el("svg", { viewBox: `0 0 ${w} ${height + 40}`, width: "100%", role: "img", class: "chart", ...(id ? { id } : {}) });
+  const svg = el("svg", { viewBox: `0 0 ${w} ${height + 40}`, width: w, height: height + 40, role: "img", class: "chart", ...(id ? { id } : {}) });
   svg.append(el("title", {}, title));
   svg.append(el("line", { x1: 30, y1: height + 5, x2: w, y2: height + 5, class: "axis" }));
   svg.append(el("text", { x: 0, y: 12, class: "tick" }, top));
