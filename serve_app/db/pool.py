@@ -17,6 +17,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.db import adapters
 from serve_app.settings import Settings
 
 _HANDED_OUT_AT = "_memserve_handed_out_at"
@@ -24,6 +25,7 @@ _HANDED_OUT_AT = "_memserve_handed_out_at"
 
 async def _configure(conn: AsyncConnection) -> None:
     await register_vector_async(conn)
+    adapters.register(conn)  # datetimes go as UTC (any ISO offset fits)
     conn.row_factory = dict_row
 
 

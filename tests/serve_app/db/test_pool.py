@@ -50,3 +50,24 @@ async def test_explicit_transactions_stay_atomic(fresh_db):
             assert (await cur.fetchone())["n"] == 0
     finally:
         await pool.close()
+
+
+async def test_datetimes_with_any_iso_offset_reach_postgres_as_the_same_instant(fresh_db):
+    """PostgreSQL's text input takes offsets up to ±15:59; ISO 8601 (and pydantic) up to
+    ±23:59. Schemathesis found ``expires_at: ...-16:58`` in a batch add as a 500."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    far = timezone(-timedelta(hours=16, minutes=58))
+    ahead = timezone(timedelta(hours=18, minutes=31))
+    values = [datetime(8054, 12, 21, 20, 45, 18, tzinfo=far), datetime(548, 3, 10, tzinfo=ahead)]
+    edge = datetime(1, 1, 1, tzinfo=ahead)  # its UTC form is before year 1: clamped
+    pool = await open_pool(fresh_db, Settings(), min_size=1)
+    try:
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT %s::timestamptz[] AS a, %s::timestamptz AS e",
+                                     (values, edge))  # fmt: skip
+            row = await cur.fetchone()
+        assert row["a"] == values  # the same instants
+        assert row["e"] == datetime.min.replace(tzinfo=UTC)
+    finally:
+        await pool.close()
