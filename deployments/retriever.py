@@ -31,6 +31,7 @@ import numpy as np
 from ray import serve
 
 from deployments.encoders import replica_encoders
+from models.encoder_set import EncoderSet
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.metrics import Flusher, start_pool_metrics
@@ -71,7 +72,7 @@ class Retriever:
         )
         self.slug = model.table_slug
         self.queries = (  # query embedding here, every model the registry serves (None: off)
-            QueryEmbedder(await asyncio.to_thread(replica_encoders, settings, model.refs))
+            self._query_embedder(await asyncio.to_thread(replica_encoders, settings, model.refs))
             if settings.retrieval.query_embed == "retriever"
             else None
         )
@@ -83,6 +84,9 @@ class Retriever:
         self.models = ModelView(
             self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
         ).start()
+
+    def _query_embedder(self, encoders: EncoderSet) -> QueryEmbedder:
+        return QueryEmbedder(encoders, self.settings.retrieval.query_batch_max)
 
     def _invalidate(self, tenant_id: str, owner: str, version: int) -> None:
         self.core.cache.invalidate(tenant_id, owner, version)
@@ -136,7 +140,9 @@ class Retriever:
         if self.queries is None:  # routed to the Embedder by setting, yet asked: load now
             refs = [ref] if ref else []
             settings = self.settings
-            self.queries = QueryEmbedder(await asyncio.to_thread(replica_encoders, settings, refs))
+            self.queries = self._query_embedder(
+                await asyncio.to_thread(replica_encoders, settings, refs)
+            )
         core = await self._core_for(model)
         embedder = self.queries
 
@@ -155,6 +161,7 @@ class Retriever:
             **self.core.served,
             "notifications": self.listener.received,
             "model": self.slug,
+            "query_runs": self.queries.runs if self.queries else 0,
             "query_models": (
                 sorted({e.spec.name for e in self.queries.encoders.loaded()})
                 if self.queries

@@ -90,6 +90,9 @@ class RetrievalSettings(BaseSettings):
     # Who embeds a search's query (issue 23): the Retriever replica (one Serve hop per search)
     # or the Embedder (batched with others; GPU clusters). MEMSERVE_QUERY_EMBED.
     query_embed: Literal["retriever", "embedder"] = "retriever"
+    # Most query texts one Retriever encoder run takes: queries arriving while a run computes
+    # go together in the next (no fill wait). 1: one run per query. MEMSERVE_QUERY_BATCH_MAX.
+    query_batch_max: int = Field(16, ge=1, le=256)
 
 
 class RankSettings(BaseSettings):

@@ -8,6 +8,8 @@ searches embed their one text once.
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -131,5 +133,90 @@ def test_the_route_setting_reads_memserve_query_embed(monkeypatch) -> None:
     monkeypatch.setenv("MEMSERVE_QUERY_EMBED", "embedder")
     assert Settings().retrieval.query_embed == "embedder"
     monkeypatch.setenv("MEMSERVE_QUERY_EMBED", "gpu")
+    with pytest.raises(ValueError):
+        Settings()
+
+
+QUESTIONS = ["what am I allergic to?", "where do we fly in May?", "violin", "ok", "kids"]
+
+
+async def test_concurrent_queries_share_one_encoder_run(encoder) -> None:
+    """Asks that queue while the worker is busy go in one run, each caller gets its rows."""
+    embedder = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder), max_batch=16)
+    try:
+        got = await asyncio.gather(*(embedder.embed([t]) for t in QUESTIONS))
+        assert embedder.runs == 1
+        alone = encoder.encode(QUESTIONS, is_query=True)
+        for i, vectors in enumerate(got):
+            assert vectors.shape == (1, DIM)
+            assert float(vectors[0] @ alone[i]) > 0.999  # its own text's vector
+        pair = await embedder.embed(["ok", "violin"])  # rows in the caller's order
+        assert float(pair[0] @ alone[3]) > 0.999 and float(pair[1] @ alone[2]) > 0.999
+    finally:
+        embedder.close()
+
+
+async def test_runs_hold_at_most_max_batch_texts(encoder) -> None:
+    embedder = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder), max_batch=2)
+    try:
+        await asyncio.gather(*(embedder.embed([t]) for t in QUESTIONS))
+        assert embedder.runs == 3  # 2 + 2 + 1
+        one_by_one = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder), max_batch=1)
+        await asyncio.gather(*(one_by_one.embed([t]) for t in QUESTIONS))
+        assert one_by_one.runs == len(QUESTIONS)
+        one_by_one.close()
+    finally:
+        embedder.close()
+
+
+class Failing:
+    """An encoder whose runs fail while ``broken``: every caller of the run must hear it."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder, self.broken = encoder, True
+        self.spec = encoder.spec
+
+    def encode(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        if self.broken:
+            raise RuntimeError("onnx run failed")
+        return self.encoder.encode(texts, is_query=is_query)
+
+    def warmup(self) -> None: ...
+
+
+async def test_a_failed_run_fails_its_callers_and_the_next_run_works(encoder) -> None:
+    failing = Failing(encoder)
+    embedder = QueryEmbedder(EncoderSet(failing, lambda ref: failing), max_batch=16)
+    try:
+        got = await asyncio.gather(
+            *(embedder.embed([t]) for t in QUESTIONS[:3]), return_exceptions=True
+        )
+        assert all(isinstance(g, RuntimeError) for g in got)
+        failing.broken = False
+        assert (await embedder.embed(["ok"])).shape == (1, DIM)
+    finally:
+        embedder.close()
+
+
+async def test_a_cancelled_caller_leaves_the_others_answered(encoder) -> None:
+    embedder = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder), max_batch=16)
+    try:
+        first = asyncio.ensure_future(embedder.embed(["violin"]))
+        await asyncio.sleep(0)  # the worker is running "violin"
+        gone = asyncio.ensure_future(embedder.embed(["kids"]))
+        kept = asyncio.ensure_future(embedder.embed(["ok"]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        assert (await first).shape == (1, DIM) and (await kept).shape == (1, DIM)
+        assert gone.cancelled()
+    finally:
+        embedder.close()
+
+
+def test_the_batch_setting_reads_memserve_query_batch_max(monkeypatch) -> None:
+    assert Settings().retrieval.query_batch_max == 16
+    monkeypatch.setenv("MEMSERVE_QUERY_BATCH_MAX", "1")
+    assert Settings().retrieval.query_batch_max == 1
+    monkeypatch.setenv("MEMSERVE_QUERY_BATCH_MAX", "0")
     with pytest.raises(ValueError):
         Settings()
