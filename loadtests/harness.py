@@ -129,5 +129,5 @@ def print_table(rows: list[dict]) -> None:
 def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(payload, indent=2))
+    path.write_text(json.dumps(payload, indent=2, default=str))  # paths, datetimes
     return path
