@@ -123,6 +123,7 @@ async def build_services(
             backends.search,
             session_ttl_s=settings.context.session_ttl_s,
             access=lifecycle.access,
+            pipeline_chunk=settings.ingest.pipeline_chunk,
         )
         trigger = ExtractionTrigger(
             backends.submit_extraction,

@@ -19,6 +19,7 @@ from serve_app.auth import Principal, resolve_owner
 from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields
+from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.validity import touches_validity, validity_patch
 from serve_app.services.write_errors import write_errors
 from serve_app.store import NewMemory, Owner
@@ -77,13 +78,17 @@ class MemoryService:
         *,
         session_ttl_s: float,
         access: AccessTracker | None = None,
+        pipeline_chunk: int = 0,
     ) -> None:
+        """``pipeline_chunk``: a longer batch add embeds and inserts in chunks of it,
+        overlapped, in one transaction (:mod:`serve_app.services.ingest_pipeline`)."""
         self.writer = writer  # every write (guards, quotas, validation, history)
         self.store = writer.memories  # reads
         self.embed = embed
         self._search = search
         self.session_ttl_s = session_ttl_s
         self.access = access  # counts what search/context return (None: not tracked)
+        self.pipeline = IngestPipeline(writer, embed, pipeline_chunk)
 
     def new_memory(self, f: MemoryFields, caller: Principal | None = None) -> NewMemory:
         """Validate the scope: agent/org memories are shared knowledge, written by service keys."""
@@ -118,6 +123,9 @@ class MemoryService:
     ) -> list[dict[str, Any]]:
         if not items:
             return []
+        if self.pipeline.applies(len(items)):
+            with write_errors():
+                return await self.pipeline.add(owner, items, actor=actor)
         vectors = await self.embed([i.content for i in items], is_query=False)
         with write_errors():
             return await self.writer.add(owner, items, vectors, actor=actor)

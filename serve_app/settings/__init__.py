@@ -37,6 +37,7 @@ from serve_app.settings.serving import (
     AuthSettings,
     ChatSettings,
     DatabaseSettings,
+    IngestSettings,
     LimitSettings,
     ServingSettings,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "DatabaseSettings",
     "EmbedSettings",
     "ExtractSettings",
+    "IngestSettings",
     "LLMSettings",
     "LifecycleSettings",
     "LimitSettings",
@@ -80,6 +82,7 @@ class Settings(BaseSettings):
     serving: ServingSettings = Field(default_factory=ServingSettings)
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
     embed: EmbedSettings = Field(default_factory=EmbedSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)

@@ -71,6 +71,17 @@ class LimitSettings(BaseSettings):
     default_top_k: int = Field(10, validation_alias=env("MEMSERVE_DEFAULT_TOP_K"))
 
 
+class IngestSettings(BaseSettings):
+    """How a batch add reaches the database."""
+
+    model_config = group("MEMSERVE_INGEST_")
+
+    # A batch longer than this is embedded and inserted in chunks of this many items,
+    # the next chunk embedding while the last one inserts, in one transaction (all or
+    # nothing as before; services/ingest_pipeline.py); 0: embed all, then one insert.
+    pipeline_chunk: int = Field(32, ge=0)
+
+
 class AuthSettings(BaseSettings):
     model_config = group("MEMSERVE_AUTH_")
 

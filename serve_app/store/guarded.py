@@ -34,7 +34,7 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.settings import Settings
-from serve_app.store import erasure, imports, quota
+from serve_app.store import erasure, imports, quota, supersede
 from serve_app.store.facts import FactStore
 from serve_app.store.memories import BATCH_GUARD, MemoryStore
 from serve_app.store.memory_index import using
@@ -148,14 +148,9 @@ class GuardedWriter:
         Inside work a forget of the owner voids it (``[]``); outside, a running forget
         raises :class:`ForgetInProgress`; over quota raises ``QuotaExceeded``.
         """
-        for n, item in enumerate(items):
-            try:
-                check_memory(item, self.max_chars)
-            except ValidationError as exc:
-                raise ValidationError(f"item {n}: {exc}" if len(items) > 1 else str(exc)) from None
+        items = await self.prepared(owner, items)
         if not items:
             return []
-        items = await self._retained(owner.tenant_id, items)
         limits = (await self.quotas(owner.tenant_id))[0]
         for _ in range(2):  # a refusal that no longer holds (counts moved): once more
             rows = await self.memories._raw_add(
@@ -164,7 +159,7 @@ class GuardedWriter:
             if rows:
                 return rows
             async with using(self.pool, conn) as c:
-                if not await self._guard_passes(c, owner, items):
+                if not await self.guard_passes(c, owner, items):
                     if erasure.current() is not None:
                         return []
                     raise ForgetInProgress(owner)
@@ -176,6 +171,31 @@ class GuardedWriter:
             ("user", limits.per_user) if limits.per_user else ("tenant", limits.per_tenant)
         )
         raise quota.QuotaExceeded(kind, limit or 0, limit or 0)
+
+    async def prepared(self, owner: Owner, items: Sequence[NewMemory]) -> Sequence[NewMemory]:
+        """The items as :meth:`add` stores them: validated (``item n`` names the bad one),
+        supersede ids named once, retention applied. Idempotent: a caller that adds a
+        batch in chunks prepares it whole first, so errors name the batch's items."""
+        for n, item in enumerate(items):
+            try:
+                check_memory(item, self.max_chars)
+            except ValidationError as exc:
+                raise ValidationError(f"item {n}: {exc}" if len(items) > 1 else str(exc)) from None
+        supersede.targets(items)  # raises SupersedeRefused on a repeated id
+        return await self._retained(owner.tenant_id, items) if items else items
+
+    async def refusal(self, owner: Owner, items: Sequence[NewMemory]) -> Exception | None:
+        """Why one add of all ``items`` would be refused now, as :meth:`add` reports it
+        (supersede targets, then a running forget, then a quota); None: it would pass."""
+        limits = (await self.quotas(owner.tenant_id))[0]
+        async with self.pool.connection() as c:
+            retire = supersede.targets(items)
+            refused = await supersede.refusal(c, owner, retire) if retire else None
+            if refused is not None:
+                return refused
+            if not await self.guard_passes(c, owner, items):
+                return ForgetInProgress(owner)
+            return await quota.exceeded(c, limits, owner, items)
 
     async def _retained(self, tenant_id: str, items: Sequence[NewMemory]) -> Sequence[NewMemory]:
         """Items without an expiry, given their type's retention (the tenant's setting)."""
@@ -190,9 +210,10 @@ class GuardedWriter:
             for i in items
         ]
 
-    async def _guard_passes(
+    async def guard_passes(
         self, conn: AsyncConnection, owner: Owner, items: Sequence[NewMemory]
     ) -> bool:
+        """The erasure guard lets ``items`` of ``owner`` be written now (on ``conn``)."""
         cur = await conn.execute(
             sql.SQL("SELECT {} AS ok").format(BATCH_GUARD),
             {

@@ -14,6 +14,7 @@ RAW_WRITES = {"_raw_add", "_raw_update", "_raw_delete", "_raw_delete_scope", "_r
 # Every module that produces memories or facts, and what it writes.
 PRODUCERS = {
     "services/memories.py": "API /v1/memories, batch, mem0 and MCP (through the API)",
+    "services/ingest_pipeline.py": "a long batch add in chunks (one transaction)",
     "services/facts.py": "API /v1/facts",
     "services/portability.py": "import",
     "extraction/pipeline.py": "extraction: facts, raw turns, summaries",

@@ -1,0 +1,107 @@
+"""A batch add in chunks: chunk k+1 is embedded while chunk k is inserted (issue 23).
+
+Embedding a whole 100-item batch and then inserting it in one statement leaves the
+database idle while the encoder runs, then the encoder idle while the database inserts.
+Here the batch goes in chunks on one connection in ONE transaction, so it stays all or
+nothing: a failed embed, a refused chunk (quota, a supersede target, a forget of the
+owner) or a cancelled request rolls the earlier chunks back. Every chunk is an
+:meth:`GuardedWriter.add` (the one write path): its quota gate counts the earlier
+chunks' rows (the count triggers ran in this transaction), and the erasure guard is
+checked once more over the whole batch before the commit, so a forget of any of its
+owners that began after chunk 1 voids the batch as it would the single statement. After
+a refusal the whole batch is diagnosed again (:meth:`GuardedWriter.refusal`), so the
+caller gets the error the single statement gives (e.g. a quota's stored count without
+this batch's rolled-back rows).
+
+Cost: from the first chunk's insert to the commit the transaction holds the owner's and
+the tenant's ``memory_counts`` rows, so another write of the same tenant waits for the
+rest of this batch (its remaining embeds and inserts), as it waits for an import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from serve_app.store import NewMemory, Owner, erasure
+from serve_app.store.guarded import ForgetInProgress, GuardedWriter
+from serve_app.store.quota import QuotaExceeded
+from serve_app.store.supersede import SupersedeRefused
+
+if TYPE_CHECKING:
+    from serve_app.services.memories import Embed
+
+_REFUSALS = (SupersedeRefused, ForgetInProgress, QuotaExceeded)
+
+
+class _Voided(Exception):
+    """Inside extraction work a forget voided a chunk: roll back and write nothing."""
+
+
+class IngestPipeline:
+    """Adds a batch longer than ``chunk`` items in pipelined chunks (see the module)."""
+
+    def __init__(self, writer: GuardedWriter, embed: Embed, chunk: int) -> None:
+        self.writer = writer
+        self.embed = embed
+        self.chunk = chunk  # items per chunk; 0: off
+
+    def applies(self, n: int) -> bool:
+        """Whether a batch of ``n`` items is pipelined (more than one chunk)."""
+        return 0 < self.chunk < n
+
+    async def add(
+        self, owner: Owner, items: Sequence[NewMemory], *, actor: str | None
+    ) -> list[dict[str, Any]]:
+        """Rows in input order, as :meth:`GuardedWriter.add` returns them for the batch."""
+        items = await self.writer.prepared(owner, items)  # errors name the batch's items
+        parts = [items[i : i + self.chunk] for i in range(0, len(items), self.chunk)]
+        try:
+            return await self._write(owner, items, parts, actor)
+        except _Voided:
+            return []
+        except _REFUSALS as exc:
+            why = await self.writer.refusal(owner, items)
+            raise (why or exc) from None
+
+    async def _write(
+        self,
+        owner: Owner,
+        items: Sequence[NewMemory],
+        parts: list[Sequence[NewMemory]],
+        actor: str | None,
+    ) -> list[dict[str, Any]]:
+        vectors = await self._embed(parts[0])  # before the connection is taken
+        rows: list[dict[str, Any]] = []
+        async with self.writer.pool.connection() as conn, conn.transaction():
+            for k, part in enumerate(parts):
+                ahead = (
+                    asyncio.ensure_future(self._embed(parts[k + 1])) if k + 1 < len(parts) else None
+                )
+                try:
+                    added = await self.writer.add(owner, part, vectors, actor=actor, conn=conn)
+                    if ahead is not None:
+                        vectors = await ahead
+                finally:
+                    if ahead is not None:  # no-op once awaited; else cancelled
+                        _drop(ahead)
+                if len(added) < len(part):
+                    raise _Voided
+                rows.extend(added)
+            if not await self.writer.guard_passes(conn, owner, items):
+                if erasure.current() is not None:
+                    raise _Voided
+                raise ForgetInProgress(owner)
+        return rows
+
+    async def _embed(self, part: Sequence[NewMemory]) -> np.ndarray:
+        return await self.embed([i.content for i in part], is_query=False)
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    """Cancel an embed no longer wanted; its error (if any) is retrieved, not logged."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())

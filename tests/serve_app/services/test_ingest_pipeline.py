@@ -1,0 +1,289 @@
+"""A pipelined batch add (services/ingest_pipeline.py) on real PostgreSQL with the real
+encoder: the same rows, order and errors as the single statement, chunk 2 embedding
+while chunk 1 inserts, and all or nothing under a failing embed, a quota the second
+chunk breaks, a supersede refused late, a forget racing in between and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from serve_app.errors import ApiError
+from serve_app.services.memories import MemoryService
+from serve_app.store import NewMemory, Owner
+from serve_app.store.erasure import Erasure
+from serve_app.store.guarded import GuardedWriter
+from serve_app.store.quota import Quota
+from serve_app.store.vectors import ensure_table, table_name
+
+SLUG, DIM, CHUNK = "minilm", 384, 32
+A, B = Owner("t1", "ann"), Owner("t1", "bob")
+Hook = Callable[[int], Awaitable[None]]
+
+
+class Log:
+    """What happened, in order: ("embed", k) when embed call k starts, ("inserted", n)
+    when a writer add of n items returns."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+
+class Embedder:
+    """The real encoder (off the event loop, as a Ray call would be), recording calls;
+    ``hook(k)`` runs at the start of call k (a failure, a forget, a pause)."""
+
+    def __init__(self, encoder, log: Log, hook: Hook | None = None) -> None:
+        self.encoder, self.log, self.hook = encoder, log, hook
+        self.sizes: list[int] = []
+
+    async def __call__(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        k = len(self.sizes)
+        self.sizes.append(len(texts))
+        self.log.events.append(("embed", k))
+        if self.hook is not None:
+            await self.hook(k)
+        return await asyncio.to_thread(self.encoder.encode, list(texts), is_query=is_query)
+
+
+class TimedWriter(GuardedWriter):
+    log: Log
+
+    async def add(self, owner, items, embeddings, **kw):  # type: ignore[override]
+        rows = await super().add(owner, items, embeddings, **kw)
+        self.log.events.append(("inserted", len(items)))
+        return rows
+
+
+async def no_search(_queries):  # these tests never search
+    raise AssertionError("unexpected search")
+
+
+@pytest.fixture
+async def pool(fresh_db):
+    from serve_app.db.pool import open_pool
+    from serve_app.settings import Settings
+
+    ensure_table(fresh_db, SLUG, DIM)
+    pool = await open_pool(fresh_db, Settings(), min_size=1)
+    await pool.wait()
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def make(pool, encoder):
+    """A MemoryService with ``chunk`` (0: the single statement), its log and embedder."""
+
+    def build(
+        chunk: int, hook: Hook | None = None, **writer_kw
+    ) -> tuple[MemoryService, Log, Embedder]:
+        log = Log()
+        writer = TimedWriter(pool, SLUG, **writer_kw)
+        writer.log = log
+        embed = Embedder(encoder, log, hook)
+        service = MemoryService(writer, embed, no_search, session_ttl_s=0, pipeline_chunk=chunk)
+        return service, log, embed
+
+    return build
+
+
+def batch(n: int, **kw) -> list[NewMemory]:
+    kinds = ("semantic", "episodic", "procedural")
+    return [
+        NewMemory(
+            f"note {i}: the user likes topic {i % 7} on day {i}",
+            type=kinds[i % 3],
+            scope="session" if i % 5 == 0 else "user",
+            session_id=f"s{i % 2}" if i % 5 == 0 else None,
+            tags=[f"t{i % 4}"],
+            metadata={"i": i},
+            importance=(i % 10) / 10,
+            **kw,
+        )
+        for i in range(n)
+    ]
+
+
+async def rows_of(pool, owner: Owner) -> list[dict]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT i.*, v.embedding, i.valid_until IS NULL AS valid, (SELECT array_agg(h.event"
+            " ORDER BY h.id) FROM memory_history h WHERE h.memory_id = i.id) AS events"
+            " FROM memory_items i"
+            f" JOIN {table_name(SLUG)} v ON v.item_id = i.id"
+            " WHERE i.tenant_id = %s AND i.user_id = %s ORDER BY i.seq",
+            (owner.tenant_id, owner.user_id),
+        )
+        return await cur.fetchall()
+
+
+async def stored(pool) -> dict[str, int]:
+    async with pool.connection() as conn:
+        out = {}
+        for table in ("memory_items", table_name(SLUG), "memory_history"):
+            cur = await conn.execute(f"SELECT count(*) AS n FROM {table}")
+            out[table] = (await cur.fetchone())["n"]
+        cur = await conn.execute("SELECT coalesce(sum(n), 0) AS n FROM memory_counts")
+        out["memory_counts"] = (await cur.fetchone())["n"]
+        return out
+
+
+SAME = ("agent_id", "session_id", "scope", "type", "content", "tags", "metadata", "importance",
+        "status", "version", "valid_from", "valid", "events")  # fmt: skip
+
+
+async def test_pipelined_rows_equal_the_single_statements_in_input_order(make, pool):
+    plain, _, plain_embed = make(0)
+    piped, log, piped_embed = make(CHUNK)
+    old = {o: (await plain.add(o, [NewMemory("an old view")], "t"))[0] for o in (A, B)}
+    items, returned = batch(70), {}
+    for o, service in ((A, plain), (B, piped)):
+        mine = list(items)
+        mine[40] = NewMemory("a new view", supersedes=[old[o]["id"]])
+        returned[o] = await service.add(o, mine, "t")
+        assert [r["content"] for r in returned[o]] == [i.content for i in mine]
+    assert plain_embed.sizes == [1, 1, 70] and piped_embed.sizes == [32, 32, 6]
+    a, b = await rows_of(pool, A), await rows_of(pool, B)
+    assert len(a) == len(b) == 71
+    for x, y in zip(a, b, strict=True):
+        assert {k: x[k] for k in SAME} == {k: y[k] for k in SAME}
+        assert float(np.dot(x["embedding"].to_numpy(), y["embedding"].to_numpy())) > 0.999
+    assert [r["id"] for r in returned[B]] == [r["id"] for r in b[1:]]  # seq: input order
+    retired = [r for r in b if r["valid_until"] is not None]
+    assert [r["content"] for r in retired] == ["an old view"]
+    assert retired[0]["superseded_by"] == returned[B][40]["id"]
+
+
+async def test_chunk_2_embeds_while_chunk_1_inserts(make):
+    service, log, embed = make(CHUNK)
+    await service.add(A, batch(70), "t")
+    assert embed.sizes == [32, 32, 6]
+    inserted = [n for n, e in enumerate(log.events) if e[0] == "inserted"]
+    assert len(inserted) == 3
+    assert log.events.index(("embed", 1)) < inserted[0]  # began before chunk 1 was in
+    assert log.events.index(("embed", 2)) < inserted[1]
+
+
+async def test_retention_is_applied_once_for_the_whole_batch(make, pool):
+    async def retention(_tenant: str) -> dict[str, float]:
+        return {"episodic": 3600}
+
+    service, _, _ = make(CHUNK, retention=retention)
+    await service.add(A, batch(70), "t")
+    rows = await rows_of(pool, A)
+    expiries = {r["expires_at"] for r in rows if r["type"] == "episodic"}
+    assert len(expiries) == 1 and {r["expires_at"] for r in rows if r["type"] != "episodic"} == {
+        None
+    }
+    assert next(iter(expiries)) - rows[0]["created_at"] < timedelta(seconds=3601)
+
+
+async def test_a_failing_embed_of_chunk_2_writes_nothing(make, pool):
+    async def fail(k: int) -> None:
+        if k == 1:
+            raise RuntimeError("embedder replica died")
+
+    service, log, _ = make(CHUNK, fail)
+    before = await stored(pool)
+    with pytest.raises(RuntimeError, match="embedder replica died"):
+        await service.add(A, batch(70), "t")
+    assert ("inserted", 32) in log.events  # chunk 1 was in, then rolled back
+    assert await stored(pool) == before
+
+
+async def test_a_quota_the_second_chunk_breaks_writes_nothing_and_reads_as_today(make, pool):
+    errors = {}
+    for chunk, owner in ((0, A), (CHUNK, B)):
+        service, log, _ = make(chunk, memory_quota=Quota(per_user=68))
+        await service.add(owner, batch(5), "t")
+        before = await stored(pool)
+        with pytest.raises(ApiError) as exc:
+            await service.add(owner, batch(64), "t")
+        errors[chunk] = (exc.value.status, exc.value.code, exc.value.message)
+        assert await stored(pool) == before
+    assert errors[0] == errors[CHUNK] == (403, "quota_exceeded", errors[0][2])
+    assert "(5 stored)" in errors[CHUNK][2]  # not the rolled-back first chunk's 37
+    assert ("inserted", 32) in log.events
+
+
+async def test_a_batch_that_exactly_fills_the_quota_passes(make, pool):
+    service, _, _ = make(CHUNK, memory_quota=Quota(per_user=69, per_tenant=69))
+    await service.add(A, batch(5), "t")
+    assert len(await service.add(A, batch(64), "t")) == 64
+
+
+async def test_a_supersede_refused_in_a_later_chunk_writes_nothing(make, pool):
+    errors = {}
+    for chunk, owner in ((0, A), (CHUNK, B)):
+        service, _, _ = make(chunk)
+        items = batch(70)
+        items[50] = NewMemory("retires nothing", supersedes=[uuid.UUID(int=7)])
+        with pytest.raises(ApiError) as exc:
+            await service.add(owner, items, "t")
+        errors[chunk] = (exc.value.status, exc.value.message)
+    assert errors[0] == errors[CHUNK] and errors[0][0] == 404
+    assert (await stored(pool))["memory_items"] == 0
+
+
+async def test_errors_before_any_write_name_the_batchs_items(make, pool):
+    for chunk in (0, CHUNK):
+        service, _, embed = make(chunk)
+        items = batch(70)
+        items[40] = NewMemory("bad\x00content")
+        with pytest.raises(ApiError, match="item 40"):
+            await service.add(A, items, "t")
+        same = batch(70)
+        same[3] = NewMemory("x", supersedes=[uuid.UUID(int=1)])
+        same[60] = NewMemory("y", supersedes=[uuid.UUID(int=1)])  # another chunk
+        with pytest.raises(ApiError, match="superseded only once") as exc:
+            await service.add(A, same, "t")
+        assert exc.value.status == 422
+    assert (await stored(pool))["memory_items"] == 0
+
+
+@pytest.mark.parametrize("session", [None, "s0"])
+async def test_a_forget_starting_between_chunks_voids_the_batch(make, pool, session):
+    """A forget of the user (later chunks' guard refuses them) or of session s0, whose
+    items are all in chunk 1 (only the whole-batch guard before the commit sees it)."""
+
+    async def forget(k: int) -> None:
+        if k == 2:  # chunk 3's embed: chunk 1 is in, chunk 2 inserting
+            async with pool.connection() as conn:
+                await Erasure.start(conn, "t1", "ann", session_id=session, lease_s=60)
+
+    service, log, _ = make(CHUNK, forget)
+    items = batch(70)
+    for n, item in enumerate(items):  # s0 only in chunk 1
+        if item.session_id == "s0" and n >= CHUNK:
+            items[n] = NewMemory(item.content)
+    assert any(i.session_id == "s0" for i in items[:CHUNK])
+    before = await stored(pool)
+    with pytest.raises(ApiError) as exc:
+        await service.add(A, items, "t")
+    assert (exc.value.status, exc.value.code) == (409, "forget_in_progress")
+    assert ("inserted", 32) in log.events
+    assert await stored(pool) == before
+
+
+async def test_a_cancelled_request_writes_nothing(make, pool):
+    gate = asyncio.Event()
+
+    async def hold(k: int) -> None:
+        if k == 1:
+            await gate.wait()
+
+    service, log, _ = make(CHUNK, hold)
+    task = asyncio.create_task(service.add(A, batch(70), "t"))
+    while ("inserted", 32) not in log.events:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await stored(pool) == {k: 0 for k in await stored(pool)}
+    assert len(await service.add(A, batch(3), "t")) == 3  # the pool still serves
