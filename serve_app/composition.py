@@ -29,6 +29,7 @@ from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
+from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.lifecycle import Lifecycle, build_lifecycle
 from serve_app.services.maintenance import MaintenanceService
 from serve_app.services.memories import Embed, MemoryService, Search
@@ -123,7 +124,12 @@ async def build_services(
             backends.search,
             session_ttl_s=settings.context.session_ttl_s,
             access=lifecycle.access,
-            pipeline_chunk=settings.ingest.pipeline_chunk,
+            pipeline=IngestPipeline(  # a connection each: half the pool at most
+                writer,
+                backends.embed,
+                settings.ingest.pipeline_chunk,
+                max_open=max(1, settings.db.pool_max // 2),
+            ),
         )
         trigger = ExtractionTrigger(
             backends.submit_extraction,

@@ -5,17 +5,20 @@ database idle while the encoder runs, then the encoder idle while the database i
 Here the batch goes in chunks on one connection in ONE transaction, so it stays all or
 nothing: a failed embed, a refused chunk (quota, a supersede target, a forget of the
 owner) or a cancelled request rolls the earlier chunks back. Every chunk is an
-:meth:`GuardedWriter.add` (the one write path): its quota gate counts the earlier
-chunks' rows (the count triggers ran in this transaction), and the erasure guard is
-checked once more over the whole batch before the commit, so a forget of any of its
-owners that began after chunk 1 voids the batch as it would the single statement. After
-a refusal the whole batch is diagnosed again (:meth:`GuardedWriter.refusal`), so the
-caller gets the error the single statement gives (e.g. a quota's stored count without
-this batch's rolled-back rows).
+:meth:`GuardedWriter.add` (the one write path). Its quota gate adds the earlier chunks'
+items to the stored counts: the transaction defers counting (``quota.defer_counts``,
+migration 0015) and counts all its rows once before the commit, so the tenant's count
+row, which every write of the tenant updates, is not locked while later chunks embed.
+The erasure guard is checked once more over the whole batch before the commit, so a
+forget of any of its owners that began after chunk 1 voids the batch as it would the
+single statement. After a refusal the whole batch is diagnosed again
+(:meth:`GuardedWriter.refusal`), so the caller gets the error the single statement gives.
 
-Cost: from the first chunk's insert to the commit the transaction holds the owner's and
-the tenant's ``memory_counts`` rows, so another write of the same tenant waits for the
-rest of this batch (its remaining embeds and inserts), as it waits for an import.
+Cost: the owner's version row (bumped by each chunk) stays locked until the commit, so
+another write of the same owner waits for the rest of this batch; and a batch holds a
+pooled connection while later chunks embed, so at most ``max_open`` batches are
+pipelined at once per replica (the composition root: half the pool) and the others
+take the single statement, leaving connections to searches.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from serve_app.store import NewMemory, Owner, erasure
+from serve_app.store import NewMemory, Owner, erasure, quota
 from serve_app.store.guarded import ForgetInProgress, GuardedWriter
 from serve_app.store.quota import QuotaExceeded
 from serve_app.store.supersede import SupersedeRefused
@@ -44,20 +47,34 @@ class _Voided(Exception):
 class IngestPipeline:
     """Adds a batch longer than ``chunk`` items in pipelined chunks (see the module)."""
 
-    def __init__(self, writer: GuardedWriter, embed: Embed, chunk: int) -> None:
+    def __init__(
+        self, writer: GuardedWriter, embed: Embed, chunk: int, *, max_open: int = 1
+    ) -> None:
         self.writer = writer
         self.embed = embed
         self.chunk = chunk  # items per chunk; 0: off
+        self.max_open = max_open  # batches pipelined at once (each holds a connection)
+        self.open = 0
 
     def applies(self, n: int) -> bool:
-        """Whether a batch of ``n`` items is pipelined (more than one chunk)."""
-        return 0 < self.chunk < n
+        """Whether a batch of ``n`` items is pipelined (more than one chunk, a free slot);
+        :meth:`add` must follow with no await in between (it takes the slot)."""
+        return 0 < self.chunk < n and self.open < self.max_open
 
     async def add(
         self, owner: Owner, items: Sequence[NewMemory], *, actor: str | None
     ) -> list[dict[str, Any]]:
         """Rows in input order, as :meth:`GuardedWriter.add` returns them for the batch."""
-        items = await self.writer.prepared(owner, items)  # errors name the batch's items
+        self.open += 1
+        try:
+            prepared = await self.writer.prepared(owner, items)  # errors name batch items
+            return await self._all_or_nothing(owner, prepared, actor)
+        finally:
+            self.open -= 1
+
+    async def _all_or_nothing(
+        self, owner: Owner, items: Sequence[NewMemory], actor: str | None
+    ) -> list[dict[str, Any]]:
         parts = [items[i : i + self.chunk] for i in range(0, len(items), self.chunk)]
         try:
             return await self._write(owner, items, parts, actor)
@@ -77,12 +94,15 @@ class IngestPipeline:
         vectors = await self._embed(parts[0])  # before the connection is taken
         rows: list[dict[str, Any]] = []
         async with self.writer.pool.connection() as conn, conn.transaction():
+            await quota.defer_counts(conn)  # the tenant's count row: locked at the end only
             for k, part in enumerate(parts):
                 ahead = (
                     asyncio.ensure_future(self._embed(parts[k + 1])) if k + 1 < len(parts) else None
                 )
                 try:
-                    added = await self.writer.add(owner, part, vectors, actor=actor, conn=conn)
+                    added = await self.writer.add(
+                        owner, part, vectors, actor=actor, conn=conn, earlier=items[: len(rows)]
+                    )
                     if ahead is not None:
                         vectors = await ahead
                 finally:
@@ -95,6 +115,7 @@ class IngestPipeline:
                 if erasure.current() is not None:
                     raise _Voided
                 raise ForgetInProgress(owner)
+            await quota.count_added(conn, owner.tenant_id, [r["id"] for r in rows])
         return rows
 
     async def _embed(self, part: Sequence[NewMemory]) -> np.ndarray:

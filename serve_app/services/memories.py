@@ -78,17 +78,17 @@ class MemoryService:
         *,
         session_ttl_s: float,
         access: AccessTracker | None = None,
-        pipeline_chunk: int = 0,
+        pipeline: IngestPipeline | None = None,
     ) -> None:
-        """``pipeline_chunk``: a longer batch add embeds and inserts in chunks of it,
-        overlapped, in one transaction (:mod:`serve_app.services.ingest_pipeline`)."""
+        """``pipeline``: how a long batch add embeds and inserts in overlapped chunks
+        (:mod:`serve_app.services.ingest_pipeline`); None: never."""
         self.writer = writer  # every write (guards, quotas, validation, history)
         self.store = writer.memories  # reads
         self.embed = embed
         self._search = search
         self.session_ttl_s = session_ttl_s
         self.access = access  # counts what search/context return (None: not tracked)
-        self.pipeline = IngestPipeline(writer, embed, pipeline_chunk)
+        self.pipeline = pipeline or IngestPipeline(writer, embed, 0)
 
     def new_memory(self, f: MemoryFields, caller: Principal | None = None) -> NewMemory:
         """Validate the scope: agent/org memories are shared knowledge, written by service keys."""

@@ -142,11 +142,13 @@ class GuardedWriter:
         *,
         actor: str | None = None,
         conn: AsyncConnection | None = None,
+        earlier: Sequence[NewMemory] = (),
     ) -> list[dict[str, Any]]:
         """Insert all items (one statement, input order) or none.
 
         Inside work a forget of the owner voids it (``[]``); outside, a running forget
-        raises :class:`ForgetInProgress`; over quota raises ``QuotaExceeded``.
+        raises :class:`ForgetInProgress`; over quota raises ``QuotaExceeded``. ``earlier``:
+        items ``conn``'s transaction added uncounted (``quota.defer_counts``).
         """
         items = await self.prepared(owner, items)
         if not items:
@@ -154,7 +156,7 @@ class GuardedWriter:
         limits = (await self.quotas(owner.tenant_id))[0]
         for _ in range(2):  # a refusal that no longer holds (counts moved): once more
             rows = await self.memories._raw_add(
-                owner, items, embeddings, actor=actor, limits=limits, conn=conn
+                owner, items, embeddings, actor=actor, limits=limits, conn=conn, earlier=earlier
             )
             if rows:
                 return rows
@@ -163,7 +165,7 @@ class GuardedWriter:
                     if erasure.current() is not None:
                         return []
                     raise ForgetInProgress(owner)
-                refused = await quota.exceeded(c, limits, owner, items)
+                refused = await quota.exceeded(c, limits, owner, items, earlier)
                 if refused is not None:
                     raise refused
         # Refused twice, each time by counts that had moved again by the check: say so.

@@ -83,11 +83,13 @@ class MemoryStore:
         actor: str | None = None,
         limits: quota.Quota | None = None,
         conn: AsyncConnection | None = None,
+        earlier: Sequence[NewMemory] = (),
     ) -> list[dict[str, Any]]:
         """Insert items verbatim with their vectors and ADD history: one atomic statement.
 
         All rows or none (quota, erasure guard: the writer says why); rows come back in
-        input order (``seq`` follows it); ``conn``: the caller's transaction.
+        input order (``seq`` follows it); ``conn``: the caller's transaction; ``earlier``:
+        items it added uncounted (:func:`quota.params`).
         """
         if len(items) != len(embeddings):
             raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
@@ -95,7 +97,7 @@ class MemoryStore:
             return []
         params = add_params(owner, items, embeddings)
         params["actor"] = actor
-        params.update(quota.params(limits or quota.Quota(), owner, items))
+        params.update(quota.params(limits or quota.Quota(), owner, items, earlier))
         params.update(erasure.params(owner.user_id))
         async with using(self.pool, conn) as conn:
             retire = supersede.targets(items)  # raises SupersedeRefused on a repeated id

@@ -50,23 +50,33 @@ GATE = sql.SQL(
 )  # fmt: skip
 
 
-def params(quota: Quota, owner: Owner, items: Sequence[NewMemory]) -> dict[str, Any]:
-    """Parameters of ``GATE`` for adding ``items`` for ``owner``."""
-    mine = sum(1 for i in items if i.scope in ("user", "session") and owner.user_id is not None)
+def params(
+    quota: Quota, owner: Owner, items: Sequence[NewMemory], earlier: Sequence[NewMemory] = ()
+) -> dict[str, Any]:
+    """Parameters of ``GATE`` for adding ``items`` for ``owner`` after ``earlier``: items
+    this transaction added without counting them yet (:func:`defer_counts`)."""
+    every = [*earlier, *items]
+    mine = sum(1 for i in every if i.scope in ("user", "session") and owner.user_id is not None)
     return {
         "quota_user": quota.per_user or None,
         "quota_owner": owner.user_id or "",
         "quota_user_n": mine,
         "quota_tenant": quota.per_tenant or None,
-        "quota_all_n": len(items),
+        "quota_all_n": len(every),
     }
 
 
 async def exceeded(
-    conn: AsyncConnection, quota: Quota, owner: Owner, items: Sequence[NewMemory]
+    conn: AsyncConnection,
+    quota: Quota,
+    owner: Owner,
+    items: Sequence[NewMemory],
+    earlier: Sequence[NewMemory] = (),
 ) -> QuotaExceeded | None:
-    """Which quota an add of ``items`` would break (after the gate refused it)."""
-    p = params(quota, owner, items)
+    """Which quota an add of ``items`` (after ``earlier``, see :func:`params`) would
+    break (after the gate refused it)."""
+    p = params(quota, owner, items, earlier)
+    items = [*earlier, *items]
     cur = await conn.execute(
         "SELECT owner, n FROM memory_counts WHERE tenant_id = %(t)s AND owner = ANY(%(o)s)",
         {"t": owner.tenant_id, "o": [p["quota_owner"], ""]},
@@ -79,6 +89,29 @@ async def exceeded(
     if quota.per_tenant and used.get("", 0) + len(items) > quota.per_tenant:
         return QuotaExceeded("tenant", quota.per_tenant, used.get("", 0))
     return None
+
+
+_COUNT_ADDED = (
+    # The insert trigger's upsert (migration 0008), for rows a deferring transaction added.
+    "INSERT INTO memory_counts (tenant_id, owner, n) SELECT tenant_id, owner, n FROM ("
+    " SELECT tenant_id, owner, count(*) AS n FROM memory_items"
+    " WHERE tenant_id = %(t)s AND id = ANY(%(ids)s::uuid[]) GROUP BY tenant_id, owner"
+    " UNION ALL SELECT %(t)s, '', cardinality(%(ids)s::uuid[])) d ORDER BY tenant_id, owner"
+    " ON CONFLICT (tenant_id, owner) DO UPDATE SET n = greatest(memory_counts.n + excluded.n, 0)"
+)
+
+
+async def defer_counts(conn: AsyncConnection) -> None:
+    """Inserts of this transaction are not counted as they happen (migration 0015): no
+    lock on the tenant's count row until :func:`count_added`, which must follow."""
+    await conn.execute("SET LOCAL memserve.defer_counts = on")
+
+
+async def count_added(conn: AsyncConnection, tenant_id: str, ids: Sequence[Any]) -> None:
+    """Count the memories ``ids`` this deferring transaction added (just before commit)."""
+    await conn.execute("SET LOCAL memserve.defer_counts = off")
+    if ids:
+        await conn.execute(_COUNT_ADDED, {"t": tenant_id, "ids": list(ids)})
 
 
 async def facts_exceeded(conn: AsyncConnection, quota: Quota, owner: Owner) -> QuotaExceeded | None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from serve_app.errors import ApiError
+from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.memories import MemoryService
 from serve_app.store import NewMemory, Owner
 from serve_app.store.erasure import Erasure
@@ -81,13 +82,14 @@ def make(pool, encoder):
     """A MemoryService with ``chunk`` (0: the single statement), its log and embedder."""
 
     def build(
-        chunk: int, hook: Hook | None = None, **writer_kw
+        chunk: int, hook: Hook | None = None, max_open: int = 4, **writer_kw
     ) -> tuple[MemoryService, Log, Embedder]:
         log = Log()
         writer = TimedWriter(pool, SLUG, **writer_kw)
         writer.log = log
         embed = Embedder(encoder, log, hook)
-        service = MemoryService(writer, embed, no_search, session_ttl_s=0, pipeline_chunk=chunk)
+        pipeline = IngestPipeline(writer, embed, chunk, max_open=max_open)
+        service = MemoryService(writer, embed, no_search, session_ttl_s=0, pipeline=pipeline)
         return service, log, embed
 
     return build
@@ -134,6 +136,17 @@ async def stored(pool) -> dict[str, int]:
         return out
 
 
+async def counted(pool) -> dict[str, int]:
+    """memory_counts per owner key ('' the tenant); must match the rows stored."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT owner, n FROM memory_counts WHERE n > 0")
+        counts = {r["owner"]: r["n"] for r in await cur.fetchall()}
+        cur = await conn.execute("SELECT owner, count(*) AS n FROM memory_items GROUP BY owner")
+        rows = {r["owner"]: r["n"] for r in await cur.fetchall()}
+    assert counts == {**rows, "": sum(rows.values())} if rows else counts == {}
+    return counts
+
+
 SAME = ("agent_id", "session_id", "scope", "type", "content", "tags", "metadata", "importance",
         "status", "version", "valid_from", "valid", "events")  # fmt: skip
 
@@ -158,6 +171,8 @@ async def test_pipelined_rows_equal_the_single_statements_in_input_order(make, p
     retired = [r for r in b if r["valid_until"] is not None]
     assert [r["content"] for r in retired] == ["an old view"]
     assert retired[0]["superseded_by"] == returned[B][40]["id"]
+    counts = await counted(pool)  # counted once before the commit, as the trigger would
+    assert counts["ann"] == counts["bob"] == 71 and counts[""] == 142
 
 
 async def test_chunk_2_embeds_while_chunk_1_inserts(make):
@@ -216,6 +231,9 @@ async def test_a_batch_that_exactly_fills_the_quota_passes(make, pool):
     service, _, _ = make(CHUNK, memory_quota=Quota(per_user=69, per_tenant=69))
     await service.add(A, batch(5), "t")
     assert len(await service.add(A, batch(64), "t")) == 64
+    assert (await counted(pool))[""] == 69
+    with pytest.raises(ApiError, match=r"quota \(69\) is reached \(69 stored\)"):
+        await service.add(A, batch(40), "t")
 
 
 async def test_a_supersede_refused_in_a_later_chunk_writes_nothing(make, pool):
@@ -287,3 +305,27 @@ async def test_a_cancelled_request_writes_nothing(make, pool):
         await task
     assert await stored(pool) == {k: 0 for k in await stored(pool)}
     assert len(await service.add(A, batch(3), "t")) == 3  # the pool still serves
+    assert (await counted(pool))[""] == 3  # and counts again (defer_counts was LOCAL)
+
+
+async def test_other_writes_of_the_tenant_do_not_wait_and_max_open_holds(make, pool):
+    """While a batch is pipelined (its later chunks embedding) another user of the same
+    tenant writes at once: the tenant's count row is not locked until the commit. Each
+    pipelined batch holds a connection: past ``max_open`` at once, a batch is embedded
+    whole and inserted in one statement instead."""
+    gate = asyncio.Event()
+
+    async def hold(k: int) -> None:
+        if k == 1:  # the first batch's second chunk waits for the second batch
+            await gate.wait()
+
+    service, _, embed = make(CHUNK, hold, max_open=1)
+    first = asyncio.create_task(service.add(A, batch(70), "t"))
+    while len(embed.sizes) < 2:
+        await asyncio.sleep(0.01)
+    assert len(await service.add(B, batch(70), "t")) == 70
+    gate.set()
+    assert len(await first) == 70
+    assert embed.sizes == [32, 32, 70, 6] and service.pipeline.open == 0
+    assert len(await rows_of(pool, A)) == len(await rows_of(pool, B)) == 70
+    assert (await counted(pool))[""] == 140
