@@ -21,7 +21,7 @@ from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
 from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
-from serve_app.metrics import start_pool_metrics
+from serve_app.metrics import IngestMetrics, start_pool_metrics
 from serve_app.services.auth import Authenticator, authenticator, key_store
 from serve_app.services.chat import ChatService
 from serve_app.services.chat_caps import allowed_models
@@ -118,6 +118,8 @@ async def build_services(
         writer = GuardedWriter.from_settings(  # quotas and retention: the tenant's settings
             pool, model.table_slug, settings, quotas=tenants.quotas, retention=tenants.retention
         )
+        ingest_metrics = IngestMetrics()
+        closers.append(ingest_metrics.flusher.stop)
         memories = MemoryService(
             writer,
             backends.embed,
@@ -129,6 +131,7 @@ async def build_services(
                 backends.embed,
                 settings.ingest.pipeline_chunk,
                 max_open=max(1, settings.db.pool_max // 2),
+                metrics=ingest_metrics,
             ),
         )
         trigger = ExtractionTrigger(

@@ -90,6 +90,17 @@ REEMBED_ITEMS = _c("reembed_items", _MODEL, "Memories re-embedded into a new mod
 REEMBED_PROGRESS = _g("reembed_progress", _MODEL, "Share of memories in a filling model's table.")
 REEMBED_REMAINING = _g("reembed_remaining", _MODEL, "Memories left to re-embed (estimate).")
 CHAT_USAGE = _c("chat_usage", ("key_id", "kind"), "Chat proxy use per key: requests, tokens.")
+INGEST_BATCHES = _c(
+    "ingest_batches",
+    ("path",),
+    "Batch adds longer than a pipeline chunk: pipelined, or single (no free pipeline slot).",
+)
+INGEST_OPEN = _h(
+    "ingest_pipelines_open",
+    (),
+    (0, 1, 2, 4, 8, 16),
+    "Pipelined batch adds already running on the replica when one starts (its depth).",
+)
 
 
 # ---------------------------------------------------------------- components
@@ -178,6 +189,23 @@ def start_pool_metrics(pool: Any, component: str, interval_s: float = 5.0) -> Po
     metrics = PoolMetrics(pool, component, interval_s)
     metrics.flusher.start()
     return metrics
+
+
+class IngestMetrics(MetricSet):
+    """Long batch adds (services/ingest_pipeline.py): which path each took, and how many
+    pipelined batches were already holding a connection when a pipelined one started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = self.add(LocalCounter(INGEST_BATCHES))
+        self.open = self.add(LocalHistogram(INGEST_OPEN))
+        self.flusher = Flusher([self])
+
+    def batch(self, pipelined: bool, open_before: int) -> None:
+        self.batches.inc(("pipelined" if pipelined else "single",))
+        if pipelined:
+            self.open.observe(open_before, ())
+        self.flusher.start()  # once: the first batch runs on the replica's loop
 
 
 class EmbedMetrics(MetricSet):

@@ -35,6 +35,7 @@ from serve_app.store.quota import QuotaExceeded
 from serve_app.store.supersede import SupersedeRefused
 
 if TYPE_CHECKING:
+    from serve_app.metrics import IngestMetrics
     from serve_app.services.memories import Embed
 
 _REFUSALS = (SupersedeRefused, ForgetInProgress, QuotaExceeded)
@@ -48,18 +49,30 @@ class IngestPipeline:
     """Adds a batch longer than ``chunk`` items in pipelined chunks (see the module)."""
 
     def __init__(
-        self, writer: GuardedWriter, embed: Embed, chunk: int, *, max_open: int = 1
+        self,
+        writer: GuardedWriter,
+        embed: Embed,
+        chunk: int,
+        *,
+        max_open: int = 1,
+        metrics: IngestMetrics | None = None,
     ) -> None:
         self.writer = writer
         self.embed = embed
         self.chunk = chunk  # items per chunk; 0: off
         self.max_open = max_open  # batches pipelined at once (each holds a connection)
         self.open = 0
+        self.metrics = metrics
 
     def applies(self, n: int) -> bool:
         """Whether a batch of ``n`` items is pipelined (more than one chunk, a free slot);
         :meth:`add` must follow with no await in between (it takes the slot)."""
-        return 0 < self.chunk < n and self.open < self.max_open
+        if not 0 < self.chunk < n:
+            return False
+        free = self.open < self.max_open
+        if self.metrics is not None:
+            self.metrics.batch(free, self.open)
+        return free
 
     async def add(
         self, owner: Owner, items: Sequence[NewMemory], *, actor: str | None

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from serve_app.errors import ApiError
+from serve_app.metrics import IngestMetrics
 from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.memories import MemoryService
 from serve_app.store import NewMemory, Owner
@@ -21,6 +22,7 @@ from serve_app.store.erasure import Erasure
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.quota import Quota
 from serve_app.store.vectors import ensure_table, table_name
+from tests.fakes.metrics_sink import Recorder
 
 SLUG, DIM, CHUNK = "minilm", 384, 32
 A, B = Owner("t1", "ann"), Owner("t1", "bob")
@@ -82,13 +84,17 @@ def make(pool, encoder):
     """A MemoryService with ``chunk`` (0: the single statement), its log and embedder."""
 
     def build(
-        chunk: int, hook: Hook | None = None, max_open: int = 4, **writer_kw
+        chunk: int,
+        hook: Hook | None = None,
+        max_open: int = 4,
+        metrics: IngestMetrics | None = None,
+        **writer_kw,
     ) -> tuple[MemoryService, Log, Embedder]:
         log = Log()
         writer = TimedWriter(pool, SLUG, **writer_kw)
         writer.log = log
         embed = Embedder(encoder, log, hook)
-        pipeline = IngestPipeline(writer, embed, chunk, max_open=max_open)
+        pipeline = IngestPipeline(writer, embed, chunk, max_open=max_open, metrics=metrics)
         service = MemoryService(writer, embed, no_search, session_ttl_s=0, pipeline=pipeline)
         return service, log, embed
 
@@ -319,7 +325,9 @@ async def test_other_writes_of_the_tenant_do_not_wait_and_max_open_holds(make, p
         if k == 1:  # the first batch's second chunk waits for the second batch
             await gate.wait()
 
-    service, _, embed = make(CHUNK, hold, max_open=1)
+    metrics, sink = IngestMetrics(), Recorder()
+    metrics.flusher.sink = sink
+    service, _, embed = make(CHUNK, hold, max_open=1, metrics=metrics)
     first = asyncio.create_task(service.add(A, batch(70), "t"))
     while len(embed.sizes) < 2:
         await asyncio.sleep(0.01)
@@ -329,3 +337,10 @@ async def test_other_writes_of_the_tenant_do_not_wait_and_max_open_holds(make, p
     assert embed.sizes == [32, 32, 70, 6] and service.pipeline.open == 0
     assert len(await rows_of(pool, A)) == len(await rows_of(pool, B)) == 70
     assert (await counted(pool))[""] == 140
+    await service.add(A, batch(CHUNK), "t")  # one chunk: neither path is counted
+    await metrics.flusher.stop()
+    assert sink.counters == {
+        ("memserve_ingest_batches", ("pipelined",)): 1,
+        ("memserve_ingest_batches", ("single",)): 1,
+    }
+    assert sink.observations == [("memserve_ingest_pipelines_open", (), 0, 1)]
