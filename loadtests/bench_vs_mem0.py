@@ -6,6 +6,7 @@
     ... --query-embed both --memserve-only     # A/B the query routes on one commit
     ... --set MEMSERVE_CACHE_BUDGET_MB=0       # any other lever, recorded in the JSON
     ... --variant lean:RAY_enable_metrics_collection=0   # + memserve:lean each repeat
+    ... --memserve-only --variant nopipe:MEMSERVE_INGEST_PIPELINE_CHUNK=0   # batch100 A/B
 
 mem0 2.2.1 runs as its own REST server does (FastAPI, sync routes, one ``Memory``;
 loadtests/mem0_peer.py) in a virtualenv of its own (built once, cached), on pgvector
