@@ -2,6 +2,7 @@
 
     flock /tmp/memserve-ray.lock .venv/bin/python -m loadtests.bench_vs_mem0 --repeat 3
     ... --quick                        # small counts, for development
+    ... --workloads search_c1,search_c8  # only these (an A/B of a search lever)
     ... --memserve-only --repo /work/baseline   # another checkout (shares this .venv)
     ... --query-embed both --memserve-only     # A/B the query routes on one commit
     ... --set MEMSERVE_CACHE_BUDGET_MB=0       # any other lever, recorded in the JSON
@@ -261,6 +262,8 @@ def print_table(med: dict[str, dict], plan: list[Workload]) -> None:
     errs = {n: {w: med[n][w]["errors"] for w in med[n] if med[n][w]["errors"]} for n in names}
     if any(errs.values()):
         print(f"failed requests (not timed): {errs}")
+    if not all(HOT in med[n] for n in names):
+        return
     print(f"\nserver CPU ms per request by process role, {HOT}:")
     for n in names:
         prof = med[n][HOT]["cpu_ms_per_req_by_role"]
@@ -280,6 +283,11 @@ def main() -> None:
     only.add_argument("--memserve-only", action="store_true")
     only.add_argument("--mem0-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="small counts, for development")
+    ap.add_argument(
+        "--workloads",
+        help="comma-separated names to run (add_c8,batch100,search_c1,search_c8; default all):"
+        " a search-only A/B spends its time on searches, not on ingest",
+    )
     ap.add_argument(
         "--repo",
         default=str(Path(__file__).resolve().parents[1]),
@@ -321,6 +329,11 @@ def main() -> None:
     memserves = [] if args.mem0_only else memserve_names(args.query_embed, args.variant)
     names = ["mem0"] * (not args.memserve_only) + memserves
     plan = workloads(args.quick)
+    if args.workloads:
+        wanted = set(args.workloads.split(","))
+        if unknown := wanted - {w.name for w in plan}:
+            ap.error(f"--workloads: unknown {sorted(unknown)}")
+        plan = [w for w in plan if w.name in wanted]
     runs: dict[str, list[dict]] = {n: [] for n in names}
     failures: list[str] = []
     started = time.monotonic()
@@ -342,7 +355,9 @@ def main() -> None:
             "args": vars(args),
             "workloads": [w.__dict__ for w in plan],
             "medians": med,
-            "hot_path_profile": {n: med[n][HOT]["cpu_ms_per_req_by_role"] for n in names},
+            "hot_path_profile": {
+                n: med[n][HOT]["cpu_ms_per_req_by_role"] for n in names if HOT in med[n]
+            },
             "memserve_settings": {n: memserve_settings(n, args) for n in memserves},
             "runs": runs,
             "failures": failures,
