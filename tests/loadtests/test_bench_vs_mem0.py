@@ -77,3 +77,13 @@ def test_a_variant_names_only_memserve_or_ray_variables() -> None:
         with pytest.raises(ValueError):
             parse_variant(bad)
     assert parse_variant("x:RAY_a=1,MEMSERVE_B=c=d") == ("x", {"RAY_a": "1", "MEMSERVE_B": "c=d"})
+
+
+def test_a_table_of_some_workloads_leaves_the_hot_profile_out(capsys) -> None:
+    plan = [w for w in workloads(quick=True) if w.name == "search_c1"]
+    row = {"req_per_s": 50.0, "p50_ms": 20.0, "p95_ms": 30.0, "cpu_ms_per_req": 9.0}
+    med = {"search_c1": row | {"cpu_ms_per_req_by_role": {"ray": 9.0}, "errors": 0}}
+    print_table({"memserve": med, "memserve:lean": med}, plan)
+    out = capsys.readouterr().out
+    assert "search, 1 client, req/s" in out and "1.00x" in out
+    assert "by process role" not in out
