@@ -80,6 +80,17 @@ def workloads(quick: bool) -> list[Workload]:
     ]
 
 
+def prefill_for(plan: list[Workload], quick: bool) -> int:
+    """Memories the left-out write workloads would have written, so that searches of a
+    ``--workloads`` subset see the user the whole plan builds."""
+    names = {w.name for w in plan}
+    return sum(
+        w.requests * (100 if w.kind == "batch" else 1)
+        for w in workloads(quick)
+        if w.kind != "search" and w.name not in names
+    )
+
+
 def request_for(server: Server, kind: str, user: str, rng: random.Random) -> tuple[str, dict]:
     """(path, JSON body) of one request of ``kind`` in the server's own API."""
     mem0 = server.name == "mem0"
@@ -120,8 +131,9 @@ async def drive(client: httpx.AsyncClient, reqs: list[tuple[str, dict]], clients
     return {"latencies": lat, "wall_s": time.perf_counter() - started, "errors": errors}
 
 
-async def run_server(server: Server, plan: list[Workload], seed: int) -> dict:
-    """Warm up, then every workload in order with CPU accounting around each."""
+async def run_server(server: Server, plan: list[Workload], seed: int, prefill: int = 0) -> dict:
+    """Warm up, write ``prefill`` memories (untimed), then every workload in order with
+    CPU accounting around each."""
     rng = random.Random(seed)
     user = f"bench_{seed}"
     limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
@@ -132,6 +144,8 @@ async def run_server(server: Server, plan: list[Workload], seed: int) -> dict:
         warm = "warmup_" + user
         await drive(client, [request_for(server, "add", warm, rng) for _ in range(8)], 4)
         await drive(client, [request_for(server, "search", warm, rng) for _ in range(16)], 4)
+        batches = [request_for(server, "batch", user, rng) for _ in range(prefill // 100)]
+        await drive(client, batches, 1)
         for w in plan:
             reqs = [request_for(server, w.kind, user, rng) for _ in range(w.requests)]
             before = procstat.snapshot(server.pids, server.match)
@@ -203,7 +217,7 @@ def one_pass(name: str, args: argparse.Namespace, plan: list[Workload], seed: in
     t0 = time.monotonic()
     with ctx as server:
         print(f"{name} ready in {server.startup_s:.1f}s at {server.base_url}", flush=True)
-        result = asyncio.run(run_server(server, plan, seed))
+        result = asyncio.run(run_server(server, plan, seed, prefill_for(plan, args.quick)))
         result["_startup_s"] = server.startup_s
         result["_info"] = server.info
     result["_elapsed_s"] = time.monotonic() - t0  # start, workloads and stop

@@ -87,3 +87,13 @@ def test_a_table_of_some_workloads_leaves_the_hot_profile_out(capsys) -> None:
     out = capsys.readouterr().out
     assert "search, 1 client, req/s" in out and "1.00x" in out
     assert "by process role" not in out
+
+
+def test_a_search_only_plan_prefills_what_the_writes_would_have_written() -> None:
+    from loadtests.bench_vs_mem0 import prefill_for
+
+    full = workloads(quick=False)
+    assert prefill_for(full, quick=False) == 0
+    searches = [w for w in full if w.kind == "search"]
+    assert prefill_for(searches, quick=False) == 200 + 10 * 100
+    assert prefill_for([w for w in full if w.name != "add_c8"], quick=False) == 200
