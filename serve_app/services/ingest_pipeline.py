@@ -128,7 +128,8 @@ class IngestPipeline:
                 if erasure.current() is not None:
                     raise _Voided
                 raise ForgetInProgress(owner)
-            await quota.count_added(conn, owner.tenant_id, [r["id"] for r in rows])
+            per_tenant = (await self.writer.quotas(owner.tenant_id))[0].per_tenant
+            await quota.count_added(conn, owner.tenant_id, [r["id"] for r in rows], per_tenant)
         return rows
 
     async def _embed(self, part: Sequence[NewMemory]) -> np.ndarray:

@@ -98,6 +98,7 @@ _COUNT_ADDED = (
     " WHERE tenant_id = %(t)s AND id = ANY(%(ids)s::uuid[]) GROUP BY tenant_id, owner"
     " UNION ALL SELECT %(t)s, '', cardinality(%(ids)s::uuid[])) d ORDER BY tenant_id, owner"
     " ON CONFLICT (tenant_id, owner) DO UPDATE SET n = greatest(memory_counts.n + excluded.n, 0)"
+    " RETURNING owner, n"
 )
 
 
@@ -107,11 +108,23 @@ async def defer_counts(conn: AsyncConnection) -> None:
     await conn.execute("SET LOCAL memserve.defer_counts = on")
 
 
-async def count_added(conn: AsyncConnection, tenant_id: str, ids: Sequence[Any]) -> None:
-    """Count the memories ``ids`` this deferring transaction added (just before commit)."""
+async def count_added(
+    conn: AsyncConnection, tenant_id: str, ids: Sequence[Any], per_tenant: int | None = None
+) -> None:
+    """Count the memories ``ids`` this deferring transaction added (just before commit).
+
+    The tenant's count row is locked from here to the commit, so concurrent batches of
+    the tenant count one after another: a batch that takes the tenant past
+    ``per_tenant`` (another batch committed while this one embedded, past its chunks'
+    gates) raises :class:`QuotaExceeded` and rolls back instead of overshooting.
+    """
     await conn.execute("SET LOCAL memserve.defer_counts = off")
-    if ids:
-        await conn.execute(_COUNT_ADDED, {"t": tenant_id, "ids": list(ids)})
+    if not ids:
+        return
+    cur = await conn.execute(_COUNT_ADDED, {"t": tenant_id, "ids": list(ids)})
+    total = next((r["n"] for r in await cur.fetchall() if r["owner"] == ""), 0)
+    if per_tenant and total > per_tenant:
+        raise QuotaExceeded("tenant", per_tenant, total - len(ids))
 
 
 async def facts_exceeded(conn: AsyncConnection, quota: Quota, owner: Owner) -> QuotaExceeded | None:

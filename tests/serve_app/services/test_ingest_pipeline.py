@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
@@ -56,10 +57,13 @@ class Embedder:
 
 class TimedWriter(GuardedWriter):
     log: Log
+    after: Callable[[Owner], Awaitable[None]] | None = None  # runs after each insert
 
     async def add(self, owner, items, embeddings, **kw):  # type: ignore[override]
         rows = await super().add(owner, items, embeddings, **kw)
         self.log.events.append(("inserted", len(items)))
+        if self.after is not None:
+            await self.after(owner)
         return rows
 
 
@@ -344,3 +348,30 @@ async def test_other_writes_of_the_tenant_do_not_wait_and_max_open_holds(make, p
         ("memserve_ingest_batches", ("single",)): 1,
     }
     assert sink.observations == [("memserve_ingest_pipelines_open", (), 0, 1)]
+
+
+async def test_two_batches_filling_a_tenant_together_cannot_overshoot_its_quota(make, pool):
+    """Two users' batches pipelined at once, each past its last chunk's tenant gate before
+    either commits (the other's rows are not counted until its commit): counting at the
+    commit must see the first commit's rows and refuse the second batch whole."""
+    both, inserts, waiting = asyncio.Event(), Counter(), 0
+
+    async def after(owner: Owner) -> None:
+        nonlocal waiting
+        inserts[owner] += 1
+        if inserts[owner] == 2:  # a batch's last chunk is in: wait for the other's
+            waiting += 1
+            if waiting == 2:
+                both.set()
+            await both.wait()
+
+    service, _, _ = make(CHUNK, max_open=2, memory_quota=Quota(per_tenant=100))
+    service.writer.after = after
+    done = await asyncio.gather(
+        service.add(A, batch(64), "t"), service.add(B, batch(64), "t"), return_exceptions=True
+    )
+    refused = [d for d in done if isinstance(d, ApiError)]
+    assert len(refused) == 1 and (refused[0].status, refused[0].code) == (403, "quota_exceeded")
+    assert "tenant memory quota (100)" in refused[0].message
+    assert sorted(len(d) for d in done if isinstance(d, list)) == [64]
+    assert (await counted(pool))[""] == 64
