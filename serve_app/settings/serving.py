@@ -79,7 +79,10 @@ class IngestSettings(BaseSettings):
     # A batch longer than this is embedded and inserted in chunks of this many items,
     # the next chunk embedding while the last one inserts, in one transaction (all or
     # nothing as before; services/ingest_pipeline.py); 0: embed all, then one insert.
-    pipeline_chunk: int = Field(32, ge=0)
+    # Off by default: where the encoder and PostgreSQL share the cores it cost 17% of
+    # batch ingest (docs/operations.md); 32 where inserts take time of their own (a remote
+    # database, the global HNSW index on).
+    pipeline_chunk: int = Field(0, ge=0)
 
 
 class AuthSettings(BaseSettings):
