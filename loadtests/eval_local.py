@@ -46,7 +46,8 @@ from serve_app.db.pool import open_pool  # noqa: E402
 from serve_app.retrieval.query import SearchQuery  # noqa: E402
 from serve_app.retrieval.retriever import Retriever  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
-from serve_app.store import MemoryStore, NewMemory, Owner  # noqa: E402
+from serve_app.store import NewMemory, Owner  # noqa: E402
+from serve_app.store.guarded import GuardedWriter  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402
 
 SLUG = "evallocal"
@@ -85,7 +86,7 @@ class Vectors:
         return x
 
 
-async def _store(store: MemoryStore, user: str, items: list[dict], vecs: Vectors) -> None:
+async def _store(store: GuardedWriter, user: str, items: list[dict], vecs: Vectors) -> None:
     x = vecs([i["content"] for i in items])
     news = [NewMemory(content=i["content"], metadata=i.get("metadata") or {}) for i in items]
     for a in range(0, len(news), 500):
@@ -112,7 +113,8 @@ LATENCY_MS: list[float] = []  # hot searches of this run (second pass over the q
 async def evaluate(dsn: str, settings: Settings, sets, modes, vecs: Vectors, maxq) -> dict:
     pool = await open_pool(dsn, settings, min_size=1)
     await pool.wait()
-    store, core = MemoryStore(pool, SLUG), Retriever(pool, SLUG, settings)
+    store = GuardedWriter(pool, SLUG, max_chars=MAX_CHARS)  # the one write path
+    core = Retriever(pool, SLUG, settings)
     report: dict = {"modes": modes}
     try:
         for s in sets:
