@@ -14,10 +14,9 @@ write applies, in its own statement or transaction:
 - quotas of memories and of facts, per user and per tenant (``QuotaExceeded``, 403);
 - history: memory events in the write's own statement; facts keep replaced values.
 
-The re-embed worker is exempt on purpose: it writes only vectors of items that exist
-(an upsert joined to ``memory_items`` under a share lock, content re-checked by md5),
-so it cannot resurrect a forgotten item (the join finds nothing, vectors cascade),
-adds nothing a quota counts and stores no caller input to validate
+The re-embed worker is exempt on purpose: it upserts vectors of existing items only
+(joined to ``memory_items`` under a share lock, content re-checked by md5), so it cannot
+resurrect a forgotten item, adds nothing a quota counts and stores no caller input
 (``tests/serve_app/reembed/test_reembed_forget.py`` holds that).
 """
 
@@ -161,13 +160,11 @@ class GuardedWriter:
             if rows:
                 return rows
             async with using(self.pool, conn) as c:
-                if not await self.guard_passes(c, owner, items):
-                    if erasure.current() is not None:
-                        return []
-                    raise ForgetInProgress(owner)
-                refused = await quota.exceeded(c, limits, owner, items, earlier)
-                if refused is not None:
-                    raise refused
+                refused = await self._blocked(c, owner, items, limits, earlier)
+            if isinstance(refused, ForgetInProgress) and erasure.current() is not None:
+                return []  # inside work that a forget of the owner voided
+            if refused is not None:
+                raise refused
         # Refused twice, each time by counts that had moved again by the check: say so.
         kind, limit = (
             ("user", limits.per_user) if limits.per_user else ("tenant", limits.per_tenant)
@@ -187,17 +184,26 @@ class GuardedWriter:
         return await self._retained(owner.tenant_id, items) if items else items
 
     async def refusal(self, owner: Owner, items: Sequence[NewMemory]) -> Exception | None:
-        """Why one add of all ``items`` would be refused now, as :meth:`add` reports it
-        (supersede targets, then a running forget, then a quota); None: it would pass."""
+        """Why one add of all ``items`` would be refused now, as :meth:`add` says it
+        (a supersede target, a running forget, a quota); None: it would pass."""
         limits = (await self.quotas(owner.tenant_id))[0]
         async with self.pool.connection() as c:
             retire = supersede.targets(items)
             refused = await supersede.refusal(c, owner, retire) if retire else None
-            if refused is not None:
-                return refused
-            if not await self.guard_passes(c, owner, items):
-                return ForgetInProgress(owner)
-            return await quota.exceeded(c, limits, owner, items)
+            return refused or await self._blocked(c, owner, items, limits)
+
+    async def _blocked(
+        self,
+        conn: AsyncConnection,
+        owner: Owner,
+        items: Sequence[NewMemory],
+        limits: quota.Quota,
+        earlier: Sequence[NewMemory] = (),
+    ) -> ForgetInProgress | quota.QuotaExceeded | None:
+        """What stops an add of ``items`` now: a running forget, else a quota; or None."""
+        if not await self.guard_passes(conn, owner, items):
+            return ForgetInProgress(owner)
+        return await quota.exceeded(conn, limits, owner, items, earlier)
 
     async def _retained(self, tenant_id: str, items: Sequence[NewMemory]) -> Sequence[NewMemory]:
         """Items without an expiry, given their type's retention (the tenant's setting)."""
