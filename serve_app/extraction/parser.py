@@ -23,6 +23,10 @@ _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 MAX_TAG_CHARS = 64
 MAX_REASON_CHARS = 300
+# An answer's brackets nested deeper than this are refused before ``json.loads`` (the
+# contract needs 4 levels; CPython's decoder raises RecursionError near 1000, which would
+# escape every ``except BadOutput`` and re-send the batch to the LLM for ever).
+MAX_JSON_DEPTH = 32
 # Reconcile events (serve_app/extraction/reconcile.py); mem0's names are accepted too.
 EVENTS = ("ADD", "UPDATE", "INVALIDATE", "NOOP")
 _EVENT_SYNONYMS = {"DELETE": "INVALIDATE", "NONE": "NOOP"}
@@ -230,10 +234,30 @@ def _repair_truncated(fragment: str) -> Any:
         if closers is None:
             continue
         try:
-            return json.loads(head + closers)
+            return _decode(head + closers)
         except json.JSONDecodeError:
             continue
     raise BadOutput("truncated JSON could not be repaired")
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of ``{``/``[`` outside JSON strings (one linear pass)."""
+    depth = deepest = 0
+    for _, c in _structure(text)[0]:
+        if c in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "}]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _decode(text: str) -> Any:
+    """``json.loads``; a decoder that runs out of stack is a bad answer, not a crash."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BadOutput("JSON nested too deeply") from None
 
 
 def _closers(text: str) -> str | None:
@@ -256,17 +280,19 @@ def load_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` (fences, prose and truncation tolerated)."""
     if not text or not text.strip():
         raise BadOutput("empty answer")
+    if _depth(text) > MAX_JSON_DEPTH:
+        raise BadOutput(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     sources = [m.group(1) for m in _FENCE.finditer(text)] + [text]
     for source in sources:
         try:
-            value = json.loads(source)
+            value = _decode(source)
             if isinstance(value, dict):
                 return value
         except json.JSONDecodeError:
             pass
         for cand in _balanced_candidates(source):
             try:
-                value = json.loads(cand)
+                value = _decode(cand)
             except json.JSONDecodeError:
                 try:
                     value = _repair_truncated(cand)

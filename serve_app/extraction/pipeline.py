@@ -176,6 +176,12 @@ class ExtractionPipeline:
             out.error = "db_error"
             log.exception("extraction of %s: database error", key)
             return await self._failed(key, rows, claim, "db_error", type(exc).__name__)
+        except Exception as exc:  # unforeseen (an answer nothing parses, a bug): counted, so
+            # the batch dead-letters after max_attempts instead of re-sending it for ever
+            self.metrics.error("internal")
+            out.error = "internal"
+            log.exception("extraction of %s: unexpected error", key)
+            return await self._failed(key, rows, claim, "internal", type(exc).__name__)
         done = await self.turns.mark_extracted(ids, claim=claim)
         if done < len(ids):  # our claim ran out and another run took over: its turns
             log.warning("claim on %s expired mid-run; %d turns left to its new holder", key,

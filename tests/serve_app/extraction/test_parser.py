@@ -79,3 +79,25 @@ def test_summary():
 def test_nested_braces_in_strings():
     obj = load_json_object('x {"summary": "a {b} c \\" }"} y')
     assert obj["summary"] == 'a {b} c " }'
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"memories": ' + "[" * 3000 + "]" * 3000 + "}",  # complete, ~3000 deep
+        '{"memories": ' + "[" * 3000,  # truncated: the repair closes 3000 brackets
+        '{"memories": [' + '{"a": ' * 1500 + "1" + "}" * 1500 + "]}",
+        "```json\n" + "[" * 5000 + "\n```",
+    ],
+)
+def test_an_answer_nested_too_deep_is_bad_output_not_a_recursion_error(answer):
+    with pytest.raises(BadOutput, match="nested"):
+        parse_extraction(answer)
+    with pytest.raises(BadOutput):
+        parse_summary(answer)
+
+
+def test_ordinary_nesting_and_brackets_inside_strings_still_parse():
+    deep_in_text = {"memories": [{"type": "fact", "content": "[" * 500 + "{" * 500}]}
+    assert parse_extraction(json.dumps(deep_in_text)).memories[0].content.startswith("[[[")
+    assert load_json_object(json.dumps({"a": [[[[{"b": [1]}]]]]})) == {"a": [[[[{"b": [1]}]]]]}

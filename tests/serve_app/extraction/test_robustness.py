@@ -91,6 +91,40 @@ async def test_database_error_while_saving_counts_an_attempt(make_harness, fake_
     assert h.pipeline.metrics.counts["error:db_error"] == 1
 
 
+async def test_an_answer_nested_1000_deep_dead_letters_instead_of_looping(make_harness, fake_llm):
+    """CPython's JSON decoder raises RecursionError on ~1000 nested brackets; uncaught, the
+    batch was never failed and went back to the LLM every lease period, for ever."""
+    h = await make_harness(settings_for(fake_llm.url, max_attempts=2))
+    fake_llm.add_rule("nesting", '{"memories": ' + "[" * 1200 + "]" * 1200 + "}")
+    k = key("deep")
+    await h.say(k, ("user", "a turn that gets the nesting answer"))
+    for attempt in (1, 2):
+        out = await h.pipeline.process_session(k)
+        assert out.error == "bad_output"
+        [row] = await h.rows("SELECT extract_attempts, dead_at, claim_token FROM session_turns")
+        assert row["extract_attempts"] == attempt and row["claim_token"] is None
+    assert row["dead_at"] is not None
+    [dead] = await h.turns.dead_letters(T)
+    assert "nested" in dead["error"]
+    assert len(fake_llm.calls("extract")) == 2  # not re-sent once dead
+
+
+async def test_an_unforeseen_error_counts_an_attempt_and_dead_letters(make_harness, fake_llm):
+    h = await make_harness(settings_for(fake_llm.url, max_attempts=1))
+    fake_llm.enqueue(extraction([memory("The user plays the oboe")]))
+
+    async def broken(*_args, **_kwargs):
+        raise RuntimeError("a bug in a later step")
+
+    h.pipeline._save_memories = broken  # this pipeline object only, not a global
+    k = key("bug")
+    await h.say(k, ("user", "I play the oboe"))
+    assert (await h.pipeline.process_session(k)).error == "internal"
+    [row] = await h.rows("SELECT extract_attempts, dead_at FROM session_turns")
+    assert row["extract_attempts"] == 1 and row["dead_at"] is not None
+    assert h.pipeline.metrics.counts["error:internal"] == 1
+
+
 async def test_long_batch_is_split_and_long_turns_truncated(make_harness, fake_llm):
     """40 turns of 8,000 characters: no prompt is ever too long for the model."""
     h = await make_harness(
