@@ -22,6 +22,12 @@ from typing import Any
 # 256 embedded tokens): a search costs ~1, a batch of 100 short memories ~110, and a
 # batch of 100 memories of 8,000 characters ~880.
 BYTES_PER_UNIT = 1024
+# The slowest rate a key or a tenant may set (0 turns a limit off): below it a bucket
+# refills once in hours, and at 5e-324 a wait is infinite.
+MIN_RATE_PER_S = 0.001
+# The longest Retry-After a refusal names, whatever the wait computes to (a client that
+# honours it comes back within the hour; an infinite wait is not a header).
+MAX_RETRY_AFTER_S = 3600
 _ITEM_LISTS = ("items", "messages", "memories")
 
 
@@ -129,5 +135,8 @@ class RateLimiter:
 
 
 def retry_after_header(wait_s: float) -> str:
-    """Retry-After is whole seconds; never 0 for a refused request."""
+    """Retry-After is whole seconds: never 0 for a refused request, never past
+    :data:`MAX_RETRY_AFTER_S` (an infinite or NaN wait included)."""
+    if not math.isfinite(wait_s) or wait_s >= MAX_RETRY_AFTER_S:
+        return str(MAX_RETRY_AFTER_S)
     return str(max(1, math.ceil(wait_s)))

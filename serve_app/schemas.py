@@ -14,6 +14,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from serve_app.ratelimit import MIN_RATE_PER_S
 from serve_app.settings import get_settings
 
 Identifier = Annotated[
@@ -366,7 +367,7 @@ class ApiKeyCreate(StrictModel):
     role: Literal["service", "user"]
     user_id: Identifier | None = None
     name: str | None = Field(default=None, min_length=1, max_length=128)
-    rate_limit_per_s: float | None = Field(default=None, ge=0.001, le=1_000_000)
+    rate_limit_per_s: float | None = Field(default=None, ge=MIN_RATE_PER_S, le=1_000_000)
 
 
 class ApiKeyInfo(BaseModel):

@@ -17,8 +17,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
 
+from serve_app.ratelimit import MIN_RATE_PER_S
 from serve_app.schemas import MemoryType
 from serve_app.settings import Settings
 from serve_app.store.quota import Quota
@@ -31,7 +39,17 @@ _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"  # one line, no control characters
 
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Ttl = Annotated[float, Field(ge=0, le=MAX_TTL_S)]
-Rate = Annotated[float, Field(ge=0, le=MAX_RATE)]
+
+
+def _rate_floor(value: float) -> float:
+    """0 (off) or at least the floor API keys have: a tenant's 1e-300 locked every key
+    out for good, and 5e-324 made each refusal's Retry-After infinite (a 500)."""
+    if 0 < value < MIN_RATE_PER_S:
+        raise ValueError(f"a rate is 0 (off) or at least {MIN_RATE_PER_S} units per second")
+    return value
+
+
+Rate = Annotated[float, Field(ge=0, le=MAX_RATE), AfterValidator(_rate_floor)]
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
 CategoryName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=_PRINTABLE)]
 Text = Annotated[str, StringConstraints(max_length=4000, pattern=r"^[^\x00]*$")]

@@ -4,8 +4,8 @@ GET shows the overrides the tenant set, its version, and the effective document
 (the environment's defaults with the overrides on top). PUT replaces the overrides;
 PATCH is a JSON merge patch of them (null: back to the environment's value). Both
 validate strictly (422 naming the field), take an optional ``If-Match: "<version>"``
-(409 when the settings moved on), record who changed what in the history, and reach
-every replica at once (NOTIFY).
+(409 when the settings moved on; ``"0"``: a tenant that never set anything), record who
+changed what in the history, and reach every replica at once (NOTIFY).
 """
 
 from __future__ import annotations
@@ -50,11 +50,20 @@ async def patch_settings(
     return await _change(caller, services, "patched", body, if_match)
 
 
+def settings_version(if_match: str | None) -> int | None:
+    """The version a change is conditional on. A tenant that never set anything is at
+    version 0 (GET says so), so ``If-Match: "0"`` means "only if still unconfigured"
+    (the console sends the version it showed); other versions parse like a memory's."""
+    if if_match is not None and if_match.strip().removeprefix("W/").strip('"') == "0":
+        return 0
+    return parse_if_match(if_match, None)
+
+
 async def _change(
     caller: Admin, services: Svc, how: str, doc: dict[str, Any], if_match: str | None
 ) -> dict[str, Any]:
     apply = services.tenants.replace if how == "replaced" else services.tenants.patch
-    out = await apply(caller.tenant_id, doc, caller, parse_if_match(if_match, None))
+    out = await apply(caller.tenant_id, doc, caller, settings_version(if_match))
     log.info("tenant %s settings %s by %s (v%d)", caller.tenant_id, how, caller.key_id,
              out["version"])  # fmt: skip
     return out

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.ratelimit import RateLimiter, end_user, retry_after_header, work_units
+from serve_app.ratelimit import (
+    MAX_RETRY_AFTER_S,
+    RateLimiter,
+    end_user,
+    retry_after_header,
+    work_units,
+)
 
 
 class Clock:
@@ -49,6 +55,18 @@ def test_lru_bound():
 def test_retry_after_is_whole_seconds_at_least_one():
     assert retry_after_header(0.01) == "1"
     assert retry_after_header(2.2) == "3"
+
+
+def test_retry_after_is_clamped_to_an_hour_even_for_an_infinite_wait():
+    """A rate of 5e-324 made the wait inf, and math.ceil(inf) a 500 on every request."""
+    rl = RateLimiter(rate_per_s=100.0, burst=1)
+    assert rl.acquire("k", override=5e-324) == 0.0
+    wait = rl.acquire("k", override=5e-324)
+    assert wait == float("inf")
+    assert retry_after_header(wait) == str(MAX_RETRY_AFTER_S) == "3600"
+    assert retry_after_header(float("nan")) == "3600"
+    assert retry_after_header(1e300) == "3600"
+    assert retry_after_header(3599.2) == "3600"
 
 
 def test_cost_in_work_units_and_big_requests_pass_on_a_full_bucket():

@@ -99,7 +99,7 @@ async function settingsView(body) {
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     attempt(async () => {
-      await call("PATCH", "/v1/admin/tenant/settings", { body: JSON.parse(edit.value), headers: { "If-Match": String(view.version) } });
+      await call("PATCH", "/v1/admin/tenant/settings", { body: JSON.parse(edit.value), headers: { "If-Match": `"${view.version}"` } });
       clear(body); await settingsView(body);
     }, "Settings changed.");
   });

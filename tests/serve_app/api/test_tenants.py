@@ -208,3 +208,55 @@ async def test_quotas_and_retention_follow_the_tenants_settings(api):
     r = await c["acme_admin"].patch(URL, json={"quotas": None})
     assert r.status_code == 200, r.text
     assert (await add(svc, "ann", "Ann likes coffee too")).status_code == 201
+
+
+async def test_rates_below_the_key_floor_are_refused_and_admin_keys_stay_reachable(api):
+    """1e-300 locked every key of the tenant out (its admin key too); 5e-324 made every
+    request a 500 (an infinite Retry-After). Tenant rates now take the keys' floor, and
+    admin keys are charged at the environment's rates whatever their tenant set."""
+    c, _ = api
+    admin = c["acme_admin"]
+    for rate in (1e-300, 5e-324, 0.0009):
+        for group in ("per_user_per_s", "per_key_per_s"):
+            for method in ("PUT", "PATCH"):
+                r = await admin.request(method, URL, json={"rate_limits": {group: rate}})
+                assert r.status_code == 422, (rate, group, method, r.text)
+                assert r.json()["error"]["code"] == "invalid_request", r.text
+                assert group in r.text
+    assert (await admin.get(URL)).json()["version"] == 0
+    off = await admin.patch(URL, json={"rate_limits": {"per_key_per_s": 0}})  # 0: off
+    assert off.status_code == 200, off.text
+
+    slowest = {"rate_limits": {"per_user_per_s": 0.001, "per_key_per_s": 0.001}}
+    assert (await admin.patch(URL, json=slowest)).status_code == 200
+    body = {"user_id": "ann", "query": "anything"}
+    codes = [(await c["acme_service"].post("/v1/search", json=body)).status_code for _ in range(3)]
+    assert codes[-1] == 429, codes
+    refused = await c["acme_service"].post("/v1/search", json=body)
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["Retry-After"]) <= 3600
+    for _ in range(20):  # the tenant's admin is not throttled by its own tenant's rates
+        assert (await admin.get(URL)).status_code == 200
+    back = await admin.patch(URL, json={"rate_limits": None})
+    assert back.status_code == 200 and back.json()["settings"] == {}, back.text
+
+
+async def test_the_first_change_of_a_never_configured_tenant_may_name_the_version_it_read(api):
+    """GET says version 0 for a tenant that never set anything; the console sends that back
+    as If-Match, which the API refused, so its first settings change always failed."""
+    c, _ = api
+    for name, etag in (("admin", '"0"'), ("acme_admin", 'W/"0"')):  # the console's; weak
+        admin = c[name]
+        shown = (await admin.get(URL)).json()
+        assert shown["version"] == 0 and shown["settings"] == {}
+        r = await admin.patch(URL, json={"chat_models": ["m"]}, headers={"If-Match": etag})
+        assert r.status_code == 200 and r.json()["version"] == 1, (name, r.text)
+        # configured now (even once it is empty again): "0" no longer matches
+        assert (await admin.put(URL, json={})).json()["version"] == 2
+        stale = await admin.patch(URL, json={"chat_models": ["n"]}, headers={"If-Match": "0"})
+        assert stale.status_code == 409 and stale.json()["error"]["code"] == "conflict"
+        for bad in ('"-1"', '"abc"', '"0x"'):
+            r = await admin.patch(URL, json={"chat_models": ["x"]}, headers={"If-Match": bad})
+            assert r.status_code == 422, (bad, r.text)
+        after = (await admin.get(URL)).json()
+        assert after["version"] == 2 and after["settings"] == {}  # the 4xx changed nothing

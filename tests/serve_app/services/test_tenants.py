@@ -9,8 +9,10 @@ import uuid
 
 import pytest
 from fastapi.exceptions import RequestValidationError
+from psycopg.types.json import Jsonb
 
 from serve_app.auth import Principal
+from serve_app.db.migrations import available
 from serve_app.db.pool import open_pool
 from serve_app.errors import ApiError
 from serve_app.services.tenants import TenantService, tenant_service
@@ -104,6 +106,8 @@ async def test_tenant_value_wins_other_tenant_unaffected_and_history(pool):
         {"retention": {"episodic": 1e12}},
         {"retention": {"archive": 60}},
         {"rate_limits": {"per_user_per_s": float("nan")}},
+        {"rate_limits": {"per_key_per_s": 1e-300}},  # below the keys' floor (0.001)
+        {"rate_limits": {"per_user_per_s": 5e-324}},
         {"chat_models": []},
         {"chat_models": ["a\nb"]},
         {"extraction": {"custom_categories": [{"a": "x", "b": "y"}]}},
@@ -121,6 +125,35 @@ async def test_invalid_settings_are_refused_and_change_nothing(pool, bad):
         await svc.replace("acme", bad, ADMIN)
     assert (await svc.read("acme"))["version"] == 0
     assert await svc.history("acme", limit=5) == []
+
+
+async def test_migration_0016_drops_rates_stored_below_the_floor(pool):
+    """Rates a tenant stored before the floor would not validate when read: the migration
+    removes them (back to the environment's), as a versioned change with history."""
+    bad = {"rate_limits": {"per_key_per_s": 1e-300, "per_user_per_s": 5e-324}}
+    mixed = {"rate_limits": {"per_key_per_s": 0.0005, "per_user_per_s": 2.0}, "chat_models": ["m"]}
+    fine = {"rate_limits": {"per_key_per_s": 0.001, "per_user_per_s": 0}}
+    async with pool.connection() as conn:
+        for tenant, doc in (("t_bad", bad), ("t_mixed", mixed), ("t_fine", fine)):
+            await conn.execute("INSERT INTO tenants (id) VALUES (%s)", (tenant,))
+            await conn.execute(
+                "INSERT INTO tenant_settings (tenant_id, settings, version) VALUES (%s, %s, 3)",
+                (tenant, Jsonb(doc)),
+            )
+        [(_, _, sql)] = [m for m in available() if m[0] == 16]
+        await conn.execute(sql)
+    svc = TenantService(TenantStore(pool), ENV)
+    got = {t: await svc.read(t) for t in ("t_bad", "t_mixed", "t_fine")}
+    assert got["t_bad"]["settings"] == {} and got["t_bad"]["version"] == 4
+    assert got["t_mixed"]["settings"] == {"rate_limits": {"per_user_per_s": 2.0},
+                                          "chat_models": ["m"]}  # fmt: skip
+    assert got["t_fine"]["settings"] == fine and got["t_fine"]["version"] == 3
+    assert (await svc.effective("t_bad")).rate_per_key == ENV.auth.key_rate_limit_per_s
+    [change] = await svc.history("t_mixed", limit=5)
+    assert change["actor"] == "migration:0016" and change["version"] == 4
+    assert change["changes"] == [{"field": "rate_limits.per_key_per_s", "old": 0.0005,
+                                  "new": None}]  # fmt: skip
+    assert await svc.history("t_fine", limit=5) == []
 
 
 async def test_version_conflict_is_409(pool):
