@@ -43,12 +43,17 @@ class FactService:
         """An explicit value (a correction): replaces the active one whatever its
         confidence, the old value stays as history (valid until ``valid_from``, else
         now); extraction never overrides it."""
+        # Written and read back in one transaction: a delete that lands between them
+        # cannot remove a row it does not see yet (read apart, it made this a 500).
         with write_errors():
-            await self.writer.upsert_fact(
-                owner, category, key, value, 1.0, source=EXPLICIT, valid_from=valid_from
-            )
-        row = await self.store.get(owner, category, key)
-        assert row is not None
+            async with self.writer.pool.connection() as conn, conn.transaction():
+                await self.writer.upsert_fact(
+                    owner, category, key, value, 1.0, source=EXPLICIT, valid_from=valid_from,
+                    conn=conn,
+                )  # fmt: skip
+                row = await self.store.get(owner, category, key, conn=conn)
+        if row is None:  # the fact was refused without an error (cannot happen for EXPLICIT)
+            raise ApiError(409, "conflict", f"fact {category}/{key} was not written; retry")
         return row
 
     async def delete(self, owner: Owner, category: str | None, key: str | None) -> int:

@@ -216,6 +216,24 @@ def _add(batch: ImportBatch, record: dict[str, Any], now: datetime) -> None:
         raise ValueError("unknown record kind")
 
 
+def _unique_id(
+    batch: ImportBatch, before: tuple[int, int], where: str, seen: dict[tuple[str, str], str]
+) -> None:
+    """ValueError when the record just added repeats the ``id`` of an earlier one of its
+    kind: ids link history and fact versions, and two facts with one id were a 500 (a
+    primary key violation) after part of the batch had been written."""
+    added = (
+        ("memory", batch.memories[-1].source_id) if len(batch.memories) > before[0]
+        else ("fact", batch.facts[-1].source_id) if len(batch.facts) > before[1]
+        else None
+    )  # fmt: skip
+    if added is None or added[1] is None:
+        return
+    if added in seen:
+        raise ValueError(f"{added[0]} id {added[1]!r} repeats the id of {seen[added]}")
+    seen[added] = where
+
+
 def parse(text: str, max_records: int) -> ImportBatch:
     """Validate every record (422 naming the first bad one, 413 over ``max_records``);
     nothing is written here."""
@@ -229,11 +247,14 @@ def parse(text: str, max_records: int) -> ImportBatch:
         )  # fmt: skip
     batch = ImportBatch(records=counted)
     now = datetime.now(UTC)
+    seen: dict[tuple[str, str], str] = {}  # (kind, id at the source) -> where it was
     for n, record in records:
         if not isinstance(record, dict):
             raise ApiError(422, "invalid_request", f"{unit} {n}: expected a JSON object")
         try:
+            before = len(batch.memories), len(batch.facts)
             _add(batch, record, now)
+            _unique_id(batch, before, f"{unit} {n}", seen)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(x) for x in first.get("loc", ()))

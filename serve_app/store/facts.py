@@ -151,9 +151,11 @@ class FactStore:
             )
             return cur.rowcount
 
-    async def get(self, owner: Owner, category: str, key: str) -> dict[str, Any] | None:
-        """The active value of one fact."""
-        async with self.pool.connection() as conn:
+    async def get(
+        self, owner: Owner, category: str, key: str, conn: AsyncConnection | None = None
+    ) -> dict[str, Any] | None:
+        """The active value of one fact (``conn``: read inside that transaction)."""
+        async with using(self.pool, conn) as conn:
             cur = await conn.execute(
                 sql.SQL("SELECT {} FROM facts WHERE " + _FACT + " AND key = %(key)s AND active")
                 .format(column_list(FACT_COLUMNS)),

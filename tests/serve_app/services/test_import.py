@@ -4,6 +4,7 @@ PUT /v1/facts under the fact quota; writes during a running forget are 409s. In 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -229,3 +230,50 @@ async def test_validity_and_the_supersession_chain_are_kept(make_stack):
     assert berlin["supersedes"] == [paris["id"]] and berlin["valid_from"].startswith("2024-06-01")
     current = (await c.get("/v1/memories", params={"user_id": "fay"})).json()["memories"]
     assert [m["content"] for m in current] == ["lives in Berlin"]  # the retired one is hidden
+
+
+@pytest.mark.parametrize(
+    ("records", "says"),
+    [
+        # two replaced versions with one id: a primary key violation (was a 500)
+        ([{**FACT, "id": "f1", "value": "York", "active": False},
+          {**FACT, "id": "f1", "value": "Hull", "active": False}, {**FACT, "id": "f2"}],
+         "line 3: fact id 'f1' repeats the id of line 2"),
+        # the active fact and a replaced version with one id (was a 500 too)
+        ([{**FACT, "id": "f1"}, {**FACT, "id": "f1", "value": "York", "active": False}],
+         "line 3: fact id 'f1' repeats the id of line 2"),
+        ([mem("one", id="m1"), mem("two", id="m1")], "line 3: memory id 'm1' repeats"),
+    ],
+)  # fmt: skip
+async def test_two_records_with_one_id_are_a_422_that_writes_nothing(make_stack, records, says):
+    c, services = await make_stack()
+    r = await post(c, jsonl(mem("a fine memory first"), *records))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["message"].startswith(says), r.text
+    assert await counts(services) == (0, 0, 0)
+
+
+async def test_a_delete_between_a_fact_put_and_its_read_back_is_not_a_500(make_stack):
+    """PUT /v1/facts wrote, then read the value back apart: a DELETE landing in between
+    made the read None and an assert a 500. Both now run in one transaction."""
+    c, services = await make_stack()
+    store = services.facts.store
+    read_back = store.get
+    deletes: list[asyncio.Task] = []
+
+    async def get_after_a_delete(owner, category, key, **how):
+        deletes.append(asyncio.create_task(services.facts.delete(owner, category, key)))
+        await asyncio.wait(deletes, timeout=1.0)  # it cannot see an uncommitted write
+        return await read_back(owner, category, key, **how)
+
+    store.get = get_after_a_delete  # this replica's store object only
+    try:
+        body = {"user_id": "dan", "category": "profile", "key": "city", "value": "Leeds"}
+        r = await c.put("/v1/facts", json=body)
+        assert r.status_code == 200, r.text
+        assert (r.json()["key"], r.json()["value"]) == ("city", "Leeds")
+    finally:
+        store.get = read_back
+        await asyncio.gather(*deletes)
+    left = (await c.get("/v1/facts", params={"user_id": "dan"})).json()["facts"]
+    assert left in ([], [r.json()])  # the delete ran after the PUT, or saw nothing

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from serve_app.db.pool import open_pool
+from serve_app.settings import Settings
 from serve_app.store.turns import SessionKey, TurnCounts, TurnStore
 
 K = SessionKey("t1", "alice", "s1")
@@ -55,3 +59,33 @@ async def test_end_marks_ended_and_returns_pending(turns):
     assert K in await turns.due_sessions(every_n=100, idle_s=3600)
     await turns.append(K, [("user", "back")], agent_id=None, ttl_hours=1)  # re-opens it
     assert not await turns.is_ended(K)
+
+
+async def test_twenty_concurrent_appends_to_one_session_all_land_in_order(fresh_db):
+    """8-10 appends at once collided on the unique turn index and, after five retries,
+    raised (a 500); appends to one session are now serialised by a lock."""
+    pool = await open_pool(fresh_db, Settings().with_(db={"pool_max": 20}), min_size=20)
+    try:
+        await pool.wait()
+        turns = TurnStore(pool)
+        for round_ in range(3):
+            done = await asyncio.gather(
+                *(
+                    turns.append(
+                        K,
+                        [("user", f"r{round_} m{i} a"), ("assistant", "b")],
+                        agent_id=None,
+                        ttl_hours=1,
+                    )  # fmt: skip
+                    for i in range(20)
+                )
+            )
+            spans = sorted((a.first_index, a.last_index) for a in done)
+            base = 40 * round_
+            assert spans == [(base + 2 * i + 1, base + 2 * i + 2) for i in range(20)]
+        assert await turns.status(K) == TurnCounts(turns=120, pending=120, failed=0, compressed=0)
+        other = await turns.append(SessionKey("t1", "bob", "s1"), [("user", "x")], agent_id=None,
+                                   ttl_hours=1)  # fmt: skip
+        assert other.first_index == 1  # another session's indexes are its own
+    finally:
+        await pool.close()
