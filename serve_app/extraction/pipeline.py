@@ -62,12 +62,11 @@ from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter, ValidationError
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.quota import QuotaExceeded
-from serve_app.store.turns import SessionKey, TurnStore
+from serve_app.store.turns import INFER_PREFIX, SessionKey, TurnStore
 from serve_app.tenancy import ExtractionGuidance
 from serve_app.text import dedupe_hash
 
 log = logging.getLogger(__name__)
-INFER_PREFIX = "infer-"  # sessions created for POST /v1/memories with infer: true
 __all__ = ["ACTOR", "INFER_PREFIX", "ExtractionPipeline", "Outcome"]
 # Failures that may be the batch's own fault (count an attempt, then dead-letter).
 COUNTED = frozenset({"http_4xx", "timeout", "bad_output", "db_error"})

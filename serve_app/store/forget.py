@@ -23,6 +23,7 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.erasure import Erasure
+from serve_app.store.turns import INFER_PREFIX
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
@@ -51,6 +52,22 @@ class Scope:
                 parts.append(sql.SQL("{} = {}").format(sql.Identifier(col), sql.Placeholder(col)))
                 params[col] = value
         return sql.SQL(" AND ").join(parts), params
+
+    def turns_where(self) -> tuple[sql.Composable, dict[str, Any]]:
+        """The scope's turns: a session's own, and the pending ``infer`` jobs that the
+        session's memories would come from (their turns live under ``infer-<hex>`` with
+        the session in ``meta``; missed, their memories appeared after the forget)."""
+        if self.session_id is None:
+            return self.where(("user_id", "agent_id", "session_id"))
+        where, params = Scope(self.tenant_id, self.user_id, self.agent_id).where(
+            ("user_id", "agent_id")
+        )
+        mine = sql.SQL(
+            "(session_id = %(session_id)s OR (starts_with(session_id, %(infer)s)"
+            " AND meta ->> 'session_id' = %(session_id)s))"
+        )
+        params.update(session_id=self.session_id, infer=INFER_PREFIX)
+        return sql.SQL(" AND ").join([where, mine]), params
 
 
 def _memory_chunk(vectors: sql.Identifier, where: sql.Composable) -> sql.Composed:
@@ -127,7 +144,7 @@ class ForgetStore:
     ) -> None:
         await conn.execute(_REVOKE, {"tenant_id": scope.tenant_id, "user_id": scope.user_id})
         # The queue first: nothing of the scope is picked up for extraction meanwhile.
-        where, params = scope.where(("user_id", "agent_id", "session_id"))
+        where, params = scope.turns_where()
         counts["turns"] = await self._rows(conn, held, "session_turns", "id", where, params)
         counts["sessions"] = await self._sessions(conn, scope)
         await self._memories(conn, held, scope, counts)

@@ -58,6 +58,9 @@ class Appended:
 
 
 _SESSION = "tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"
+# Sessions created for POST /v1/memories with infer: true (one job each); the caller's
+# own session, if any, is in each turn's ``meta.session_id``.
+INFER_PREFIX = "infer-"
 
 
 def _claimable(t: str = "") -> str:
@@ -99,9 +102,14 @@ FROM base
 
 def _begin_work(key: SessionKey, rows: list[dict]) -> None:
     """Reading turns to extract or summarise starts extraction work: the task's later
-    memory/fact writes are void if the owner is forgotten meanwhile (store.erasure)."""
+    memory/fact writes are void if the owner is forgotten meanwhile (store.erasure).
+    An ``infer`` job's memories carry its caller's session (``meta.session_id``), so a
+    forget of that session voids them too."""
     if rows:
-        erasure.begin_work(key.tenant_id, key.user_id, key.session_id, rows[0]["read_at"])
+        session = key.session_id
+        if session.startswith(INFER_PREFIX):
+            session = (rows[0].get("meta") or {}).get("session_id") or session
+        erasure.begin_work(key.tenant_id, key.user_id, session, rows[0]["read_at"])
 
 
 class TurnStore:
