@@ -14,6 +14,9 @@ class LifecycleSettings(BaseSettings):
     model_config = group("MEMSERVE_LIFECYCLE_")
 
     forget_batch: int = 2000  # rows per delete statement of a forget (each << statement timeout)
+    # Forgets running at once per replica (each holds a pooled connection to its end; the
+    # others wait without one), so concurrent large forgets leave the pool to other work.
+    forget_concurrency: int = Field(2, ge=1)
     purge_interval_s: float = 60.0  # expired memories are purged this often; 0: never
     purge_batch: int = 1000  # rows per purge statement
     purge_max_batches: int = 50  # statements per purge round (the rest waits for the next)

@@ -16,6 +16,7 @@ owner is revoked before anything is deleted, so a run in flight writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,14 +119,23 @@ class ForgetStore:
         *,
         batch: int = 2000,
         lease_s: float = 60.0,
+        concurrency: int = 2,
     ) -> None:
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
         self.batch = batch
         self.lease_s = lease_s  # the erasure's lease (renewed between chunks)
+        # A forget holds a pooled connection from start to end: without a bound, ten large
+        # ones at once held a replica's whole pool. Queued forgets wait here, holding none.
+        self._running = asyncio.Semaphore(concurrency)
 
     async def forget(self, scope: Scope) -> dict[str, int]:
-        """Delete the scope's data; counts per kind (see ``KINDS``)."""
+        """Delete the scope's data; counts per kind (see ``KINDS``). At most
+        ``concurrency`` forgets of this store run at once; the others wait their turn."""
+        async with self._running:
+            return await self._forget(scope)
+
+    async def _forget(self, scope: Scope) -> dict[str, int]:
         counts = dict.fromkeys(KINDS, 0)
         held: Erasure | None = None
         try:

@@ -219,14 +219,14 @@ class GuardedWriter:
         ]
 
     async def guard_passes(
-        self, conn: AsyncConnection, owner: Owner, items: Sequence[NewMemory]
+        self, conn: AsyncConnection, owner: Owner, items: Sequence[NewMemory | imports.ImportedFact]
     ) -> bool:
         """The erasure guard lets ``items`` of ``owner`` be written now (on ``conn``)."""
         cur = await conn.execute(
             sql.SQL("SELECT {} AS ok").format(BATCH_GUARD),
             {
                 "tenant_id": owner.tenant_id,
-                "agent_id": [i.agent_id for i in items],
+                "agent_id": [getattr(i, "agent_id", None) for i in items],  # facts: none
                 "session_id": [i.session_id for i in items],
                 **erasure.params(owner.user_id),
             },
@@ -387,6 +387,9 @@ class GuardedWriter:
                     fact_ids[f.source_id] = fact_id
             inactive = [f for f in facts if not f.active]
             versions = await imports.insert_fact_versions(conn, owner, inactive, fact_ids)
+            # Re-checked (forgets since the transaction began) as the ingest pipeline does:
+            if not await self.guard_passes(conn, owner, [*(m.item for m in memories), *facts]):
+                raise ForgetInProgress(owner)
         return {
             "imported": {
                 "memories": len(ids),

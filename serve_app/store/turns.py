@@ -58,9 +58,7 @@ class Appended:
 
 
 _SESSION = "tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s"
-# Sessions created for POST /v1/memories with infer: true (one job each); the caller's
-# own session, if any, is in each turn's ``meta.session_id``.
-INFER_PREFIX = "infer-"
+INFER_PREFIX = "infer-"  # POST /v1/memories infer jobs; the caller's session: meta.session_id
 
 
 def _claimable(t: str = "") -> str:
@@ -71,11 +69,8 @@ def _claimable(t: str = "") -> str:
 _CLAIMABLE = _claimable()
 _CLAIMABLE_T = _claimable("t.")
 
-# Held to the append's commit; taken before the statement that reads the last index,
-# whose snapshot then includes every append that held it before.
 _APPEND_LOCK = (
-    "SELECT pg_advisory_xact_lock(hashtextextended("
-    "'memserve:append:' || %(t)s || '/' || %(u)s || '/' || %(s)s, 0))"
+    "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s || '/' || %(u)s || '/' || %(s)s, 7))"
 )
 _APPEND_SQL = """
 WITH base AS (
@@ -102,9 +97,8 @@ FROM base
 
 def _begin_work(key: SessionKey, rows: list[dict]) -> None:
     """Reading turns to extract or summarise starts extraction work: the task's later
-    memory/fact writes are void if the owner is forgotten meanwhile (store.erasure).
-    An ``infer`` job's memories carry its caller's session (``meta.session_id``), so a
-    forget of that session voids them too."""
+    memory/fact writes are void if the owner is forgotten meanwhile (store.erasure); an
+    ``infer`` job's work is its caller's session, which its memories carry."""
     if rows:
         session = key.session_id
         if session.startswith(INFER_PREFIX):
@@ -131,12 +125,9 @@ class TurnStore:
         ``occurred_at``: when each message was said (the client's clock, per message;
         None: the server's), shown to extraction so relative dates can be resolved.
 
-        One transaction of two statements (this is the chat path): the session's
-        append lock, then one statement for the next indexes, the insert, the pending
-        count (extraction's trigger) and re-opening an ended session. The lock
-        serialises appends to one session: each reads the indexes the one before it
-        committed, so concurrent appends never collide on the unique index (retrying
-        the collision instead failed after five tries with 8-10 appends at once).
+        The session's lock (serialises its appends: retrying unique-index collisions
+        failed with 8-10 at once), then one statement: next indexes, the insert, the
+        pending count (extraction's trigger) and re-opening an ended session.
         """
         roles = [r for r, _ in messages]
         contents = [c for _, c in messages]

@@ -277,3 +277,34 @@ async def test_a_delete_between_a_fact_put_and_its_read_back_is_not_a_500(make_s
         await asyncio.gather(*deletes)
     left = (await c.get("/v1/facts", params={"user_id": "dan"})).json()["facts"]
     assert left in ([], [r.json()])  # the delete ran after the PUT, or saw nothing
+
+
+async def test_an_import_a_forget_runs_during_does_not_survive_it(make_stack):
+    """The import's writes passed the erasure guard, then a forget of the user ran before
+    the import committed: the forget could not see the rows, and they survived it. The
+    import now checks the guard again before its commit (409, nothing written)."""
+    c, services = await make_stack()
+    writer, pool = services.portability.writer, services.memories.writer.pool
+    add, forgets = writer.add, []
+
+    async def lock_waiters() -> int:
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT count(*) AS n FROM pg_locks WHERE NOT granted")
+            return (await cur.fetchone())["n"]
+
+    async def add_then_forget(owner, items, vectors, **how):
+        rows = await add(owner, items, vectors, **how)
+        forgets.append(asyncio.create_task(services.lifecycle.forget.forget(owner)))
+        while not forgets[0].done() and not await lock_waiters():  # done, or waits on us
+            await asyncio.sleep(0.01)
+        return rows
+
+    writer.add = add_then_forget  # this stack's writer only
+    try:
+        r = await post(c, jsonl(mem("imported while being forgotten")), user="ivy")
+    finally:
+        writer.add = add
+        await asyncio.gather(*forgets)
+    assert forgets, "the import never wrote"
+    assert r.status_code == 409 and r.json()["error"]["code"] == "forget_in_progress", r.text
+    assert await counts(services) == (0, 0, 0)

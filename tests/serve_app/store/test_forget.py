@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -178,3 +179,46 @@ async def test_purger_round_works_on_the_connection_holding_its_lock(fresh_db):
         assert await scalar(one, "SELECT count(*) FROM memory_items") == 0
     finally:
         await one.close()
+
+
+class ParkedForgets(ForgetStore):
+    """Forgets that stop before their memory chunks until the test lets them go."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.parked, self.go = 0, asyncio.Event()
+
+    async def _memories(self, conn, held, scope, counts) -> None:
+        self.parked += 1
+        await self.go.wait()
+        await super()._memories(conn, held, scope, counts)
+
+
+async def test_concurrent_forgets_leave_the_pool_to_other_work(fresh_db):
+    """Each forget holds a pooled connection to its end: as many large forgets as the pool
+    has slots starved every other request of the replica. At most ``forget_concurrency``
+    (2) now run at once; the others wait without a connection."""
+    ensure_table(fresh_db, "test", DIM)
+    pool = await open_pool(fresh_db, Settings(db=DatabaseSettings(pool_max=3)), min_size=3)
+    forgets, tasks = ParkedForgets(pool, "test"), []
+    try:
+        users = [Owner("t1", f"u{i}") for i in range(6)]
+        for owner in users:
+            await add(GuardedWriter(pool, "test"), owner, f"{owner.user_id} memory")
+        tasks = [asyncio.create_task(forgets.forget(Scope("t1", o.user_id))) for o in users]
+        for _ in range(500):
+            if forgets.parked >= 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # time for any other forget that could start to park
+        async with pool.connection(timeout=1.0) as conn:  # other work still gets one
+            assert (await (await conn.execute("SELECT 1 AS one")).fetchone())["one"] == 1
+        assert forgets.parked == 2
+        forgets.go.set()
+        counts = await asyncio.gather(*tasks)
+        assert [c["memories"] for c in counts] == [1] * 6
+        assert await scalar(pool, "SELECT count(*) FROM memory_items") == 0
+    finally:
+        forgets.go.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await pool.close()
