@@ -6,7 +6,8 @@ tests build it with a real database, the local encoder and the fake LLM.
 Failure policy: an unreachable LLM (connection refused, 5xx, 429, breaker open)
 releases the claimed turns untouched so a later trigger or the periodic scan
 extracts them. Anything that may be the batch's own fault counts an attempt: a 4xx
-refusal, a timeout, an unusable answer, a database error while saving. A counted
+refusal, a timeout, an unusable answer (one nested too deep included), a database
+error while saving, any unforeseen error (``internal``: never re-sent for ever). A counted
 failure backs off (``retry_backoff_s``, doubling) and after ``max_attempts`` the
 batch is dead-lettered: kept, counted as failed in the session status, listed and
 retried by the admin API. Prompts are capped by tokens (long batches split, long
