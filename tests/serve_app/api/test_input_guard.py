@@ -55,10 +55,28 @@ def test_what_is_refused_and_where(body, where):
         b"[" * 100_000,  # never closed: the parser would hit the recursion limit first
         b'{"a":' * 5000 + b"1" + b"}" * 5000,
         b'{"x": "]]]]]]", "deep": ' + b"[" * 64 + b"]" * 64 + b"}",  # strings' brackets
+        b'{"x": "\\"]]]\\\\", "deep": ' + b"[" * 64 + b"]" * 64 + b"}",  # escaped quotes
+        b'["\\\\"' + b"[" * 65,  # an escaped backslash ends no string: the brackets count
     ],
 )
 def test_deep_nesting_is_refused(body):
     assert body_problem(body) == f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+def test_escaped_quotes_and_backslashes_keep_strings_apart():
+    """An escaped quote does not end a string; an escaped backslash before a quote does."""
+    inside = b'{"a": "\\" [[[[ \\\\", "b": "' + b"[" * 70 + b'"}'
+    assert body_problem(inside) is None
+
+
+@pytest.mark.timeout(10)  # the old strip took ~3000 s on this body: a hang, not a timing
+def test_an_unclosed_string_of_escaped_quotes_costs_linear_work():
+    """More brackets than the depth limit, then a string of 500,000 ``\\"`` pairs that
+    never closes: one pattern for "a string with its escapes" rescanned the rest of the
+    body from every quote (16 KB: 0.7 s, 1 MB: ~3000 s). Not JSON: the route says 400."""
+    tail = b'"' + b'\\"' * 500_000
+    assert body_problem(b'{"a": "' + b"[" * 65 + b'", "b": ' + tail) is None
+    assert body_problem(b"[" * 65 + tail) == f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
 
 
 async def call(chunks: list[bytes], path: str = "/v1/x", query: bytes = b"") -> tuple[int, bytes]:
