@@ -1,4 +1,9 @@
-"""Text normalisation shared by dedup and validation."""
+"""Text normalisation shared by dedup and validation.
+
+Runs on request text (every write, every context call, the junk guard), so every step
+is linear in its input: C scans and single-character patterns, no pattern that
+backtracks (see tests/serve_app/test_regex_safety.py).
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,31 @@ import hashlib
 import re
 import unicodedata
 
-_SPACE = re.compile(r"\s+")
-_EDGE_PUNCT = re.compile(r"^[\W_]+|[\W_]+$")
+# A letter or digit: what ``[\W_]`` (edge punctuation) is not. One character, so a
+# search is one pass; ``^[\W_]+|[\W_]+$`` instead rescanned a run of punctuation from
+# each of its characters ("a" + "!" * 8000 + "a": 0.8 s).
+_WORD_CHAR = re.compile(r"[^\W_]")
+# NFKC can turn one character into up to 18 (U+FDFA) and casefold triples that again;
+# ordinary text barely grows. The normal form is a key (dedup, containment), not text
+# anyone reads, so past this factor (plus a little room for short texts) it keeps only
+# its start: output stays O(input).
+MAX_EXPANSION = 4
+_ROOM = 64
 
 
 def normalize(text: str) -> str:
-    """Case-, width- and whitespace-insensitive form, trailing punctuation dropped."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = _SPACE.sub(" ", text).strip()
-    return _EDGE_PUNCT.sub("", text)
+    """Case-, width- and whitespace-insensitive form, edge punctuation dropped.
+
+    Linear in ``len(text)`` and at most ``MAX_EXPANSION * len(text) + 64`` characters.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = " ".join(folded[: MAX_EXPANSION * len(text) + _ROOM].split())
+    first = _WORD_CHAR.search(folded)
+    if first is None:
+        return ""
+    last = _WORD_CHAR.search(folded[::-1])
+    assert last is not None  # the same string, reversed, holds the same character
+    return folded[first.start() : len(folded) - last.start()]
 
 
 def dedupe_hash(text: str) -> str:
@@ -55,10 +76,11 @@ def entity_candidates(text: str) -> list[tuple[str, bool]]:
     last_end = 0
     for m in _WORD.finditer(text):
         word = _POSSESSIVE.sub("", m.group())
-        gap = text[last_end : m.start()]
-        before = text[: m.start()].rstrip()
-        initial = not before or before[-1] in _SENTENCE_END
-        adjacent = bool(run) and gap.strip() == ""
+        gap = text[last_end : m.start()].rstrip()
+        # What precedes the word, spaces skipped: the gap since the last word, else that
+        # word (never a sentence end). Not text[:start]: a copy per word, words x length.
+        initial = gap[-1] in _SENTENCE_END if gap else last_end == 0
+        adjacent = bool(run) and not gap
         if word[:1].isupper() and (word.lower() not in _NOT_NAMES or adjacent):
             if not adjacent:
                 if run:
