@@ -19,8 +19,6 @@ from serve_app.text import normalize
 CONTEXT_OPEN = "<memserve-context>"
 CONTEXT_CLOSE = "</memserve-context>"
 
-_BLOCK = re.compile(re.escape(CONTEXT_OPEN) + r".*?" + re.escape(CONTEXT_CLOSE), re.DOTALL)
-_UNCLOSED = re.compile(re.escape(CONTEXT_OPEN) + r".*\Z", re.DOTALL)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 MIN_CONTAINMENT_CHARS = 12  # shorter memories would match too much by containment
 
@@ -31,28 +29,43 @@ def wrap_context(text: str) -> str:
 
 
 def strip_context(text: str) -> str:
-    """Remove every injected block (an unclosed one runs to the end of the text)."""
-    text = _BLOCK.sub(" ", text)
-    text = _UNCLOSED.sub(" ", text)
-    return text.strip()
+    """Remove every injected block (an unclosed one runs to the end of the text).
+
+    A scan with ``str.find``, linear: the pattern ``OPEN.*?CLOSE`` ran from every
+    opening tag to the end of a text that never closes them (84 KB: 7 s).
+    """
+    kept: list[str] = []
+    pos = 0
+    while (start := text.find(CONTEXT_OPEN, pos)) != -1:
+        kept.append(text[pos:start])
+        end = text.find(CONTEXT_CLOSE, start + len(CONTEXT_OPEN))
+        pos = len(text) if end == -1 else end + len(CONTEXT_CLOSE)
+    kept.append(text[pos:])
+    return " ".join(kept).strip()
 
 
 def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
 
 
-def contained(sentence: str, memories: Iterable[str]) -> bool:
-    """Normalised containment either way (a restatement quotes or paraphrases little)."""
+def normal_forms(memories: Iterable[str]) -> list[str]:
+    """The memories' normal forms that are long enough to count for :func:`restates`;
+    computed once per batch, not once per sentence (sentences x memories normalisations)."""
+    return [n for n in map(normalize, memories) if len(n) >= MIN_CONTAINMENT_CHARS]
+
+
+def restates(sentence: str, forms: Sequence[str]) -> bool:
+    """Normalised containment either way (a restatement quotes or paraphrases little),
+    against ``forms`` from :func:`normal_forms`."""
     s = normalize(sentence)
     if not s:
         return True
-    for m in memories:
-        n = normalize(m)
-        if len(n) < MIN_CONTAINMENT_CHARS:
-            continue
-        if n in s or (len(s) >= MIN_CONTAINMENT_CHARS and s in n):
-            return True
-    return False
+    return any(n in s or (len(s) >= MIN_CONTAINMENT_CHARS and s in n) for n in forms)
+
+
+def contained(sentence: str, memories: Iterable[str]) -> bool:
+    """:func:`restates` for one sentence against raw memory texts."""
+    return restates(sentence, normal_forms(memories))
 
 
 @dataclass

@@ -37,7 +37,8 @@ from serve_app.extraction.junk import (
     CONTEXT_OPEN,
     Turn,
     clean_turns,
-    contained,
+    normal_forms,
+    restates,
     said_at,
     sentences,
     turn_of,
@@ -330,7 +331,8 @@ class ExtractionPipeline:
             return turns, 0
         vectors = await self.embed(flat, is_query=False)
         threshold = self.settings.extract.restatement_similarity
-        junk = {s for s in flat if contained(s, known)}
+        forms = normal_forms(known)
+        junk = {s for s in flat if restates(s, forms)}
         rest = [i for i, s in enumerate(flat) if s not in junk]
         best = await self.index.best_similarities(owner, [vectors[i] for i in rest])
         junk.update(

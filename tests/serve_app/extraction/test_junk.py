@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from serve_app.extraction.junk import (
     CONTEXT_CLOSE,
     CONTEXT_OPEN,
     Turn,
     clean_turns,
     contained,
+    normal_forms,
+    restates,
     strip_context,
     wrap_context,
 )
@@ -38,3 +42,21 @@ def test_containment():
     assert contained("As you told me, the user's favourite colour is blue.", memories)
     assert not contained("I like green", memories)
     assert not contained("I have a cat named Tom", memories)  # short memories do not count
+
+
+def test_restates_against_normal_forms_is_containment():
+    memories = ["The user's favourite colour is blue!", "cat", "  THE USER HAS A DOG  "]
+    forms = normal_forms(memories)
+    assert forms == ["the user's favourite colour is blue", "the user has a dog"]
+    for s in ["As you told me, the user's favourite colour is blue.", "I like green", "dog"]:
+        assert restates(s, forms) == contained(s, memories)
+
+
+@pytest.mark.timeout(10)  # the old pattern: ~2 min on this text
+def test_many_unclosed_blocks_cost_linear_work():
+    """``OPEN.*?CLOSE`` ran from every opening tag to the end of a text that never closes
+    them (84 KB: 7 s); a scan finds each tag once."""
+    text = "keep " + f"{CONTEXT_OPEN} x " * 15_000  # ~330 KB
+    assert strip_context(text) == "keep"
+    closed = f"a {CONTEXT_OPEN} x {CONTEXT_OPEN} y {CONTEXT_CLOSE} b {CONTEXT_CLOSE} c"
+    assert strip_context(closed) == f"a   b {CONTEXT_CLOSE} c"  # the first close ends it
