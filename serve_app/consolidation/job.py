@@ -24,6 +24,7 @@ deleted memories is inserted), and quotas and validation hold as for any produce
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -61,16 +62,31 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(norms, 1e-12)
 
 
-def near_pairs(vectors: np.ndarray, threshold: float, block: int = 1024) -> list[tuple[int, int]]:
-    """Index pairs (i < j) with cosine >= ``threshold``, in blocks (bounded memory)."""
+def near_pairs(
+    vectors: np.ndarray, threshold: float, max_neighbours: int, block: int = 1024
+) -> list[tuple[int, int]]:
+    """Index pairs (i < j) with cosine >= ``threshold``, each item paired with at most its
+    ``max_neighbours`` nearest: at most ``n * max_neighbours`` pairs, where every pair
+    above the threshold would be n^2/2 for n near-identical memories (2000 of them:
+    400 MB of tuples). Groups of near-duplicates stay connected through each member's
+    nearest; a cluster takes its seed's nearest. Blocked, so memory stays bounded; CPU
+    work in numpy, meant for a worker thread (:func:`asyncio.to_thread`)."""
     unit = _unit(np.asarray(vectors, dtype=np.float32))
-    pairs: list[tuple[int, int]] = []
-    for start in range(0, len(unit), block):
+    n = len(unit)
+    k = min(max_neighbours, n - 1)
+    if k < 1:
+        return []
+    found: list[np.ndarray] = []
+    for start in range(0, n, block):
         sims = unit[start : start + block] @ unit.T
-        rows, cols = np.nonzero(sims >= threshold)
-        found = zip(rows.tolist(), cols.tolist(), strict=True)
-        pairs += [(start + r, c) for r, c in found if c > start + r]
-    return pairs
+        rows = np.arange(start, start + len(sims))
+        sims[rows - start, rows] = -np.inf  # not its own neighbour
+        top = np.argpartition(sims, n - k, axis=1)[:, n - k :]  # the k largest per row
+        hit = np.take_along_axis(sims, top, axis=1) >= threshold
+        a, b = np.repeat(rows, k)[hit.ravel()], top[hit]
+        found.append(np.minimum(a, b).astype(np.int64) * n + np.maximum(a, b))
+    keys = np.unique(np.concatenate(found))  # a pair found from both ends counts once
+    return list(zip((keys // n).tolist(), (keys % n).tolist(), strict=True))
 
 
 def groups(n: int, pairs: Sequence[tuple[int, int]]) -> list[list[int]]:
@@ -175,19 +191,20 @@ class Consolidator:
         """Merge near-duplicate groups; returns the rows still active afterwards."""
         if len(rows) < 2:
             return rows
-        vectors = np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in rows])
-        pairs = [
-            (a, b)
-            for a, b in near_pairs(vectors, self.s.merge_similarity)
-            if rows[a]["type"] == rows[b]["type"]
-        ]
         gone: set[int] = set()
-        for group in groups(len(rows), pairs):
+        for group in await asyncio.to_thread(self._merge_groups, rows):  # CPU: off the loop
             members = sorted(group, key=lambda i: rows[i]["created_at"], reverse=True)
+            members = members[: self.s.max_merge_group]  # the rest: the next run
             keep, others = rows[members[0]], [rows[i] for i in members[1:]]
             if await self._merge_group(owner, lease, keep, others, report):
                 gone.update(members[1:])
         return [r for i, r in enumerate(rows) if i not in gone]
+
+    def _merge_groups(self, rows: list[dict[str, Any]]) -> list[list[int]]:
+        """Groups of near-duplicates of one type (runs in a worker thread)."""
+        vectors = np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in rows])
+        pairs = near_pairs(vectors, self.s.merge_similarity, self.s.max_neighbours)
+        return groups(len(rows), [(a, b) for a, b in pairs if rows[a]["type"] == rows[b]["type"]])
 
     async def _merge_group(
         self,
@@ -240,11 +257,7 @@ class Consolidator:
         if len(pool) < self.s.min_cluster:
             return
         known = await self.db.insight_keys(owner)
-        vectors = _unit(np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in pool]))
-        neighbours: dict[int, list[int]] = {}
-        for a, b in near_pairs(vectors, self.s.cluster_similarity):  # one blocked pass
-            neighbours.setdefault(a, []).append(b)
-            neighbours.setdefault(b, []).append(a)
+        vectors, neighbours = await asyncio.to_thread(self._neighbours, pool)  # CPU: off the loop
         order = sorted(neighbours, key=lambda i: -pool[i]["importance"])
         used: set[int] = set()
         calls = 0
@@ -280,6 +293,16 @@ class Consolidator:
             async with lease.hold() as conn:
                 added = await self._add(owner, item, vectors, conn, report)
             report["insights"] += bool(added)
+
+    def _neighbours(self, pool: list[dict[str, Any]]) -> tuple[np.ndarray, dict[int, list[int]]]:
+        """Unit vectors and each memory's related ones (runs in a worker thread)."""
+        vectors = _unit(np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in pool]))
+        k = max(self.s.max_neighbours, self.s.max_cluster)
+        neighbours: dict[int, list[int]] = {}
+        for a, b in near_pairs(vectors, self.s.cluster_similarity, k):  # one blocked pass
+            neighbours.setdefault(a, []).append(b)
+            neighbours.setdefault(b, []).append(a)
+        return vectors, neighbours
 
     # ---------- digest (LLM) ----------
 

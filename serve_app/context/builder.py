@@ -59,8 +59,9 @@ def owners_for(user_id: str, agent_id: str | None) -> tuple[str, ...]:
     return tuple(owners)
 
 
-def _word_set(text: str) -> frozenset[str]:
-    return frozenset(_WORDS.findall(normalize(text)))
+def _word_set(normal: str) -> frozenset[str]:
+    """The words of an already normalised text (normalised once per memory)."""
+    return frozenset(_WORDS.findall(normal))
 
 
 def dedupe(memories: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -73,7 +74,7 @@ def dedupe(memories: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         mid, text = str(m["id"]), normalize(m["content"])
         if mid in seen_ids or text in seen_text:
             continue
-        words = _word_set(m["content"])
+        words = _word_set(text)
         if words and any(
             len(words & w) / len(words | w) >= NEAR_DUPLICATE_JACCARD for w in word_sets
         ):

@@ -113,6 +113,10 @@ class ConsolidateSettings(BaseSettings):
     users_per_tick: int = 20
     max_memories: int = 20_000  # memories of a user looked at per run
     merge_similarity: float = 0.9  # near-duplicates at or above this merge
+    # Nearest memories each memory is paired with (merge and insight steps): bounds the
+    # pairs of a run at max_memories * max_neighbours however alike the memories are.
+    max_neighbours: int = Field(default=16, ge=1)
+    max_merge_group: int = Field(default=1000, ge=2)  # memories merged into one per run
     cluster_similarity: float = 0.75  # related memories an insight is drawn from
     min_cluster: int = 3
     max_cluster: int = 12

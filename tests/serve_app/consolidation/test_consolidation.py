@@ -23,9 +23,56 @@ DUPES = [
 
 def test_near_pairs_and_groups_find_components():
     v = np.array([[1, 0], [0.99, 0.1], [0, 1], [0.05, 1], [1, 1]], dtype=np.float32)
-    pairs = near_pairs(v, 0.98, block=2)
+    pairs = near_pairs(v, 0.98, max_neighbours=4, block=2)
     assert set(pairs) == {(0, 1), (2, 3)}
     assert sorted(map(sorted, groups(5, pairs))) == [[0, 1], [2, 3]]
+
+
+def test_identical_memories_give_bounded_pairs_and_still_one_group():
+    """Every pair above the threshold was n^2/2 tuples for n near-identical memories
+    (2000: 400 MB; the 20,000 a run loads: tens of GB); each item now brings its nearest."""
+    rng = np.random.default_rng(7)
+    v = np.repeat(rng.normal(size=(1, 64)), 3000, axis=0) + rng.normal(scale=1e-3, size=(3000, 64))
+    v = np.vstack([v, rng.normal(size=(50, 64))])  # unrelated ones stay out
+    pairs = near_pairs(v.astype(np.float32), 0.9, max_neighbours=8, block=512)
+    assert 3000 <= len(pairs) <= 3000 * 8 and all(a < b < 3000 for a, b in pairs)
+    assert [len(g) for g in groups(len(v), pairs)] == [3000]
+
+
+async def test_the_pair_search_runs_off_the_event_loop(make_env, monkeypatch):
+    """``POST /v1/admin/consolidate`` runs in the Ingress: numpy work on the loop made
+    another user's search wait (6000 identical memories: 17 s)."""
+    import asyncio
+
+    import serve_app.consolidation.job as job
+
+    on_loop: list[bool] = []
+
+    def spy(*args, **kw):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return near_pairs(*args, **kw)
+
+    monkeypatch.setattr(job, "near_pairs", spy)
+    env = await make_env(None, merge_similarity=0.85)
+    for i, text in enumerate(DUPES[:3]):
+        await env.add(ALICE, text, days_ago=10 - i, type="preference")
+    assert (await env.job.run(ALICE))["merged"] == 1
+    assert on_loop == [False]
+
+
+async def test_a_merge_group_is_bounded_per_run(make_env):
+    env = await make_env(None, merge_similarity=0.85, max_merge_group=3)
+    for i, text in enumerate(DUPES):
+        await env.add(ALICE, text, days_ago=10 - i, type="preference")
+    first = await env.job.run(ALICE)
+    assert first["merged"] == 1 and first["archived"] == 2  # the newest three
+    second = await env.job.run(ALICE)
+    assert second["merged"] == 1 and second["archived"] == 2  # the survivor and the rest
+    assert len(await env.active("alice")) == 1
 
 
 async def test_five_duplicates_over_time_become_one_and_an_insight_keeps_its_sources(
