@@ -81,9 +81,15 @@ def near_pairs(
         sims = unit[start : start + block] @ unit.T
         rows = np.arange(start, start + len(sims))
         sims[rows - start, rows] = -np.inf  # not its own neighbour
-        top = np.argpartition(sims, n - k, axis=1)[:, n - k :]  # the k largest per row
-        hit = np.take_along_axis(sims, top, axis=1) >= threshold
-        a, b = np.repeat(rows, k)[hit.ravel()], top[hit]
+        hits = sims >= threshold
+        many = hits.sum(axis=1) > k  # only these need the (costlier) top-k selection
+        r, b = np.nonzero(hits[~many])
+        a = rows[~many][r]
+        if many.any():
+            top = np.argpartition(sims[many], n - k, axis=1)[:, n - k :]  # k largest a row
+            keep = np.take_along_axis(sims[many], top, axis=1) >= threshold
+            a = np.concatenate([a, np.repeat(rows[many], k)[keep.ravel()]])
+            b = np.concatenate([b, top[keep]])
         found.append(np.minimum(a, b).astype(np.int64) * n + np.maximum(a, b))
     keys = np.unique(np.concatenate(found))  # a pair found from both ends counts once
     return list(zip((keys // n).tolist(), (keys % n).tolist(), strict=True))

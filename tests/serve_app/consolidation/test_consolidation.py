@@ -39,6 +39,17 @@ def test_identical_memories_give_bounded_pairs_and_still_one_group():
     assert [len(g) for g in groups(len(v), pairs)] == [3000]
 
 
+def test_with_room_for_every_neighbour_the_pairs_are_all_pairs_above_the_threshold():
+    rng = np.random.default_rng(3)
+    v = np.repeat(rng.normal(size=(6, 16)), 40, axis=0) + rng.normal(scale=0.3, size=(240, 16))
+    u = v / np.linalg.norm(v, axis=1, keepdims=True)
+    sims = u @ u.T
+    every = {(a, b) for a in range(240) for b in range(a + 1, 240) if sims[a, b] >= 0.8}
+    assert near_pairs(v, 0.8, max_neighbours=239, block=64) == sorted(every)
+    few = set(near_pairs(v, 0.8, max_neighbours=3, block=64))
+    assert few < every and len(few) <= 240 * 3
+
+
 async def test_the_pair_search_runs_off_the_event_loop(make_env, monkeypatch):
     """``POST /v1/admin/consolidate`` runs in the Ingress: numpy work on the loop made
     another user's search wait (6000 identical memories: 17 s)."""
