@@ -17,10 +17,10 @@ the session ``chat``. When the user said it: ``X-Memserve-Occurred-At`` or
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+import re2
 from fastapi import APIRouter, Header
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,7 +32,7 @@ from serve_app.schemas import ErrorResponse, Identifier, at_most, said_time
 from serve_app.services.chat import ChatCall
 
 router = APIRouter(prefix="/v1", tags=["chat"])
-_ID = re.compile(r"^[A-Za-z0-9_.:@\-]{1,128}$")
+_ID = re2.compile(r"^[A-Za-z0-9_.:@\-]{1,128}$")
 
 
 class ProxyMessage(BaseModel):

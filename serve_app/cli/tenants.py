@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
 from typing import Any
+
+import re2
 
 from serve_app.settings import get_settings
 
 # A tenant id travels in keys, logs and NOTIFY payloads: plain and short.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME = re2.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def add_parsers(sub: Any) -> None:

@@ -7,12 +7,13 @@ user messages: "How much?" after "Planning a Hawaii vacation" becomes
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+
+import re2
 
 from serve_app.context.prefilter import is_self_contained
 
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'_-]*")
+_WORD = re2.compile(r"[A-Za-z0-9][A-Za-z0-9'_-]*")
 _STOPWORDS_TEXT = """
     a about above after again against all am an and any are as at be because been before being
     below between both but by can could did do does doing down during each few for from

@@ -7,10 +7,10 @@ user's structured facts are still returned: they are a cheap lookup).
 
 from __future__ import annotations
 
-import re
+import re2  # RE2: linear time on every query
 
 _GREETINGS = [
-    re.compile(p)
+    re2.compile(p)
     for p in (
         r"^(hi|hello|hey|howdy|hiya|yo|good (morning|afternoon|evening))( there)?[\s!.?,]*$",
         r"^(thanks|thank you|thx|ty|cheers)( so much| a lot)?[\s!.?,]*$",
@@ -21,7 +21,7 @@ _GREETINGS = [
 
 # Follow-ups that only make sense with the conversation before them (seed Appendix C).
 _VAGUE = [
-    re.compile(p, re.IGNORECASE)
+    re2.compile("(?i)" + p)
     for p in (
         r"^how much\??$",
         r"^what about\b",

@@ -13,12 +13,13 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
 FACT_CATEGORIES = ("identity", "preference", "constraint", "instruction")
 MAX_CONTENT_CHARS = 2000
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+_FENCE = re2.compile(r"(?is)```(?:json)?\s*(.*?)```")  # lazy to the end: RE2, linear
 # NUL (PostgreSQL text cannot hold it) and the other C0 controls except tab/newline.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 MAX_TAG_CHARS = 64

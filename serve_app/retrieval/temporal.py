@@ -17,37 +17,36 @@ period ("in 2022", "in May 2023") or asks for the latest ("recently", "last time
 from __future__ import annotations
 
 import calendar
-import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
 import numpy as np
+import re2  # RE2: linear time on request text (queries, memory texts)
 
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTH = "|".join(_MONTHS)
 _UNIT_DAYS = {"day": 1, "week": 7, "weekend": 7, "month": 30, "year": 365}
 _NUMBER = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "few": 3, "four": 4, "five": 5}
 _NUMBER |= {"six": 6, "several": 4, "couple": 2, "ten": 10}
-_AGO = re.compile(
-    r"\b(\d+|a|an|one|two|three|four|five|six|ten|few|several|couple)\s+(?:of\s+)?"
-    r"(day|week|month|year)s?\s+ago\b",
-    re.I,
+_AGO = re2.compile(
+    r"(?i)\b(\d+|a|an|one|two|three|four|five|six|ten|few|several|couple)\s+(?:of\s+)?"
+    r"(day|week|month|year)s?\s+ago\b"
 )
-_LAST = re.compile(r"\b(last|next|this past|past)\s+(day|week|weekend|month|year)\b", re.I)
-_YESTERDAY = re.compile(r"\b(yesterday|tomorrow)\b", re.I)
-_TIME_WORDS = re.compile(
-    rf"\b(yesterday|today|tonight|tomorrow|ago|last|next|since|recently|weekend|"
+_LAST = re2.compile(r"(?i)\b(last|next|this past|past)\s+(day|week|weekend|month|year)\b")
+_YESTERDAY = re2.compile(r"(?i)\b(yesterday|tomorrow)\b")
+_TIME_WORDS = re2.compile(
+    rf"(?i)\b(yesterday|today|tonight|tomorrow|ago|last|next|since|recently|weekend|"
     rf"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
-    rf"(?:19|20)\d\d|{_MONTH})\b",
-    re.I,
+    rf"(?:19|20)\d\d|{_MONTH})\b"
 )
-_WHEN = re.compile(
-    r"\bwhen\b|\bwhat (?:date|day|time|year|month)\b|\bhow long (?:ago|since)\b", re.I
+_WHEN = re2.compile(
+    r"(?i)\bwhen\b|\bwhat (?:date|day|time|year|month)\b|\bhow long (?:ago|since)\b"
 )
-_RECENT = re.compile(r"\b(recently|lately|latest|most recent|last time)\b", re.I)
-_PERIOD = re.compile(
-    rf"\b(?:in|during|of|since|before|after)\s+(?:({_MONTH})\s*,?\s*)?((?:19|20)\d\d)?\b", re.I
+_RECENT = re2.compile(r"(?i)\b(recently|lately|latest|most recent|last time)\b")
+# Backtracking took O(n^2) on a month and a run of spaces ("in may" + 8000 spaces: 15 s).
+_PERIOD = re2.compile(
+    rf"(?i)\b(?:in|during|of|since|before|after)\s+(?:({_MONTH})\s*,?\s*)?((?:19|20)\d\d)?\b"
 )
 _EPOCH = date(1970, 1, 1)
 

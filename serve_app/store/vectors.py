@@ -10,12 +10,11 @@ pays for it (``MEMSERVE_PG_HNSW``, loadtests/bench_insert.py).
 
 from __future__ import annotations
 
-import re
-
 import psycopg
+import re2
 from psycopg import sql
 
-_SLUG = re.compile(r"^[a-z0-9_]{1,48}$")
+_SLUG = re2.compile(r"^[a-z0-9_]{1,48}$")
 
 
 def table_name(slug: str) -> str:

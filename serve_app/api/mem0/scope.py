@@ -9,12 +9,13 @@ Isolation is memserve's: a user key is bound to its user, a service key names on
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import re2
 
 from serve_app.auth import Principal, resolve_owner
 from serve_app.errors import ApiError
@@ -23,7 +24,7 @@ from serve_app.store import Owner
 from serve_app.store.directory import MemoryDirectory
 
 ENTITIES = ("user_id", "agent_id", "run_id", "app_id")
-_ID = re.compile(r"^[A-Za-z0-9_.:@\-]{1,128}$")
+_ID = re2.compile(r"^[A-Za-z0-9_.:@\-]{1,128}$")
 
 
 def bad(message: str) -> ApiError:
