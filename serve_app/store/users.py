@@ -14,20 +14,34 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.records import live, valid
 
+# The page's user ids first, each table walked in user-id order on its (tenant_id,
+# user_id, ...) index and stopped after a page; then counts for those users alone. An
+# aggregate over every user after the cursor, cut to a page at the end, cost the whole
+# tenant per page (paging through it: pages x rows).
+_PAGE = """
+    (SELECT DISTINCT user_id FROM {table}
+     WHERE tenant_id = %(t)s AND user_id IS NOT NULL AND user_id > %(after)s
+       AND (%(u)s::text IS NULL OR user_id = %(u)s){extra}
+     ORDER BY user_id LIMIT %(fetch)s)"""
 _USERS_SQL = f"""
-WITH m AS (
+WITH ids AS (
+    SELECT user_id FROM (
+        {_PAGE.format(table="memory_items", extra=f" AND {live()}")}
+        UNION {_PAGE.format(table="facts", extra="")}
+        UNION {_PAGE.format(table="session_turns", extra="")}
+    ) page ORDER BY user_id LIMIT %(fetch)s
+), m AS (
     SELECT user_id,
            count(*) FILTER (WHERE status = 'active' AND {valid()}) AS memories,
            count(*) FILTER (WHERE status <> 'active') AS archived,
            max(updated_at) AS last
     FROM memory_items
-    WHERE tenant_id = %(t)s AND user_id IS NOT NULL AND {live()} AND user_id > %(after)s
-      AND (%(u)s::text IS NULL OR user_id = %(u)s)
+    WHERE tenant_id = %(t)s AND user_id IN (SELECT user_id FROM ids) AND {live()}
     GROUP BY user_id
 ), f AS (
     SELECT user_id, count(*) FILTER (WHERE active) AS facts, max(updated_at) AS last
     FROM facts
-    WHERE tenant_id = %(t)s AND user_id > %(after)s AND (%(u)s::text IS NULL OR user_id = %(u)s)
+    WHERE tenant_id = %(t)s AND user_id IN (SELECT user_id FROM ids)
     GROUP BY user_id
 ), s AS (
     SELECT user_id, count(DISTINCT session_id) AS sessions,
@@ -35,7 +49,7 @@ WITH m AS (
            count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead_turns,
            max(created_at) AS last
     FROM session_turns
-    WHERE tenant_id = %(t)s AND user_id > %(after)s AND (%(u)s::text IS NULL OR user_id = %(u)s)
+    WHERE tenant_id = %(t)s AND user_id IN (SELECT user_id FROM ids)
     GROUP BY user_id
 )
 SELECT user_id,
@@ -43,8 +57,8 @@ SELECT user_id,
        coalesce(f.facts, 0) AS facts, coalesce(s.sessions, 0) AS sessions,
        coalesce(s.pending_turns, 0) AS pending_turns, coalesce(s.dead_turns, 0) AS dead_turns,
        greatest(m.last, f.last, s.last) AS last_activity
-FROM m FULL JOIN f USING (user_id) FULL JOIN s USING (user_id)
-ORDER BY user_id LIMIT %(fetch)s
+FROM ids LEFT JOIN m USING (user_id) LEFT JOIN f USING (user_id) LEFT JOIN s USING (user_id)
+ORDER BY user_id
 """
 
 _SESSIONS_SQL = """
