@@ -181,7 +181,8 @@ async def delete_memory(memory_id: UUID, caller: Caller, services: Svc, user_id:
 @router.get("/{memory_id}/history", response_model=HistoryResponse)
 async def memory_history(memory_id: UUID, caller: Caller, services: Svc, user_id: UserQuery = None):
     owner = read_owner(caller, user_id)
-    events = await services.memories.history(owner, memory_id)
+    limit = services.settings.limits.history_events
+    events = await services.memories.history(owner, memory_id, limit)
     row = await services.memories.get(owner, memory_id)  # the chain: what it replaced, by what
     return {
         "events": events,

@@ -207,8 +207,9 @@ class MemoryService:
             owner, agent_id=agent_id, session_id=session_id, actor=actor
         )
 
-    async def history(self, owner: Owner, item_id: uuid.UUID) -> list[dict[str, Any]]:
-        events = await self.store.history(owner, item_id)
+    async def history(self, owner: Owner, item_id: uuid.UUID, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` events (``limits.history_events``), oldest first."""
+        events = await self.store.history(owner, item_id, limit)
         if events is None:
             raise ApiError(404, "not_found", "memory not found")
         return events

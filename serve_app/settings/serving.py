@@ -66,6 +66,7 @@ class LimitSettings(BaseSettings):
     metadata_bytes: int = 16_384
     id_chars: int = 128
     history_items: int = 50  # history messages per /v1/context request
+    history_events: int = 1000  # a memory's events a history read returns (the newest)
     chat_messages: int = 256  # messages per /v1/chat/completions request
     context_token_budget: int = 8000
     default_top_k: int = Field(10, validation_alias=env("MEMSERVE_DEFAULT_TOP_K"))

@@ -65,14 +65,16 @@ async def annotate(
 
 
 async def events(
-    conn: AsyncConnection, tenant_id: str, memory_id: uuid.UUID
+    conn: AsyncConnection, tenant_id: str, memory_id: uuid.UUID, limit: int
 ) -> list[dict[str, Any]]:
-    """The memory's events, oldest first."""
+    """The memory's newest ``limit`` events, oldest first: a memory updated without end
+    has a history without end, read back whole on every call."""
     cur = await conn.execute(
         sql.SQL(
-            "SELECT {cols} FROM memory_history"
-            " WHERE tenant_id = %(tenant_id)s AND memory_id = %(memory_id)s ORDER BY id"
+            "SELECT * FROM (SELECT {cols} FROM memory_history"
+            " WHERE tenant_id = %(tenant_id)s AND memory_id = %(memory_id)s"
+            " ORDER BY id DESC LIMIT %(limit)s) newest ORDER BY id"
         ).format(cols=column_list(HISTORY_COLUMNS)),
-        {"tenant_id": tenant_id, "memory_id": memory_id},
+        {"tenant_id": tenant_id, "memory_id": memory_id, "limit": limit},
     )
     return await cur.fetchall()

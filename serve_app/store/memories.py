@@ -306,8 +306,11 @@ class MemoryStore:
             next_cursor = encode_cursor(rows[-1]["created_at"], rows[-1]["id"])
         return rows, next_cursor
 
-    async def history(self, owner: Owner, item_id: uuid.UUID) -> list[dict[str, Any]] | None:
-        """The memory's events, oldest first; None when the memory is not the owner's."""
+    async def history(
+        self, owner: Owner, item_id: uuid.UUID, limit: int
+    ) -> list[dict[str, Any]] | None:
+        """The memory's newest ``limit`` events, oldest first; None when the memory is not
+        the owner's."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT 1 FROM memory_items WHERE " + _OWNED_LIVE_ID,
@@ -315,7 +318,7 @@ class MemoryStore:
             )
             if await cur.fetchone() is None:
                 return None
-            return await history.events(conn, owner.tenant_id, item_id)
+            return await history.events(conn, owner.tenant_id, item_id, limit)
 
     async def count(self, tenant_id: str | None = None) -> int:
         """Row count (tests and metrics)."""

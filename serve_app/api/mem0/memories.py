@@ -196,7 +196,8 @@ async def delete(memory_id: UUID, caller: Caller, services: Svc):
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[m.HistoryEntry])
 async def history(memory_id: UUID, caller: Caller, services: Svc):
     owner = await owner_of(caller, services.directory, memory_id)
-    events = await services.memories.history(owner, memory_id)
+    limit = services.settings.limits.history_events
+    events = await services.memories.history(owner, memory_id, limit)
     return [m.to_history(e, owner.user_id) for e in events]
 
 

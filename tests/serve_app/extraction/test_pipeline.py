@@ -63,7 +63,7 @@ async def test_duplicate_fact_told_five_times_yields_one_memory(make_harness, fa
         assert out.error is None
     rows = await h.memories("carol")
     assert len(rows) == 1
-    history = await h.pipeline.store.history(k.owner, rows[0]["id"])
+    history = await h.pipeline.store.history(k.owner, rows[0]["id"], 1000)
     assert [e["event"] for e in history][0] == "ADD"
     assert "MERGE" in [e["event"] for e in history]
     assert h.pipeline.metrics.counts["memories_saved"] == 1

@@ -37,7 +37,7 @@ async def test_add_get_roundtrip_and_history(store):
     got = await store.memories.get(A, row["id"])
     assert got["content"] == "I live in Lisbon"
     assert got["tags"] == ["home"] and got["metadata"] == {"k": 1}
-    events = await store.memories.history(A, row["id"])
+    events = await store.memories.history(A, row["id"], 1000)
     assert [e["event"] for e in events] == ["ADD"]
     assert events[0]["new_content"] == "I live in Lisbon"
 
@@ -46,7 +46,7 @@ async def test_other_user_and_tenant_see_nothing(store):
     [row] = await add(store, A, "secret of alice")
     assert await store.memories.get(B, row["id"]) is None
     assert await store.memories.get(OTHER_TENANT_A, row["id"]) is None
-    assert await store.memories.history(B, row["id"]) is None
+    assert await store.memories.history(B, row["id"], 1000) is None
     assert await store.update(B, row["id"], {"content": "hijack"}, None) is None
     assert await store.delete(B, row["id"]) is False
     assert await store.delete_scope(OTHER_TENANT_A) == 0
@@ -60,7 +60,7 @@ async def test_update_records_old_and_new(store):
     updated = await store.update(A, row["id"], {"content": "likes coffee"}, vecs(1, 5)[0])
     assert updated["content"] == "likes coffee"
     assert updated["updated_at"] >= row["updated_at"]
-    events = await store.memories.history(A, row["id"])
+    events = await store.memories.history(A, row["id"], 1000)
     assert [(e["event"], e["old_content"], e["new_content"]) for e in events][-1] == (
         "UPDATE",
         "likes tea",
@@ -264,3 +264,14 @@ async def test_add_rejects_mismatched_embeddings(store):
     with pytest.raises(ValueError):
         await store.add(A, [NewMemory(content="x")], vecs(2))
     assert await store.add(A, [], vecs(0)) == []
+
+
+async def test_a_history_read_returns_the_newest_events_only(store):
+    """A memory updated without end has a history without end: a read returns the
+    newest ``limit`` events (``limits.history_events``), oldest first, not all of them."""
+    [row] = await add(store, A, "v0")
+    for i in range(1, 31):
+        await store.update(A, row["id"], {"content": f"v{i}"}, None)
+    events = await store.memories.history(A, row["id"], 10)
+    assert len(events) == 10
+    assert [e["new_content"] for e in events] == [f"v{i}" for i in range(21, 31)]

@@ -53,7 +53,7 @@ async def test_supersedes_retires_in_the_same_write_and_shows_the_chain(writer, 
     old = await store.get(A, paris["id"])  # retired, never deleted
     assert old["valid_until"] == JUN and old["superseded_by"] == berlin["id"]
     assert old["version"] == paris["version"] + 1
-    assert [e["event"] for e in await store.history(A, paris["id"])] == ["ADD", "INVALIDATE"]
+    assert [e["event"] for e in await store.history(A, paris["id"], 1000)] == ["ADD", "INVALIDATE"]
     # Lists: valid now by default; as_of shows the past; include_invalidated everything.
     now, _ = await store.list(A, limit=10)
     assert [r["content"] for r in now] == ["The user lives in Berlin"]
@@ -118,7 +118,7 @@ async def test_patch_valid_until_retires_and_null_revives(writer):
     retired = await writer.update(A, row["id"], {"valid_until": JUN}, None, event="INVALIDATE")
     assert retired["valid_until"] == JUN
     assert (await writer.memories.list(A, limit=10))[0] == []
-    events = await writer.memories.history(A, row["id"])
+    events = await writer.memories.history(A, row["id"], 1000)
     assert [e["event"] for e in events] == ["ADD", "INVALIDATE"]
     back = await writer.update(A, row["id"], {"valid_until": None, "superseded_by": None}, None)
     assert back["valid_until"] is None
