@@ -20,6 +20,14 @@ TENANTS_CHANNEL = "memserve_tenants"
 _ROW = "settings, version, updated_at, updated_by"
 
 
+class _Unchanged(Exception):
+    """A change that left the document as it was: its transaction rolls back."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        super().__init__("unchanged")
+        self.row = row
+
+
 class SettingsConflict(Exception):
     """The stored settings are not at the version the change was made against."""
 
@@ -63,6 +71,19 @@ class TenantStore:
         that leaves the document as it was writes nothing and records no history.
         """
         params = {"t": tenant_id}
+        try:
+            return await self._change(params, change, actor, key_id, expected_version)
+        except _Unchanged as same:  # rolled back: a never-configured tenant stays unwritten
+            return same.row, False
+
+    async def _change(
+        self,
+        params: dict[str, Any],
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        actor: str,
+        key_id: UUID | None,
+        expected_version: int | None,
+    ) -> tuple[dict[str, Any], bool]:
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute("INSERT INTO tenants (id) VALUES (%(t)s) ON CONFLICT DO NOTHING",
                                params)  # fmt: skip
@@ -78,7 +99,7 @@ class TenantStore:
                 raise SettingsConflict(expected_version, row["version"])
             new = change(dict(row["settings"]))
             if new == row["settings"]:
-                return row, False
+                raise _Unchanged(row)
             cur = await conn.execute(
                 "UPDATE tenant_settings SET settings = %(new)s, version = version + 1,"
                 " updated_at = now(), updated_by = %(key)s WHERE tenant_id = %(t)s"
