@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         except DeviceUnavailableError as exc:
             print(f"gpu-verify failed: {exc}", file=sys.stderr)
             return 1
-        print(f"onnxruntime from {', '.join(install.distributions)}: {', '.join(install.providers)}")
+        dists, providers = ", ".join(install.distributions), ", ".join(install.providers)
+        print(f"onnxruntime from {dists}: {providers}")
         return 0
     return 2
 

@@ -43,9 +43,7 @@ class OrtInstall:
                 f"({names}); exactly one (onnxruntime-gpu) must"
             )
         if CUDA_EP not in self.providers:
-            found.append(
-                f"onnxruntime has no {CUDA_EP} (providers: {', '.join(self.providers)})"
-            )
+            found.append(f"onnxruntime has no {CUDA_EP} (providers: {', '.join(self.providers)})")
         return found
 
 
@@ -73,7 +71,7 @@ def verify_gpu_install(packages: Mapping[str, Sequence[str]] | None = None) -> O
     install = ort_install(packages)
     problems = install.problems()
     if problems:
-        raise DeviceUnavailableError("GPU install is not usable: " + "; ".join(problems) + f"; {FIX}")
+        raise DeviceUnavailableError(f"GPU install is not usable: {'; '.join(problems)}; {FIX}")
     return install
 
 
