@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The GPU check of issue 34 on a bare GPU machine: this repository plus the carried .gpu/
+# folder (make gpu-prepare), with the machine's own python (numpy, torch, transformers,
+# tokenizers, onnxruntime). Writes $OUT/gpu_check.json; arguments go to gpu_check.py
+# (--dry-run: no GPU needed, CPU parts only). Bounded: the script stops starting work
+# after --budget-s (300 s by default) and this wrapper kills it after 420 s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+exec timeout 420 "$PYTHON" loadtests/gpu_check.py "$@"
