@@ -64,7 +64,7 @@ clean:
 
 # GPU nodes (docs/operations.md, GPU): onnxruntime and onnxruntime-gpu are two
 # distributions of one package, and whichever installed last owns its files. gpu-swap
-# removes both and installs the GPU one alone; gpu-install marks the venv so every
+# (deployments/gpu_install.sh) removes both and installs the GPU one alone; gpu-install marks the venv so every
 # later reinstall (pyproject changed) swaps again, then verifies: exactly one
 # distribution provides onnxruntime, and it has CUDAExecutionProvider.
 gpu-install: $(STAMP)
@@ -72,9 +72,7 @@ gpu-install: $(STAMP)
 	$(MAKE) --no-print-directory gpu-swap
 
 gpu-swap:
-	$(PY) -m pip uninstall -q -y onnxruntime onnxruntime-gpu
-	$(PY) -m pip install -q "$(ORT_GPU)"
-	$(PY) -m models gpu-verify
+	PYTHON=$(PY) ORT_GPU="$(ORT_GPU)" bash deployments/gpu_install.sh
 
 # The GPU check (loadtests/gpu_check.py): gpu-prepare fills .gpu/ (fp16 torch weights,
 # the int8 ONNX copy, the BEIR sets; < 64 MiB) to carry to a bare GPU machine, where

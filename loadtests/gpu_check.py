@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +40,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "loadtests"))
 
-from gpu_bundle import BUNDLE, IR_SETS, onnx_files, read_jsonl, read_qrels, verify  # noqa: E402
+from gpu_bundle import (  # noqa: E402
+    ARCHIVE,
+    BUNDLE,
+    IR_SETS,
+    onnx_files,
+    read_jsonl,
+    read_qrels,
+    unpack,
+    verify,
+)
 
 BATCHES = (1, 8, 32, 128, 512)
 LONG_WORDS = 150  # ~200 WordPiece tokens of BEIR prose
@@ -59,9 +69,7 @@ class Budget:
 def texts_of(corpus: list[dict], words: int, count: int) -> list[str]:
     """``count`` distinct texts of about ``words`` words, cut from the BEIR documents."""
     stream = " ".join(d["text"] for d in corpus).split()
-    return [
-        " ".join(stream[(i * words) % (len(stream) - words) :][:words]) for i in range(count)
-    ]
+    return [" ".join(stream[(i * words) % (len(stream) - words) :][:words]) for i in range(count)]
 
 
 def bench_cell(encode, texts: list[str], batch: int, cap_s: float, max_calls: int) -> dict:
@@ -118,9 +126,14 @@ def ranking(top: np.ndarray, ids: list[str], qids: list[str], qrels: dict) -> di
         got = [ids[i] for i in row]
         recall.append(sum(1 for d in got if d in rel) / len(rel))
         dcg = sum(rel.get(d, 0) / np.log2(i + 2) for i, d in enumerate(got))
-        ideal = sum(g / np.log2(i + 2) for i, g in enumerate(sorted(rel.values(), reverse=True)[:10]))
+        ideal = sum(
+            g / np.log2(i + 2) for i, g in enumerate(sorted(rel.values(), reverse=True)[:10])
+        )
         ndcg.append(dcg / ideal if ideal else 0.0)
-    return {"recall@10": round(float(np.mean(recall)), 4), "ndcg@10": round(float(np.mean(ndcg)), 4)}
+    return {
+        "recall@10": round(float(np.mean(recall)), 4),
+        "ndcg@10": round(float(np.mean(ndcg)), 4),
+    }
 
 
 def run_agreement(encoders: dict, reference: str, bundle: Path, max_docs: int) -> dict:
@@ -190,8 +203,8 @@ def environment(gpu: str | None) -> dict:
 
 def load_encoders(bundle: Path, on_gpu: bool, threads: int | None) -> tuple[dict, dict]:
     """The encoders under test (label -> encoder) and their load times."""
-    from models.session import open_encoder
     from models.resolve import spec_with_files
+    from models.session import open_encoder
     from models.spec import ALL_MINILM_L6_V2_INT8 as SPEC
     from models.torch_backend import open_torch_encoder
 
@@ -235,7 +248,7 @@ def detect_gpu() -> tuple[str | None, str]:
 def default_out() -> Path:
     if os.environ.get("OUT"):
         return Path(os.environ["OUT"]) / "gpu_check.json"
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")  # noqa: UP017 (Python < 3.11)
     return REPO / "loadtests" / "results" / f"gpu_check-{stamp}.json"
 
 
@@ -252,14 +265,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     budget = Budget(args.budget_s or (120 if args.dry_run else 300))
     steps: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if (args.bundle / ARCHIVE).is_file():
+        scratch = tempfile.TemporaryDirectory(prefix="gpu-check-")
+        args.bundle = unpack(args.bundle, Path(scratch.name))
     manifest = verify(args.bundle)
+    steps["unpack"] = time.perf_counter() - t0
     gpu, status = detect_gpu()
     print(f"GPU: {gpu}" if gpu else status, flush=True)
     if gpu is None and not args.dry_run:
         return 3
     record: dict = {
         "issue": 34,
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017
         "status": "ok" if gpu else "no_gpu_dry_run",
         "note": None if gpu else status,
         "bundle_commit": manifest.get("commit"),
@@ -271,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
 
     corpus = read_jsonl(args.bundle / "ir" / IR_SETS[0] / "corpus.jsonl")
     pool = 512 * (4 if gpu else 1)
-    inputs = {"short": texts_of(corpus, SHORT_WORDS, pool), "long": texts_of(corpus, LONG_WORDS, pool)}
+    inputs = {
+        "short": texts_of(corpus, SHORT_WORDS, pool),
+        "long": texts_of(corpus, LONG_WORDS, pool),
+    }
     cell_s = args.cell_s or (2.0 if gpu else 0.3)
     t0 = time.perf_counter()
     record["bench"] = run_bench(encoders, inputs, budget, cell_s, 200 if gpu else 3)

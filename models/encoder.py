@@ -78,8 +78,8 @@ def select_providers(
 ) -> list[str | tuple[str, dict[str, Any]]]:
     """ONNX Runtime providers for a device setting.
 
-    ``cpu`` is always CPU; ``cuda`` requires onnxruntime-gpu (the ``gpu``
-    extra) and fails otherwise; ``auto`` takes CUDA only when the CUDA EP is
+    ``cpu`` is always CPU; ``cuda`` requires onnxruntime-gpu (``make gpu-install``)
+    and fails otherwise; ``auto`` takes CUDA only when the CUDA EP is
     installed and a GPU is visible, else CPU. CPU stays last as fallback for
     nodes CUDA does not implement.
     """
@@ -93,7 +93,8 @@ def select_providers(
     if device == "cuda":
         raise DeviceUnavailableError(
             "embed_device=cuda but onnxruntime has no CUDAExecutionProvider "
-            f"(providers: {', '.join(available)}); install the gpu extra (onnxruntime-gpu)"
+            f"(providers: {', '.join(available)}); run `make gpu-install` "
+            "(onnxruntime-gpu alone, verified) or set MEMSERVE_EMBED_BACKEND=torch"
         )
     return [CPU_EP]
 
