@@ -274,16 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     budget = Budget(args.budget_s or 300)
     steps: dict[str, float] = {}
+    gpu, status = detect_gpu()  # first: a machine without one fails in seconds
+    print(f"GPU: {gpu}" if gpu else status, flush=True)
+    if gpu is None and not args.dry_run:
+        return 3
     t0 = time.perf_counter()
     if (args.bundle / ARCHIVE).is_file():
         scratch = tempfile.TemporaryDirectory(prefix="gpu-check-")
         args.bundle = unpack(args.bundle, Path(scratch.name))
     manifest = verify(args.bundle)
     steps["unpack"] = time.perf_counter() - t0
-    gpu, status = detect_gpu()
-    print(f"GPU: {gpu}" if gpu else status, flush=True)
-    if gpu is None and not args.dry_run:
-        return 3
     record: dict = {
         "issue": 34,
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017
