@@ -31,6 +31,7 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -220,9 +221,17 @@ def load_encoders(bundle: Path, on_gpu: bool, threads: int | None) -> tuple[dict
     encoders: dict = {}
 
     def timed(label: str, build) -> None:
+        """Load one encoder; a failure is recorded and the others still run (one-shot runs)."""
         t0 = time.perf_counter()
-        encoders[label] = build()
-        encoders[label].warmup()
+        try:
+            encoder = build()
+            encoder.warmup()
+        except Exception as exc:
+            traceback.print_exc()
+            loads[label] = f"failed: {type(exc).__name__}: {exc}"
+            print(f"LOAD FAILED {label}: {exc}", flush=True)
+            return
+        encoders[label] = encoder
         loads[label] = round(time.perf_counter() - t0, 2)
         print(f"loaded {label} in {loads[label]} s", flush=True)
 
@@ -308,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     # whatever budget is left.
     t0 = time.perf_counter()
     max_docs = args.max_docs or (100_000 if gpu else 100)
-    record["agreement"] = run_agreement(encoders, "onnx_cpu_int8", args.bundle, max_docs)
+    record["agreement"] = guarded(
+        lambda: run_agreement(encoders, "onnx_cpu_int8", args.bundle, max_docs)
+    )
     steps["agreement"] = time.perf_counter() - t0
     save()
 
@@ -320,8 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     cell_s = args.cell_s or (2.0 if gpu else 0.2)
     t0 = time.perf_counter()
-    record["bench"] = run_bench(
-        encoders, inputs, budget, cell_s, 200 if gpu else 3, BATCHES if gpu else BATCHES[:2]
+    batches = BATCHES if gpu else BATCHES[:2]
+    record["bench"] = guarded(
+        lambda: run_bench(encoders, inputs, budget, cell_s, 200 if gpu else 3, batches)
     )
     steps["bench"] = time.perf_counter() - t0
     if gpu:
@@ -334,10 +346,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def guarded(step):
+    """A step's result, or its error as the result: the JSON still gets written."""
+    try:
+        return step()
+    except Exception as exc:
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def print_summary(record: dict) -> None:
     print(f"\n== {record['status']}  {record['environment']['gpu'] or 'no GPU'} ==")
+    for step in ("agreement", "bench"):
+        if isinstance(record.get(step), dict) and "error" in record[step]:
+            print(f"{step} FAILED: {record[step]['error']}")
+    failed = {k: v for k, v in record.get("load_s", {}).items() if isinstance(v, str)}
+    for label, why in failed.items():
+        print(f"{label} not measured: {why}")
     for name, result in (record.get("agreement") or {}).items():
-        if not isinstance(result, dict):
+        if not isinstance(result, dict) or "encoders" not in result:
             continue
         print(f"{name}: {result['docs']} docs, {result['queries']} queries")
         for label, row in result["encoders"].items():
@@ -347,7 +374,7 @@ def print_summary(record: dict) -> None:
                 f"  embed {row['embed_s']:6.2f} s  {extra}"
             )
     print("encoder                 length batch   texts/s    p50 ms    p95 ms")
-    for row in record.get("bench", []):
+    for row in record["bench"] if isinstance(record.get("bench"), list) else []:
         if "skipped" in row:
             print(
                 f"{row['encoder']:23} {row['length']:6} {row['batch']:5}   skipped "
