@@ -16,7 +16,6 @@ torch, transformers, tokenizers, onnxruntime only). The files (~70 MiB) go into 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -27,19 +26,15 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from models.resolve import sha256_file as sha256  # noqa: E402 (stdlib + models.spec only)
+
 BUNDLE = REPO / ".gpu"
 MANIFEST = "bundle.json"
 ARCHIVE = "bundle.tar.xz"
 IR_SETS = ("agentset_msmarco", "agentset_dbpedia")
 MAX_BYTES = 64 * 1024 * 1024  # what one device call may carry
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -88,7 +83,6 @@ def _shared() -> Path:
 
 def prepare(bundle: Path, force: bool = False) -> Path:
     """Fill ``bundle`` from the models cache, the export extra and ../shared/data/ir."""
-    sys.path.insert(0, str(REPO))
     from models import prepare_model
     from models.resolve import resolve_tokenizer
     from models.spec import ALL_MINILM_L6_V2_INT8
