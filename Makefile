@@ -4,8 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+# Present once `make gpu-install` ran: every later (re)install swaps onnxruntime again.
+GPU_MARK := $(VENV)/.gpu
+ORT_GPU ?= onnxruntime-gpu>=1.18
 
-.PHONY: run test lint format bench smoke soak locust serve-run clean
+.PHONY: run test lint format bench smoke soak locust serve-run clean gpu-install gpu-swap gpu-prepare gpu-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +16,12 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e .
+	if [ -f $(GPU_MARK) ]; then $(MAKE) --no-print-directory gpu-swap; fi
 	touch $@
 
 $(DEV_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e ".[dev]"
+	if [ -f $(GPU_MARK) ]; then $(MAKE) --no-print-directory gpu-swap; fi
 	touch $(STAMP) $@
 
 run: $(STAMP)
@@ -56,3 +61,24 @@ serve-run: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# GPU nodes (docs/operations.md, GPU): onnxruntime and onnxruntime-gpu are two
+# distributions of one package, and whichever installed last owns its files. gpu-swap
+# (deployments/gpu_install.sh) removes both and installs the GPU one alone; gpu-install marks the venv so every
+# later reinstall (pyproject changed) swaps again, then verifies: exactly one
+# distribution provides onnxruntime, and it has CUDAExecutionProvider.
+gpu-install: $(STAMP)
+	touch $(GPU_MARK)
+	$(MAKE) --no-print-directory gpu-swap
+
+gpu-swap:
+	PYTHON=$(PY) ORT_GPU="$(ORT_GPU)" bash deployments/gpu_install.sh
+
+# The GPU check (loadtests/gpu_check.py): gpu-prepare fills .gpu/ (fp16 torch weights,
+# the int8 ONNX copy, the BEIR sets; < 64 MiB) to carry to a bare GPU machine, where
+# `bash loadtests/gpu_check.sh` runs; here gpu-check is its CPU dry run.
+gpu-prepare: $(DEV_STAMP)
+	$(PY) loadtests/gpu_bundle.py --force
+
+gpu-check:
+	PYTHON=$(PY) bash loadtests/gpu_check.sh --dry-run

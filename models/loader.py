@@ -27,6 +27,8 @@ def load_encoder(
     max_batch_size: int = 64,
     spinning: bool | None = None,
     parallel_runs: bool = True,
+    backend: str = "onnx",
+    torch_weights: Path | None = None,
 ) -> Encoder:
     """Build an :class:`Encoder` from a spec name, a model directory or a spec.
 
@@ -42,12 +44,27 @@ def load_encoder(
     On CPU the ``threads`` run sub-batches side by side on a single-threaded
     session (see :class:`Encoder`); ``parallel_runs=False`` gives them to ONNX
     Runtime's intra-op pool instead (one run at a time, as on CUDA).
+    ``backend="torch"`` runs the same spec on PyTorch from the weights directory
+    ``torch_weights`` (default: in the models cache), see :mod:`models.torch_backend`.
     """
     spec = (
         name_or_dir
         if isinstance(name_or_dir, ModelSpec)
         else get_spec(name_or_dir, models_dir=models_dir)
     )
+    if backend == "torch":
+        from models.torch_backend import open_torch_encoder
+
+        return open_torch_encoder(
+            spec,
+            device,
+            threads,
+            weights_dir=torch_weights,
+            models_dir=models_dir,
+            max_batch_tokens=max_batch_tokens,
+        )
+    if backend != "onnx":
+        raise ValueError(f"embed backend must be onnx or torch, not {backend!r}")
     providers = providers_for(device)
     if spec.requantize is not None and providers[0] == CPU_EP:
         spec = prepare_model(spec, models_dir=models_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from models.encoder import Encoder
 from models.encoder_set import EncoderSet
@@ -26,6 +27,8 @@ class EncoderOptions:
     threads: int | None = None
     max_batch_tokens: int | None = None
     spinning: bool | None = None
+    backend: str = "onnx"  # or "torch" (models.torch_backend)
+    torch_weights: Path | None = None
 
 
 _lock = threading.Lock()  # one load at a time: a second caller waits and gets the same object
@@ -45,6 +48,8 @@ def shared_encoder(ref: str | ModelSpec, options: EncoderOptions) -> Encoder:
                 threads=options.threads,
                 max_batch_tokens=options.max_batch_tokens,
                 spinning=options.spinning,
+                backend=options.backend,
+                torch_weights=options.torch_weights,
             )
             _loaded[key] = found
         return found

