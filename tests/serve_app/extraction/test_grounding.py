@@ -1,0 +1,137 @@
+"""The grounding check (serve_app/extraction/grounding.py) with the real encoder: what the
+new turns support is kept (paraphrases, resolved dates, insights), what the model copied
+from the known block is dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from serve_app.extraction.grounding import Limits, content_units, ungrounded, words
+from serve_app.extraction.junk import Turn
+from serve_app.extraction.parser import ExtractedFact, ExtractedMemory
+from serve_app.extraction.reconcile import Known, Shown
+from serve_app.store.records import Owner
+
+THU = datetime(2026, 4, 2, 18, 0, tzinfo=UTC)
+KNOWN = [
+    "The user lives in Paris-1234",
+    "The user follows a vegetarian diet",
+    "The user is dating Alex-1234",
+    "The user plans a trip to Rome-1234 on 2026-03-20",
+    "The user met Ana on 2026-03-30",
+    "The user eats healthy food",
+    ("preference", "diet", "vegetarian"),
+    ("identity", "car", "2015 Honda Civic"),
+]
+
+
+def known(items: Sequence[str | tuple[str, str, str]] = KNOWN) -> Known:
+    k = Known(Owner("t1", "alice"))
+    for n, item in enumerate(items, 1):
+        if isinstance(item, tuple):
+            category, key, value = item
+            k.items[f"f{n}"] = Shown(f"f{n}", "fact", uuid.uuid4(), value, 0, "alice",
+                                     category, key)  # fmt: skip
+        else:
+            k.items[f"m{n}"] = Shown(f"m{n}", "memory", uuid.uuid4(), item, 0, "alice")
+    return k
+
+
+@pytest.fixture
+def embed(encoder):
+    calls: list[int] = []
+
+    async def run(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        calls.append(len(texts))
+        return await asyncio.to_thread(encoder.encode, list(texts), is_query=is_query)
+
+    run.calls = calls  # type: ignore[attr-defined]
+    return run
+
+
+def mem(content: str, type_: str = "fact") -> ExtractedMemory:
+    return ExtractedMemory(type=type_, content=content)
+
+
+async def dropped(
+    embed, said: str, memories: Sequence[str] = (), facts: Sequence[tuple[str, str]] = ()
+) -> list[str]:
+    turns = [Turn("user", said, 1, THU), Turn("assistant", "Thanks for telling me!", 2, THU)]
+    ms = [mem(m) for m in memories]
+    fs = [ExtractedFact(category="preference", key=k, value=v) for k, v in facts]
+    return [c.value for c in await ungrounded(turns, known(), ms, fs, embed, Limits())]
+
+
+async def test_a_supported_paraphrase_is_kept(embed):
+    moved = ["The user lives in Berlin-1234", "The user moved to Berlin-1234"]
+    assert await dropped(embed, "Big news: I moved to Berlin-1234.", moved) == []
+    same = ["The user lives in Paris-1234"]
+    assert await dropped(embed, "I still live in Paris-1234.", same) == []
+    assert await dropped(embed, "I'm with Sam-1234 now.", ["The user is dating Sam-1234"]) == []
+
+
+async def test_a_value_copied_from_the_known_block_is_dropped(embed):
+    said = "Dr Lee agreed I switch: I'm pescatarian now."
+    gone = await dropped(
+        embed,
+        said,
+        ["The user follows a vegetarian diet", "The user follows a pescatarian diet"],
+        [("diet", "vegetarian"), ("diet", "pescatarian")],
+    )
+    assert gone == ["The user follows a vegetarian diet", "vegetarian"]
+    car = [("car", "2015 Honda Civic")]
+    assert await dropped(embed, "I sold my car last week.", [], car) == ["2015 Honda Civic"]
+    paris = ["The user lives in Paris-1234"]
+    assert await dropped(embed, "I live in Berlin now.", paris) == paris
+
+
+async def test_a_stale_value_next_to_the_turns_words_is_dropped(embed):
+    """The turn names the old value in passing; the model re-asserts the known row."""
+    alex = ["The user is dating Alex-1234"]
+    assert await dropped(embed, "Alex-1234 and I split up; I'm with Sam-1234 now.", alex) == alex
+    trip = "The user plans a trip to Rome-1234 on 2026-03-20"
+    cancelled = [trip, "The user cancelled the trip to Rome-1234"]
+    assert await dropped(embed, "We cancelled the Rome-1234 trip.", cancelled) == [trip]
+
+
+async def test_a_resolved_relative_date_is_kept(embed):
+    met = ["The user met Ana on 2026-04-01"]
+    assert await dropped(embed, "I met Ana again yesterday.", met) == []
+    trip = ["The user plans a trip to Rome-1234 on 2026-04-03"]
+    assert await dropped(embed, "We're flying to Rome-1234 next Friday!", trip) == []
+
+
+async def test_an_insight_built_on_the_turns_is_kept(embed):
+    said = "Salad for lunch again, I jogged 5k this morning and did yoga in the evening."
+    kept = ["The user has a health-focused routine of running and yoga",
+            "The user values healthy eating and regular exercise"]  # fmt: skip
+    assert await dropped(embed, said, kept) == []
+
+
+async def test_nothing_shown_nothing_checked(embed):
+    turns = [Turn("user", "Hi", 1, THU)]
+    out = await ungrounded(turns, Known(Owner("t1", "a")), [mem("The user lives in Paris")], [],
+                           embed, Limits())  # fmt: skip
+    assert out == [] and embed.calls == []
+
+
+async def test_only_flagged_items_reach_the_encoder(embed):
+    """Step 2 runs only for what step 1 flags: a grounded batch costs no encoder call."""
+    await dropped(embed, "Big news: I moved to Berlin-1234.", ["The user lives in Berlin-1234"])
+    assert embed.calls == []
+    await dropped(embed, "I sold my car last week.", [], [("car", "2015 Honda Civic")])
+    assert len(embed.calls) == 1
+
+
+def test_words_keep_names_and_numbers_whole_and_respect_the_cap():
+    assert words("The user's budget is $10,000 for Berlin-1234; gluten-free, don't", 1000) == [
+        "the", "user", "budget", "is", "10000", "for", "berlin-1234", "gluten-free", "dont"
+    ]  # fmt: skip
+    assert words("word " * 100_000, 50) == ["word"] * 10
+    assert content_units("The user lives in Berlin-1234 now", 1000) == ["live", "berlin-1234"]
