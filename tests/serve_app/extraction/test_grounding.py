@@ -14,9 +14,13 @@ import pytest
 
 from serve_app.extraction.grounding import Limits, content_units, ungrounded, words
 from serve_app.extraction.junk import Turn
+from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import ExtractedFact, ExtractedMemory
 from serve_app.extraction.reconcile import Known, Shown
 from serve_app.store.records import Owner
+from serve_app.store.turns import SessionKey
+from tests.fakes.llm_server import extraction, fact, memory
+from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 THU = datetime(2026, 4, 2, 18, 0, tzinfo=UTC)
 KNOWN = [
@@ -135,3 +139,60 @@ def test_words_keep_names_and_numbers_whole_and_respect_the_cap():
     ]  # fmt: skip
     assert words("word " * 100_000, 50) == ["word"] * 10
     assert content_units("The user lives in Berlin-1234 now", 1000) == ["live", "berlin-1234"]
+
+
+# ---------------------------------------------------------------- through the pipeline
+
+
+async def _diet_change(h, fake_llm, user: str) -> tuple[Outcome, dict]:
+    """Session 1 stores diet = vegetarian; session 2 the user says pescatarian and the
+    model answers the new value and, after it, the known one re-asserted."""
+    fake_llm.enqueue(
+        extraction(
+            [memory("The user follows a vegetarian diet")],
+            [fact("preference", "diet", "vegetarian")],
+        )  # fmt: skip
+    )
+    await h.turns.append(SessionKey("t1", user, "s1"), [("user", "I'm vegetarian these days.")],
+                         agent_id=None, ttl_hours=1.0, occurred_at=[THU])  # fmt: skip
+    assert (await h.pipeline.process_session(SessionKey("t1", user, "s1"))).error is None
+    fake_llm.enqueue(
+        extraction(
+            [memory("The user switched to a pescatarian diet"),
+             memory("The user is a vegetarian who follows a vegetarian diet")],
+            [fact("preference", "diet", "pescatarian"), fact("preference", "diet", "vegetarian")],
+        )
+    )  # fmt: skip
+    k2 = SessionKey("t1", user, "s2")
+    await h.turns.append(k2, [("user", "Dr Lee agreed I switch: I'm pescatarian now.")],
+                         agent_id=None, ttl_hours=1.0, occurred_at=[THU])  # fmt: skip
+    out = await h.pipeline.process_session(k2)
+    [call] = fake_llm.calls("extract")[-1:]
+    assert "preference/diet = vegetarian" in call["messages"][-1]["content"]  # it was shown
+    [diet] = await h.rows("SELECT value FROM facts WHERE user_id = %s AND active", user)
+    return out, diet
+
+
+async def test_the_pipeline_drops_and_counts_a_fact_copied_from_the_known_block(
+    make_harness, fake_llm
+):
+    h = await make_harness(settings_for(fake_llm.url))
+    out, diet = await _diet_change(h, fake_llm, "dora")
+    assert out.error is None and out.ungrounded == 2
+    assert diet["value"] == "pescatarian"
+    contents = {m["content"] for m in await h.memories("dora")}
+    assert "The user switched to a pescatarian diet" in contents
+    assert "The user is a vegetarian who follows a vegetarian diet" not in contents
+    counts = h.pipeline.metrics.counts
+    assert counts["ungrounded_fact"] == 1 and counts["ungrounded_memory"] == 1
+    assert h.pipeline.metrics.ungrounded_items.totals == {
+        ("fact", "copied_known"): 1, ("memory", "copied_known"): 1
+    }  # fmt: skip
+
+
+async def test_without_the_check_the_stale_value_wins(make_harness, fake_llm):
+    """The setting off (MEMSERVE_EXTRACT_GROUND=false): what the check prevents."""
+    h = await make_harness(settings_for(fake_llm.url, ground=False))
+    out, diet = await _diet_change(h, fake_llm, "erin")
+    assert out.ungrounded == 0 and diet["value"] == "vegetarian"
+    assert h.pipeline.metrics.counts["ungrounded_fact"] == 0
