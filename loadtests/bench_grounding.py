@@ -103,7 +103,11 @@ async def play(
                 msgs += [("user", st.turn), ("assistant", "Thanks for telling me!")]
                 when += [at, at]
             await turns.append(key, msgs, agent_id=None, ttl_hours=24.0, occurred_at=when)
+            t0 = time.perf_counter()
             out = await pipeline.process_session(key)  # not ended: no summary call
+            print(f"{prefix}{u.user_id} s{i}: saved {out.saved} facts {out.facts}"
+                  f" ungrounded {out.ungrounded} error {out.error}"
+                  f" ({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
             totals["ungrounded"] += out.ungrounded
             totals["failed_batches"] += int(out.error is not None)
             totals["saved"] += out.saved

@@ -12,23 +12,25 @@ turns. Decided in two cheap, deterministic steps, per memory content or fact val
 
 1. Lexical, always. ``V``: the item's content words (case-folded, NFKC, stop words out,
    Snowball-stemmed, hyphenated names such as ``Berlin-1234`` kept whole, digit groups
-   joined). A word is *supported* when the turns hold it (a date written as a date is
-   supported when the turns carry any time cue: a weekday, a month, "next", "ago", a
-   number, or the turn's own day, since the prompt asks the model to resolve relative
-   dates). The item is kept when any word of it that the known block does not hold is
-   supported (it carries something new that the user said: a paraphrase, a changed
-   value, an insight with a word of its own from the turns), or when fewer than
-   ``ground_copied_share`` of its words are unsupported words of the known block.
+   joined). A word is *supported* when the turns hold it (a date written as a date, a
+   month or weekday name, is supported when the turns carry any time cue: a weekday, a
+   month, "next", "ago", a number, or the turn's own day, since the prompt asks the
+   model to resolve relative dates). The item is flagged only when no word of it is
+   supported and at least ``ground_copied_share`` of its words are in the known block.
+   A fact is judged on its value alone ("diet = vegetarian": ``vegetarian``).
 2. Embedding, only for items step 1 flags (rare; nothing runs when none is): one encoder
    batch of the flagged items, the turns' sentences and the known items. The item is
    dropped when it is closer to a known item than to every turn sentence by at least
    ``ground_margin`` (cosine): it restates the known row, not what was just said.
 
-What this cannot see: a negation that reuses the turn's words ("I sold my Civic" then
-"car = Civic" again) keeps the value; the check only removes what the turns do not
-support. An item unsupported by both turns and known block (a hallucination, a far
-inference) is not this check's business and is kept. Work is linear in the turns'
-characters (each turn scanned up to a cap) and the number of items; no regex.
+What this cannot see: an item that shares a word with the turns is kept, so a negation
+that names the old value ("Alex and I split up" then "The user is dating Alex" again,
+"I sold my Civic" then "car = Civic") keeps it; to a word count a confirmation ("blue,
+definitely" then "Blue is the user's favourite colour") looks the same, and dropping
+confirmations would be false drops. Those are the reconcile step's (UPDATE/INVALIDATE).
+An item unsupported by both turns and known block (a hallucination, a far inference)
+is not this check's business and is kept. Work is linear in the turns' characters
+(each turn scanned up to a cap) and the number of items; no regex.
 """
 
 from __future__ import annotations
@@ -178,7 +180,8 @@ class Candidate:
 
 
 def is_date(unit: str) -> bool:
-    return unit[:1].isdigit() and parse_when(unit) is not None
+    """A written date ("2026-04-03"); a bare number (a year, a model year) is not one."""
+    return unit[:1].isdigit() and "-" in unit and parse_when(unit) is not None
 
 
 class Grounding:
@@ -208,16 +211,15 @@ class Grounding:
         return self.turns.holds(unit)
 
     def suspect(self, value: str) -> bool:
-        """Step 1: the candidate's words come mostly from the known block, and none of
-        its own words (absent from the block) is in the turns."""
+        """Step 1: none of the candidate's words is in the turns, and at least
+        ``copied_share`` of them are in the known block."""
         units = content_units(value, self.limits.max_turn_chars)
         if not units or not self.items:
             return False
-        supported = {u for u in units if self.supported(u)}
-        if any(u in supported for u in units if not self.known.holds(u)):
-            return False  # it carries something new that the turns say
-        copied = [u for u in units if u not in supported and self.known.holds(u)]
-        return bool(copied) and len(copied) >= self.limits.copied_share * len(units)
+        if any(self.supported(u) for u in units):
+            return False  # the turns talk about it (a paraphrase, a confirmation, a change)
+        copied = sum(1 for u in units if self.known.holds(u))
+        return copied > 0 and copied >= self.limits.copied_share * len(units)
 
     def sentences(self) -> list[str]:
         out: list[str] = []
