@@ -36,6 +36,7 @@ is not this check's business and is kept. Work is linear in the turns' character
 from __future__ import annotations
 
 import asyncio
+import threading
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,16 +69,21 @@ TIME_CUES = frozenset(
 )  # fmt: skip
 MAX_WORD_CHARS = 40  # a longer "word" is not one; it is cut (linear either way)
 _JOINERS = "-'’"
-_STEM = snowballstemmer.stemmer("english")
+_LOCAL = threading.local()  # a Snowball stemmer keeps state per call: one per thread
 
 # Labels of memserve_extraction_ungrounded_total (bounded: kind x reason).
 KINDS = ("memory", "fact")
-REASONS = ("copied_known",)
+REASON = "copied_known"
 
 
 @lru_cache(maxsize=16384)
 def _stem(word: str) -> str:
-    return word if word.isdigit() else _STEM.stemWord(word)
+    if word.isdigit():
+        return word
+    stemmer = getattr(_LOCAL, "stemmer", None)
+    if stemmer is None:
+        stemmer = _LOCAL.stemmer = snowballstemmer.stemmer("english")
+    return stemmer.stemWord(word)
 
 
 _STEMMED_CUES = frozenset(_stem(w) for w in (*WEEKDAYS, *MONTHS))

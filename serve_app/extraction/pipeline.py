@@ -32,6 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.decisions import Provenance
 from serve_app.extraction.episodes import Compressor
+from serve_app.extraction.grounding import REASON as UNGROUNDED
 from serve_app.extraction.grounding import Limits as GroundLimits
 from serve_app.extraction.grounding import grounded
 from serve_app.extraction.guidance import GuidanceFor, for_request, from_env, guidance_prompt
@@ -242,7 +243,7 @@ class ExtractionPipeline:
             turns, known, memories, facts, self.embed, self.ground_limits
         )
         for c in drop:
-            self.metrics.ungrounded(c.kind, "copied_known")
+            self.metrics.ungrounded(c.kind, UNGROUNDED)
             log.info("extraction dropped an ungrounded %s: %.80r", c.kind, c.value)
         out.ungrounded += len(drop)
         return memories, facts

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+import snowballstemmer
 
 from serve_app.extraction.grounding import Limits, content_units, ungrounded, words
 from serve_app.extraction.junk import Turn
@@ -204,3 +206,26 @@ async def test_without_the_check_the_stale_value_wins(make_harness, fake_llm):
     out, diet = await _diet_change(h, fake_llm, "erin")
     assert out.ungrounded == 0 and diet["value"] == "vegetarian"
     assert h.pipeline.metrics.counts["ungrounded_fact"] == 0
+
+
+def test_units_are_the_same_from_concurrent_threads():
+    """Extractions run the lexical step in threads at once; a Snowball stemmer keeps state
+    per call (one shared by threads raises IndexError or mixes words up)."""
+
+    def word(i: int) -> str:  # a word no other test stems (each is a cache miss)
+        letters = ""
+        while True:
+            i, r = divmod(i, 26)
+            letters += chr(97 + r)
+            if i == 0:
+                return "zq" + letters + "ings"
+
+    n = 4000
+    texts = [f"The user follows {word(3 * i)} {word(3 * i + 1)} {word(3 * i + 2)}"
+             for i in range(n)]  # fmt: skip
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda t: content_units(t, 1000), texts))
+    fresh = snowballstemmer.stemmer("english")  # the reference: one thread, no cache
+    want = [["follow", *(fresh.stemWord(word(3 * i + j)) for j in range(3))] for i in range(n)]
+    assert got == want
+    assert got[0] == ["follow", "zqa", "zqbing", "zqcing"]
