@@ -77,6 +77,11 @@ RECONCILE_REJECTED = _c(
     ("reason",),
     "Decisions ignored: alias not shown (unknown) or naming another owner's row (foreign).",
 )
+EXTRACT_UNGROUNDED = _c(
+    "extraction_ungrounded",
+    ("kind", "reason"),
+    "Extracted items dropped: copied from the known block, not said in the new turns.",
+)
 CONSOLIDATE_OUTCOMES = _c(
     "consolidate_outcomes", _OUTCOME, "Consolidation work by outcome (merged, insights, ...)."
 )
@@ -258,6 +263,7 @@ class ExtractionMetrics(MetricSet):
         self.facts = self.add(LocalCounter(EXTRACT_FACTS))
         self.decisions = self.add(LocalCounter(RECONCILE_DECISIONS))
         self.rejected_aliases = self.add(LocalCounter(RECONCILE_REJECTED))
+        self.ungrounded_items = self.add(LocalCounter(EXTRACT_UNGROUNDED))
         self.latency = self.add(LocalHistogram(EXTRACT_LATENCY_MS))
 
     def attempt(self) -> None:
@@ -286,6 +292,11 @@ class ExtractionMetrics(MetricSet):
         """One reconcile decision's outcome (add, update, invalidate, noop, conflict, ...)."""
         self.counts[f"reconcile_{outcome}"] += 1
         self.decisions.inc((outcome,))
+
+    def ungrounded(self, kind: str, reason: str) -> None:
+        """An extracted memory or fact dropped by the grounding check (kind: memory|fact)."""
+        self.counts[f"ungrounded_{kind}"] += 1
+        self.ungrounded_items.inc((kind, reason))
 
     def rejected(self, reason: str) -> None:
         """An alias the model answered that was not shown (unknown) or is not the owner's."""

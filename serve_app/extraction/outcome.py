@@ -17,6 +17,7 @@ class Outcome:
     facts: dict[str, int] = field(default_factory=dict)
     summaries: int = 0
     junk_dropped: int = 0
+    ungrounded: int = 0  # items dropped: copied from the known block (grounding.py)
     error: str | None = None
     # mem0's event list: {id, memory, event: ADD|UPDATE|DELETE|NONE, previous_memory?}
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -37,6 +38,7 @@ class Outcome:
             facts=facts,
             summaries=self.summaries + other.summaries,
             junk_dropped=self.junk_dropped + other.junk_dropped,
+            ungrounded=self.ungrounded + other.ungrounded,
             error=other.error,
             events=self.events + other.events,
         )

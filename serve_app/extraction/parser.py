@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import re2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from serve_app.extraction.dates import parse_when
 
 MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
 FACT_CATEGORIES = ("identity", "preference", "constraint", "instruction")
@@ -39,20 +41,11 @@ def clean_text(value: str, limit: int) -> str:
 
 
 def event_time(value: Any) -> datetime | None:
-    """A model-given date (``valid_from``) or None: ISO 8601 date or date-time, naive read
-    as UTC, years 1900..now+10. Anything else ("last Tuesday") is dropped, not fatal:
-    the memory then takes its source turn's date."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    if not 1900 <= when.year <= datetime.now(UTC).year + 10:
-        return None
-    return when
+    """A model-given date (``valid_from``) or None: ISO 8601 or a common written form
+    ("Thu 2026-04-02", "April 2, 2026": :mod:`serve_app.extraction.dates`), naive read as
+    UTC, years 1900..now+10. Anything else ("last Tuesday") is dropped, not fatal: the
+    memory then takes its source turn's date."""
+    return parse_when(value)
 
 
 class BadOutput(ValueError):

@@ -32,6 +32,9 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.decisions import Provenance
 from serve_app.extraction.episodes import Compressor
+from serve_app.extraction.grounding import REASON as UNGROUNDED
+from serve_app.extraction.grounding import Limits as GroundLimits
+from serve_app.extraction.grounding import grounded
 from serve_app.extraction.guidance import GuidanceFor, for_request, from_env, guidance_prompt
 from serve_app.extraction.junk import (
     CONTEXT_OPEN,
@@ -106,6 +109,7 @@ class ExtractionPipeline:
         self.writer = MemoryWriter(
             pool, self.guarded, self.index, settings.extract.merge_similarity, self.metrics
         )
+        self.ground_limits = GroundLimits.from_settings(settings.extract)
         self.compressor = Compressor(
             self.turns, self.index, self.writer, embed, llm, settings, self.metrics
         )
@@ -158,6 +162,7 @@ class ExtractionPipeline:
             meta = rows[0].get("meta") or {}
             guidance = for_request(await self.guidance(key.tenant_id), meta)
             memories, facts = await self._ask(cleaned, known, guidance)
+            memories, facts = await self._grounded(cleaned, known, memories, facts, out)
             await self._save_memories(key, rows, memories, meta, out, known)
             await self._save_facts(key, meta, facts, out, said_at(rows))
         except LLMUnavailable as exc:
@@ -221,6 +226,26 @@ class ExtractionPipeline:
                 m.model_copy(update={"tags": guidance.pick(m.tags)}) for m in parsed.memories
             ]
             facts += parsed.facts
+        return memories, facts
+
+    async def _grounded(
+        self,
+        turns: list[Turn],
+        known: Known,
+        memories: list[ExtractedMemory],
+        facts: list[ExtractedFact],
+        out: Outcome,
+    ) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
+        """Drop and count what the model copied from the known block (grounding.py)."""
+        if not self.settings.extract.ground:
+            return memories, facts
+        memories, facts, drop = await grounded(
+            turns, known, memories, facts, self.embed, self.ground_limits
+        )
+        for c in drop:
+            self.metrics.ungrounded(c.kind, UNGROUNDED)
+            log.info("extraction dropped an ungrounded %s: %.80r", c.kind, c.value)
+        out.ungrounded += len(drop)
         return memories, facts
 
     async def _failed(

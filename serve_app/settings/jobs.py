@@ -89,6 +89,12 @@ class ExtractSettings(BaseSettings):
     reconcile_max_facts: int = 8
     reconcile_max_tokens: int = 400  # the known block's budget in the prompt
     reconcile_min_similarity: float = 0.2  # weaker dense neighbours are not shown
+    # Grounded extraction (serve_app/extraction/grounding.py): an extracted memory or fact
+    # whose words come from the known block, not the new turns, is dropped and counted.
+    ground: bool = True
+    ground_copied_share: float = Field(0.5, ge=0.0, le=1.0)  # of its words: known-only
+    ground_margin: float = 0.05  # cosine: closer to a known item than to the turns by this
+    ground_max_sentences: int = Field(256, ge=1)  # turn sentences embedded for the check
     # /mem0 add with infer waits this long for the extraction's event list (then: PENDING)
     sync_wait_s: float = 20.0
     # Uncompressed turns that trigger an episodic summary; newest turns left out of it.
