@@ -88,6 +88,10 @@ class SessionStatus(BaseModel):
     failed_turns: int
     compressed_turns: int
     ended: bool
+    # "budget": the tenant's or end user's background token budget is spent; the pending
+    # turns stay queued and are extracted from ``resumes_at`` (or when it is raised).
+    deferred: str | None = None
+    resumes_at: datetime | None = None
 
 
 # chat proxy

@@ -18,6 +18,7 @@ class Outcome:
     summaries: int = 0
     junk_dropped: int = 0
     error: str | None = None
+    deferred: str | None = None  # over a token budget: when the work resumes (ISO time)
     # mem0's event list: {id, memory, event: ADD|UPDATE|DELETE|NONE, previous_memory?}
     events: list[dict[str, Any]] = field(default_factory=list)
 
@@ -38,5 +39,6 @@ class Outcome:
             summaries=self.summaries + other.summaries,
             junk_dropped=self.junk_dropped + other.junk_dropped,
             error=other.error,
+            deferred=other.deferred,
             events=self.events + other.events,
         )

@@ -10,7 +10,10 @@ refusal, a timeout, an unusable answer (one nested too deep included), a databas
 error while saving, any unforeseen error (``internal``: never re-sent for ever). A counted
 failure backs off (``retry_backoff_s``, doubling) and after ``max_attempts`` the
 batch is dead-lettered: kept, counted as failed in the session status, listed and
-retried by the admin API. Prompts are capped by tokens (long batches split, long
+retried by the admin API. Over the tenant's (or end user's) background token budget
+(serve_app/spend/meter.py) nothing is claimed and nothing counts an attempt: the turns
+stay queued and the periodic scan retries them once the window rolls over or the
+budget is raised ("deferred: budget" in the session status). Prompts are capped by tokens (long batches split, long
 turns truncated), so "context too long" does not happen by construction. Claims
 carry a token: a run whose claim expired and was taken over changes nothing.
 Nothing here raises into the chat path.
@@ -61,6 +64,7 @@ from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter, ValidationError
+from serve_app.store.llm_spend import CallTag, OverBudget
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.quota import QuotaExceeded
 from serve_app.store.turns import INFER_PREFIX, SessionKey, TurnStore
@@ -108,6 +112,7 @@ class ExtractionPipeline:
         self.compressor = Compressor(
             self.turns, self.index, self.writer, embed, llm, settings, self.metrics
         )
+        self.meter = llm.meter if llm is not None else None
 
     @property
     def enabled(self) -> bool:
@@ -120,6 +125,10 @@ class ExtractionPipeline:
         out = Outcome()
         ended = force or await self.turns.is_ended(key)
         s = self.settings
+        if self.enabled and self.meter is not None:
+            over = await self.meter.deferred(key.tenant_id, key.user_id)
+            if over is not None:  # nothing claimed: the turns wait in the queue
+                return self._defer(key, over, out)
         while True:
             rows = await self.turns.claim_pending(key, s.extract.max_turns, s.extract.lease_s)
             if not rows:
@@ -131,6 +140,12 @@ class ExtractionPipeline:
                 return out  # turns stay queued; the scan retries them later
         if self.enabled and not key.session_id.startswith(INFER_PREFIX):
             await self.compressor.maybe_compress(key, ended, out)
+        return out
+
+    def _defer(self, key: SessionKey, over: OverBudget, out: Outcome) -> Outcome:
+        out.deferred = over.resumes_at.isoformat()
+        self.metrics.error("deferred_budget")
+        log.info("extraction of %s deferred: %s", key, over)
         return out
 
     async def scan(self) -> list[SessionKey]:
@@ -156,9 +171,13 @@ class ExtractionPipeline:
             known = await self.reconciler.known(key.owner, cleaned)
             meta = rows[0].get("meta") or {}
             guidance = for_request(await self.guidance(key.tenant_id), meta)
-            memories, facts = await self._ask(cleaned, known, guidance)
+            memories, facts = await self._ask(key, cleaned, known, guidance)
             await self._save_memories(key, rows, memories, meta, out, known)
             await self._save_facts(key, meta, facts, out, said_at(rows))
+        except OverBudget as exc:  # raised before the call: no attempt counted
+            await self.turns.release(ids, claim=claim)
+            self._defer(key, exc, out)
+            return False
         except LLMUnavailable as exc:
             self.metrics.error(exc.kind)
             out.error = exc.kind
@@ -199,7 +218,7 @@ class ExtractionPipeline:
         return cleaned
 
     async def _ask(
-        self, turns: list[Turn], known: Known, guidance: ExtractionGuidance
+        self, key: SessionKey, turns: list[Turn], known: Known, guidance: ExtractionGuidance
     ) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
         """One LLM call per token-capped chunk (each shows what the owner already has:
         serve_app/extraction/reconcile.py); any failure fails the whole batch."""
@@ -209,11 +228,14 @@ class ExtractionPipeline:
         facts: list[ExtractedFact] = []
         rules, block = prompt_parts(known)
         budget = s.max_prompt_tokens - count_tokens(block)
+        purpose = "infer" if key.session_id.startswith(INFER_PREFIX) else "extract"
+        tag = CallTag(key.tenant_id, key.user_id, purpose)
         for chunk in chunk_turns(turns, budget, s.max_turn_tokens):
             self.metrics.attempt()
             answer = await self.llm.complete_json(
                 EXTRACT_SYSTEM + rules + guidance_prompt(guidance),
                 extraction_user_prompt(chunk) + block,
+                tag=tag,
             )
             parsed = parse_extraction(answer)
             memories += [
