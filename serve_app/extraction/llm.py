@@ -21,7 +21,7 @@ import httpx
 
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
 from serve_app.settings import LLMSettings
-from serve_app.spend.meter import SpendMeter, Ticket, spent_from
+from serve_app.spend.meter import SpendMeter, Ticket, prompt_tokens, spent_from
 from serve_app.store.llm_spend import CallTag, Spent
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,8 @@ class LLMClient:
         max_tokens = max_tokens or self.config.max_tokens
         ticket = None
         if self.meter is not None and tag is not None:
-            ticket = await self.meter.begin(tag, self.config.model, system + user, max_tokens)
+            est = prompt_tokens(system, user)
+            ticket = await self.meter.begin(tag, self.config.model, est, max_tokens)
         try:
             self.breaker.before_call()
         except CircuitOpen as exc:

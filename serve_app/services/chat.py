@@ -273,7 +273,7 @@ class ChatService:
         budget is spent (``Retry-After``: when its window rolls over). A database that
         cannot take the intent fails open: the answer matters more than its meter."""
         limit = next((payload[n] for n in TOKEN_FIELDS if payload.get(n) is not None), 0)
-        prompt = "\n".join(str(m.get("content") or "") for m in payload["messages"])
+        prompt, _ = estimated_usage(payload["messages"], "")
         tag = CallTag(call.owner.tenant_id, call.owner.user_id, "chat")
         try:
             return await self.spend.begin(tag, str(payload["model"]), prompt, int(limit))

@@ -52,6 +52,12 @@ class Ticket:
     started: float
 
 
+def prompt_tokens(*contents: str) -> int:
+    """The estimate of a prompt's tokens: each message's text counted on its own (the
+    chat proxy's estimate too: serve_app/services/chat_caps.py)."""
+    return sum(count_tokens(c) for c in contents)
+
+
 def usage_of(answer: Any) -> tuple[int, int, int] | None:
     """(prompt, completion, cached) tokens an OpenAI answer reports; None without ``usage``."""
     usage = answer.get("usage") if isinstance(answer, dict) else None
@@ -101,10 +107,9 @@ class SpendMeter:
             return Limits()
         return (await self.budgets(tag.tenant_id)).get(tag.group) or Limits()
 
-    async def begin(self, tag: CallTag, model: str, prompt: str, max_tokens: int) -> Ticket:
+    async def begin(self, tag: CallTag, model: str, est: int, max_tokens: int) -> Ticket:
         """Admit a call (raises :class:`OverBudget` before anything is sent) and write
-        its intent. ``prompt``: the text sent (its tokens are estimated for the reservation)."""
-        est = count_tokens(prompt)
+        its intent. ``est``: the prompt's estimated tokens (:func:`prompt_tokens`)."""
         started = time.perf_counter()
         self.flusher.start()
         if self.store is None:

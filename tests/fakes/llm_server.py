@@ -37,6 +37,7 @@ from typing import Any
 from serve_app.consolidation.prompts import DIGEST_MARKER, INSIGHT_MARKER
 from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
 from serve_app.extraction.reconcile import KNOWN_HEADER
+from serve_app.services.chat_caps import estimated_usage
 
 DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."
 # (kind, messages) -> the answer's content, or None to let the next responder/rule answer
@@ -166,6 +167,7 @@ class FakeLLM:
             self.max_prompt_chars: int | None = None
             self.responders: list[Responder] = []
             self.on_request: Callable[[str, list[dict[str, Any]]], None] | None = None
+            self.report_usage = True  # answers carry OpenAI's ``usage``; False: omitted
 
     def add_rule(
         self,
@@ -207,6 +209,22 @@ class FakeLLM:
             self.mode = mode
             self.delay_s = delay_s
 
+    def set_usage(self, report: bool) -> None:
+        """Whether answers report ``usage`` (the tokens are counted either way: ``served``)."""
+        with self._lock:
+            self.report_usage = report
+
+    def served(self, kind: str | None = None) -> dict[str, int]:
+        """Calls answered 200 and their prompt/completion tokens (what a provider bills),
+        counted as the service estimates them (serve_app/services/chat_caps.py)."""
+        out = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        for r in self.calls(kind):
+            if r.get("usage"):
+                out["calls"] += 1
+                out["prompt_tokens"] += r["usage"]["prompt_tokens"]
+                out["completion_tokens"] += r["usage"]["completion_tokens"]
+        return out
+
     def calls(self, kind: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
             return [r for r in self.requests if kind is None or r["kind"] == kind]
@@ -230,6 +248,8 @@ class FakeLLM:
             self.enqueue(*body["answers"])
         elif action == "mode":
             self.set_mode(body["mode"], float(body.get("delay_s", 0.0)))
+        elif action == "usage":
+            self.set_usage(bool(body.get("report", True)))
         elif action == "down":
             threading.Thread(target=self.down, daemon=True).start()
         else:
@@ -239,18 +259,22 @@ class FakeLLM:
     def answer(self, body: dict[str, Any]) -> tuple[int, str | None]:
         """(HTTP status, assistant content) for one chat-completions request
         (for an error status, the error's message instead of content)."""
+        status, content, _ = self.answer_with_usage(body)
+        return status, content
+
+    def answer_with_usage(self, body: dict[str, Any]) -> tuple[int, str | None, dict | None]:
+        """:meth:`answer` and the ``usage`` the answer reports (None: not reported)."""
         messages = body.get("messages") or []
         kind = kind_of(messages)
         text = "\n".join(str(m.get("content", "")) for m in messages)
+        entry = {"kind": kind, "messages": messages, "body": body, "at": time.time()}
         with self._lock:
-            self.requests.append(
-                {"kind": kind, "messages": messages, "body": body, "at": time.time()}
-            )
+            self.requests.append(entry)
             mode, delay = self.mode, self.delay_s
             content = None
             status, message = 200, "scripted failure"
             if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
-                return 400, "context too long"
+                return 400, "context too long", None
             hook, responders = self.on_request, list(self.responders)
             if kind == "extract" and self.queue:
                 content = self.queue.pop(0)
@@ -270,14 +294,20 @@ class FakeLLM:
         if mode == "delay" and delay:
             time.sleep(delay)
         if status != 200:
-            return status, message
+            return status, message, None
         if mode == "http500":
-            return 500, None
+            return 500, None, None
         if mode == "malformed":
-            return 200, "Sure! Here are the memories: {memories: [oops"
+            content = "Sure! Here are the memories: {memories: [oops"
         if content is None:
             content = self._default(kind, messages)
-        return 200, content
+        prompt, completion = estimated_usage(messages, content)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion}  # fmt: skip
+        with self._lock:
+            entry["usage"] = usage  # served (billed) whether or not the answer reports it
+            reported = self.report_usage
+        return 200, content, usage if reported else None
 
     @staticmethod
     def _default(kind: str, messages: list[dict[str, Any]]) -> str:
@@ -385,7 +415,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if not fake.is_up:  # went down while this connection was open
                 self.close_connection = True
                 return
-            status, content = fake.answer(body)
+            status, content, usage = fake.answer_with_usage(body)
             if status != 200:
                 error = {"message": content or "scripted failure", "type": "server"}
                 self._json(status, {"error": error})
@@ -407,7 +437,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                             "finish_reason": "stop",
                         }
                     ],
-                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                    **({"usage": usage} if usage else {}),
                 },
             )
 
