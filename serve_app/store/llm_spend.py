@@ -260,7 +260,7 @@ class SpendStore:
         """Sums per the ``group_by`` columns (any of :data:`GROUP_BY`) over the days
         ``since``..``until`` (inclusive), ordered by those columns (day newest first)."""
         cols = [_COLUMN[g] for g in group_by]
-        select = "".join(f"{c}::text AS {g}, " for c, g in zip(cols, group_by, strict=True))
+        select = "".join(f"{c}::text AS {c}, " for c in cols)
         sums = ", ".join(f"sum({k})::bigint AS {k}" for k in _SUMS)
         order = ", ".join(f"{c} DESC" if c == "day" else c for c in cols) or "1"
         sql = (
