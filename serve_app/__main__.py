@@ -1,4 +1,5 @@
-"""Command line: `python -m serve_app run|migrate|create-key|tenant|usage|stop-db|mcp|export|import`."""
+"""Command line: `python -m serve_app COMMAND`, COMMAND one of run, migrate, create-key,
+tenant, usage, stop-db, mcp, export, import."""
 
 from __future__ import annotations
 

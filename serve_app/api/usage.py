@@ -28,8 +28,8 @@ def _group_by(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in GROUP_BY]
     if unknown or len(set(names)) != len(names):
-        raise ApiError(422, "invalid_request",
-                       f"group_by is a comma-separated subset of {', '.join(GROUP_BY)}")  # fmt: skip
+        allowed = ", ".join(GROUP_BY)
+        raise ApiError(422, "invalid_request", f"group_by is a comma-separated subset of {allowed}")
     return names
 
 
@@ -53,12 +53,14 @@ async def llm_usage(
     until = until or datetime.now(UTC).date()
     since = since or until - timedelta(days=29)
     if since > until or (until - since).days >= MAX_DAYS:
-        raise ApiError(422, "invalid_request",
-                       f"since must be on or before until, at most {MAX_DAYS} days apart")  # fmt: skip
+        message = f"since must be on or before until, at most {MAX_DAYS} days apart"
+        raise ApiError(422, "invalid_request", message)
     limit = min(limit, services.settings.spend.report_max_rows)
     rows = await spend.store.report(caller.tenant_id, names, since, until, user_id=user_id,
                                     limit=limit + 1, offset=offset)  # fmt: skip
-    top = await spend.store.top_users(caller.tenant_id, since, until, top_users) if top_users else []
+    top = []
+    if top_users:
+        top = await spend.store.top_users(caller.tenant_id, since, until, top_users)
     return {
         "tenant_id": caller.tenant_id,
         "since": since.isoformat(),

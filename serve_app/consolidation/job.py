@@ -38,13 +38,13 @@ from serve_app.consolidation.lease import Lease, LeaseLost
 from serve_app.consolidation.prompts import DIGEST_SYSTEM, INSIGHT_SYSTEM, memories_prompt
 from serve_app.consolidation.store import ConsolidationStore
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
-from serve_app.spend.meter import SpendMeter
-from serve_app.store.llm_spend import CallTag, OverBudget
 from serve_app.extraction.parser import BadOutput, clean_text, load_json_object
 from serve_app.metrics import ConsolidationMetrics
 from serve_app.settings import ConsolidateSettings, Settings
+from serve_app.spend.meter import SpendMeter
 from serve_app.store import NewMemory, Owner, erasure
 from serve_app.store.guarded import GuardedWriter, ValidationError
+from serve_app.store.llm_spend import CallTag, OverBudget
 from serve_app.store.memory_index import VersionConflict
 from serve_app.store.quota import QuotaExceeded
 from serve_app.text import dedupe_hash

@@ -38,6 +38,14 @@ class LLMUnavailable(RuntimeError):
         self.kind = kind  # timeout | connect | http_5xx | http_429 | circuit_open | http_4xx
 
 
+def _cut(answer: dict) -> bool:
+    """Whether the answer stopped at max_tokens (OpenAI's ``finish_reason: length``)."""
+    try:
+        return answer["choices"][0].get("finish_reason") == "length"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
@@ -93,6 +101,11 @@ class LLMClient:
             raise
         if ticket is not None:
             await self._finish(ticket, spent_from("ok", ticket, answer, content))
+        if max_tokens < self.config.max_tokens and _cut(answer):
+            # sized too small for this answer: ask once more with the full cap
+            log.info("LLM answer cut at max_tokens=%d; asking again at %d", max_tokens,
+                     self.config.max_tokens)  # fmt: skip
+            return await self.complete_json(system, user, tag=tag)
         return content
 
     async def _finish(self, ticket: Ticket | None, spent: Spent) -> None:

@@ -10,12 +10,11 @@ refusal, a timeout, an unusable answer (one nested too deep included), a databas
 error while saving, any unforeseen error (``internal``: never re-sent for ever). A counted
 failure backs off (``retry_backoff_s``, doubling) and after ``max_attempts`` the
 batch is dead-lettered: kept, counted as failed in the session status, listed and
-retried by the admin API. Over the tenant's (or end user's) background token budget
-(serve_app/spend/meter.py) nothing is claimed and nothing counts an attempt: the turns
-stay queued and the periodic scan retries them once the window rolls over or the
-budget is raised ("deferred: budget" in the session status). Prompts are capped by tokens (long batches split, long
-turns truncated), so "context too long" does not happen by construction. Claims
-carry a token: a run whose claim expired and was taken over changes nothing.
+retried by the admin API. Over a background token budget (serve_app/spend/meter.py)
+nothing is claimed or counted: the turns wait for the scan after the budget allows.
+Prompts are capped by tokens (long batches split, long turns truncated), so "context
+too long" does not happen by construction. Claims carry a token: a run whose claim
+expired and was taken over changes nothing.
 Nothing here raises into the chat path.
 """
 
@@ -43,18 +42,15 @@ from serve_app.extraction.junk import (
     contained,
     said_at,
     sentences,
+    substantive,
     turn_of,
 )
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.outcome import Outcome
-from serve_app.extraction.parser import (
-    BadOutput,
-    ExtractedFact,
-    ExtractedMemory,
-    parse_extraction,
-)
+from serve_app.extraction.parser import BadOutput, ExtractedFact, ExtractedMemory, parse_extraction
 from serve_app.extraction.prompts import (
     EXTRACT_SYSTEM,
+    answer_tokens,
     chunk_turns,
     extraction_user_prompt,
 )
@@ -165,7 +161,8 @@ class ExtractionPipeline:
         started = time.perf_counter()
         try:
             cleaned = await self._cleaned(key, rows, out)
-            if not any(t.role == "user" for t in cleaned):
+            if not any(t.role == "user" and substantive(t.content) for t in cleaned):
+                # nothing the user said is worth a call (context blocks, "ok thanks")
                 out.turns_extracted += await self.turns.mark_extracted(ids, claim=claim)
                 return True
             known = await self.reconciler.known(key.owner, cleaned)
@@ -230,12 +227,17 @@ class ExtractionPipeline:
         budget = s.max_prompt_tokens - count_tokens(block)
         purpose = "infer" if key.session_id.startswith(INFER_PREFIX) else "extract"
         tag = CallTag(key.tenant_id, key.user_id, purpose)
+        # The same text first in every call of a tenant (the contract, then its guidance),
+        # so provider prompt caches hit; what varies (rules when something is shown, the
+        # conversation, the known block) comes after.
+        system = EXTRACT_SYSTEM + guidance_prompt(guidance) + rules
         for chunk in chunk_turns(turns, budget, s.max_turn_tokens):
             self.metrics.attempt()
             answer = await self.llm.complete_json(
-                EXTRACT_SYSTEM + rules + guidance_prompt(guidance),
+                system,
                 extraction_user_prompt(chunk) + block,
                 tag=tag,
+                max_tokens=answer_tokens(self.settings, chunk, len(known.items)),
             )
             parsed = parse_extraction(answer)
             memories += [

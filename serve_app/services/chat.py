@@ -267,7 +267,6 @@ class ChatService:
             _relay(upstream, record), media_type="text/event-stream", headers=extra
         )
 
-
     async def _admit(self, call: ChatCall, payload: dict[str, Any]) -> Ticket | None:
         """The call's metering ticket, or 429 when the tenant's or end user's chat token
         budget is spent (``Retry-After``: when its window rolls over). A database that

@@ -89,6 +89,12 @@ class ExtractSettings(BaseSettings):
     reconcile_max_facts: int = 8
     reconcile_max_tokens: int = 400  # the known block's budget in the prompt
     reconcile_min_similarity: float = 0.2  # weaker dense neighbours are not shown
+    # An extraction call's max_tokens, sized from its batch (capped by llm.max_tokens):
+    # base + per user turn + per memory/fact shown. An answer cut at that size is asked
+    # again once at the cap. 0 per turn: always llm.max_tokens.
+    answer_tokens_base: int = 256
+    answer_tokens_per_turn: int = 160
+    answer_tokens_per_known: int = 48
     # /mem0 add with infer waits this long for the extraction's event list (then: PENDING)
     sync_wait_s: float = 20.0
     # Uncompressed turns that trigger an episodic summary; newest turns left out of it.

@@ -30,8 +30,8 @@ from serve_app.store.llm_spend import (
     CallTag,
     Limits,
     OverBudget,
-    Spent,
     SpendStore,
+    Spent,
     Used,
     window_end,
 )

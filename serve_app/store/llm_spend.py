@@ -231,9 +231,7 @@ class SpendStore:
                 {"days": daily_days, "n": batch},
             )
             n += cur.rowcount
-            await conn.execute(
-                "DELETE FROM llm_budget_alerts WHERE win < current_date - 62"
-            )
+            await conn.execute("DELETE FROM llm_budget_alerts WHERE win < current_date - 62")
             return n
 
     async def first_alert(self, tag: CallTag, scope: str, win: date) -> bool:
@@ -271,8 +269,9 @@ class SpendStore:
             + " LIMIT %(limit)s OFFSET %(offset)s"
         )
         async with self.pool.connection() as conn:
-            cur = await conn.execute(sql, {"t": tenant_id, "a": since, "b": until,
-                                           "u": user_id, "limit": limit, "offset": offset})  # fmt: skip
+            params = {"t": tenant_id, "a": since, "b": until, "u": user_id,
+                      "limit": limit, "offset": offset}  # fmt: skip
+            cur = await conn.execute(sql, params)
             rows = await cur.fetchall()
         return [{**r, **{k: r[k] or 0 for k in _SUMS}} for r in rows]
 

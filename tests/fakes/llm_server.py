@@ -26,19 +26,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from serve_app.consolidation.prompts import DIGEST_MARKER, INSIGHT_MARKER
+from serve_app.context.tokens import count_tokens
 from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
 from serve_app.extraction.reconcile import KNOWN_HEADER
 from serve_app.services.chat_caps import estimated_usage
 
+CACHE_PROMPTS = 256
 DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."
 # (kind, messages) -> the answer's content, or None to let the next responder/rule answer
 Responder = Callable[[str, list[dict[str, Any]]], str | None]
@@ -168,6 +172,7 @@ class FakeLLM:
             self.responders: list[Responder] = []
             self.on_request: Callable[[str, list[dict[str, Any]]], None] | None = None
             self.report_usage = True  # answers carry OpenAI's ``usage``; False: omitted
+            self._seen: deque[str] = deque(maxlen=CACHE_PROMPTS)  # the prefix cache's prompts
 
     def add_rule(
         self,
@@ -264,6 +269,10 @@ class FakeLLM:
 
     def answer_with_usage(self, body: dict[str, Any]) -> tuple[int, str | None, dict | None]:
         """:meth:`answer` and the ``usage`` the answer reports (None: not reported)."""
+        return self.respond(body)[:3]
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, str | None, dict | None, str]:
+        """(status, content, reported usage, finish_reason) for one request."""
         messages = body.get("messages") or []
         kind = kind_of(messages)
         text = "\n".join(str(m.get("content", "")) for m in messages)
@@ -274,7 +283,7 @@ class FakeLLM:
             content = None
             status, message = 200, "scripted failure"
             if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
-                return 400, "context too long", None
+                return 400, "context too long", None, "stop"
             hook, responders = self.on_request, list(self.responders)
             if kind == "extract" and self.queue:
                 content = self.queue.pop(0)
@@ -294,20 +303,35 @@ class FakeLLM:
         if mode == "delay" and delay:
             time.sleep(delay)
         if status != 200:
-            return status, message, None
+            return status, message, None, "stop"
         if mode == "http500":
-            return 500, None, None
+            return 500, None, None, "stop"
         if mode == "malformed":
             content = "Sure! Here are the memories: {memories: [oops"
         if content is None:
             content = self._default(kind, messages)
+        cap = body.get("max_tokens") or body.get("max_completion_tokens")
+        finish = "stop"
+        if isinstance(cap, int) and count_tokens(content) > cap:  # cut, as a model would
+            content, finish = content[: cap * 3], "length"
         prompt, completion = estimated_usage(messages, content)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                 "total_tokens": prompt + completion}  # fmt: skip
+                 "total_tokens": prompt + completion,
+                 "prompt_tokens_details": {"cached_tokens": self._cached(messages)}}  # fmt: skip
         with self._lock:
             entry["usage"] = usage  # served (billed) whether or not the answer reports it
             reported = self.report_usage
-        return 200, content, usage if reported else None
+        return 200, content, usage if reported else None, finish
+
+    def _cached(self, messages: list[dict[str, Any]]) -> int:
+        """A provider's prefix cache, as DeepSeek's or OpenAI's without the 1024-token floor:
+        the tokens of the longest prefix (in 64-token blocks) this prompt shares with an
+        earlier one (the last ``CACHE_PROMPTS`` distinct prompts are kept)."""
+        text = "\n".join(str(m.get("content", "")) for m in messages)
+        with self._lock:
+            best = max((len(os.path.commonprefix([text, seen])) for seen in self._seen), default=0)
+            self._seen.append(text)
+        return count_tokens(text[:best]) // 64 * 64
 
     @staticmethod
     def _default(kind: str, messages: list[dict[str, Any]]) -> str:
@@ -415,7 +439,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if not fake.is_up:  # went down while this connection was open
                 self.close_connection = True
                 return
-            status, content, usage = fake.answer_with_usage(body)
+            status, content, usage, finish = fake.respond(body)
             if status != 200:
                 error = {"message": content or "scripted failure", "type": "server"}
                 self._json(status, {"error": error})
@@ -434,7 +458,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                         {
                             "index": 0,
                             "message": {"role": "assistant", "content": content},
-                            "finish_reason": "stop",
+                            "finish_reason": finish,
                         }
                     ],
                     **({"usage": usage} if usage else {}),
