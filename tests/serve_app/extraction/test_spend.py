@@ -112,7 +112,12 @@ async def test_a_replica_dying_mid_call_is_still_counted_once(make_harness, fake
     # the lost call's completion is counted at its cap: never less than was billed
     assert metered["completion_tokens"] >= served["completion_tokens"]
     [lost] = await a.rows("SELECT * FROM llm_calls WHERE outcome = 'lost'")
-    assert lost["estimated"] and lost["completion_tokens"] == settings.llm.max_tokens
+    x = settings.extract  # counted at its max_tokens (sized from the one-turn batch)
+    assert (
+        lost["estimated"]
+        and lost["completion_tokens"] == x.answer_tokens_base + x.answer_tokens_per_turn
+    )
+    assert lost["completion_tokens"] == lost["reserved"] - lost["est_prompt"]
 
 
 async def test_over_budget_defers_then_extracts_after_a_raise(make_harness, fake_llm):
