@@ -58,6 +58,20 @@ class Rule:
     message: str = "scripted failure"  # the error's message (status != 200)
 
 
+class PrefixCache:
+    """A provider's prompt cache, as DeepSeek's (or OpenAI's without its 1024-token floor):
+    a prompt's cached tokens are those of the longest prefix it shares with one of the
+    last ``size`` prompts, in whole 64-token blocks."""
+
+    def __init__(self, size: int = CACHE_PROMPTS) -> None:
+        self._seen: deque[str] = deque(maxlen=size)
+
+    def cached(self, text: str) -> int:
+        best = max((len(os.path.commonprefix([text, seen])) for seen in self._seen), default=0)
+        self._seen.append(text)
+        return count_tokens(text[:best]) // 64 * 64
+
+
 def kind_of(messages: list[dict[str, Any]]) -> str:
     text = " ".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
     if EXTRACT_MARKER in text:
@@ -172,7 +186,7 @@ class FakeLLM:
             self.responders: list[Responder] = []
             self.on_request: Callable[[str, list[dict[str, Any]]], None] | None = None
             self.report_usage = True  # answers carry OpenAI's ``usage``; False: omitted
-            self._seen: deque[str] = deque(maxlen=CACHE_PROMPTS)  # the prefix cache's prompts
+            self.cache = PrefixCache()  # cached_tokens in the usage it reports
 
     def add_rule(
         self,
@@ -324,14 +338,9 @@ class FakeLLM:
         return 200, content, usage if reported else None, finish
 
     def _cached(self, messages: list[dict[str, Any]]) -> int:
-        """A provider's prefix cache, as DeepSeek's or OpenAI's without the 1024-token floor:
-        the tokens of the longest prefix (in 64-token blocks) this prompt shares with an
-        earlier one (the last ``CACHE_PROMPTS`` distinct prompts are kept)."""
         text = "\n".join(str(m.get("content", "")) for m in messages)
         with self._lock:
-            best = max((len(os.path.commonprefix([text, seen])) for seen in self._seen), default=0)
-            self._seen.append(text)
-        return count_tokens(text[:best]) // 64 * 64
+            return self.cache.cached(text)
 
     @staticmethod
     def _default(kind: str, messages: list[dict[str, Any]]) -> str:
