@@ -262,7 +262,8 @@ class SpendStore:
         sums = ", ".join(f"sum({k})::bigint AS {k}" for k in _SUMS)
         order = ", ".join(f"{c} DESC" if c == "day" else c for c in cols) or "1"
         sql = (
-            f"SELECT {select}{sums}, round(sum(latency_ms)::numeric, 1)::float AS latency_ms"
+            f"SELECT {select}{sums},"
+            " round(coalesce(sum(latency_ms), 0)::numeric, 1)::float AS latency_ms"
             " FROM llm_usage_daily WHERE tenant_id = %(t)s AND day BETWEEN %(a)s AND %(b)s"
             " AND (%(u)s::text IS NULL OR user_id = %(u)s)"
             + (f" GROUP BY {', '.join(cols)} ORDER BY {order}" if cols else "")

@@ -126,6 +126,8 @@ async def test_admin_usage_groups_pages_and_isolates(api, llm):
     assert seen == ["ann", "bob", "cy"]
     one = await typed.llm_usage(group_by="day,user", user_id="bob")
     assert [(r.user_id, r.calls) for r in one.rows] == [("bob", 1)]
+    whole = await typed.llm_usage(group_by=[], since="2020-01-01", until="2020-12-31")
+    assert [(r.calls, r.prompt_tokens, r.latency_ms) for r in whole.rows] == [(0, 0, 0.0)]
 
     # The CLI prints the same (through the same client).
     args = argparse.Namespace(group_by="user", since=None, until=None, user=None, top=2,
