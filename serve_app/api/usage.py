@@ -51,7 +51,7 @@ async def llm_usage(
         raise ApiError(503, "unavailable", "LLM metering is not configured")
     names = _group_by(group_by)
     until = until or datetime.now(UTC).date()
-    since = since or until - timedelta(days=29)
+    since = since or until - timedelta(days=min(29, (until - date.min).days))
     if since > until or (until - since).days >= MAX_DAYS:
         message = f"since must be on or before until, at most {MAX_DAYS} days apart"
         raise ApiError(422, "invalid_request", message)

@@ -186,6 +186,9 @@ class FakeLLM:
             self.responders: list[Responder] = []
             self.on_request: Callable[[str, list[dict[str, Any]]], None] | None = None
             self.report_usage = True  # answers carry OpenAI's ``usage``; False: omitted
+            # Cut answers longer than the request's max_tokens (finish_reason "length");
+            # a cut queued answer goes back to the queue's front (the model would say it again).
+            self.honour_max_tokens = False
             self.cache = PrefixCache()  # cached_tokens in the usage it reports
 
     def add_rule(
@@ -299,7 +302,8 @@ class FakeLLM:
             if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
                 return 400, "context too long", None, "stop"
             hook, responders = self.on_request, list(self.responders)
-            if kind == "extract" and self.queue:
+            queued = kind == "extract" and bool(self.queue)
+            if queued:
                 content = self.queue.pop(0)
             elif any((content := fn(kind, messages)) is not None for fn in responders):
                 pass
@@ -326,7 +330,10 @@ class FakeLLM:
             content = self._default(kind, messages)
         cap = body.get("max_tokens") or body.get("max_completion_tokens")
         finish = "stop"
-        if isinstance(cap, int) and count_tokens(content) > cap:  # cut, as a model would
+        if self.honour_max_tokens and isinstance(cap, int) and count_tokens(content) > cap:
+            if queued:
+                with self._lock:
+                    self.queue.insert(0, content)
             content, finish = content[: cap * 3], "length"
         prompt, completion = estimated_usage(messages, content)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion,

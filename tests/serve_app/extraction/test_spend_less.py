@@ -51,7 +51,8 @@ async def test_max_tokens_is_sized_from_the_batch(make_harness, fake_llm):
 async def test_an_answer_cut_at_the_sized_cap_is_asked_again_at_the_full_cap(
     make_harness, fake_llm
 ):
-    fake_llm.add_rule("oboe", extraction([memory("The user plays the oboe in a quintet")]))
+    fake_llm.honour_max_tokens = True
+    fake_llm.enqueue(extraction([memory("The user plays the oboe in a quintet")]))
     settings = settings_for(fake_llm.url, answer_tokens_base=4, answer_tokens_per_turn=1)
     h = await make_harness(settings, spend=True)
     key = SessionKey("acme", "u1", "s1")
