@@ -97,7 +97,7 @@ class LLMClient:
         try:
             answer, content = await self._attempts(system, user, max_tokens)
         except LLMUnavailable as exc:
-            await self._finish(ticket, Spent(exc.kind))
+            await self._finish(ticket, self._failed(ticket, exc.kind, max_tokens))
             raise
         if ticket is not None:
             await self._finish(ticket, spent_from("ok", ticket, answer, content))
@@ -107,6 +107,14 @@ class LLMClient:
                      self.config.max_tokens)  # fmt: skip
             return await self.complete_json(system, user, tag=tag)
         return content
+
+    @staticmethod
+    def _failed(ticket: Ticket | None, kind: str, max_tokens: int) -> Spent:
+        """A failed call's use: an error answer is not billed; a timed-out request may
+        have been (the provider went on), so it counts at its reservation, estimated."""
+        if kind != "timeout" or ticket is None:
+            return Spent(kind)
+        return Spent(kind, ticket.est_prompt, max_tokens, 0, True)
 
     async def _finish(self, ticket: Ticket | None, spent: Spent) -> None:
         if ticket is not None and self.meter is not None:

@@ -12,10 +12,12 @@ from collections import defaultdict
 
 import pytest
 
+from serve_app.context.tokens import count_tokens
+from serve_app.extraction.llm import LLMUnavailable
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
 from serve_app.services.sessions import SessionService
-from serve_app.store.llm_spend import Limits
+from serve_app.store.llm_spend import CallTag, Limits
 from serve_app.store.turns import SessionKey
 from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
@@ -218,3 +220,32 @@ async def test_soft_threshold_alerts_once_per_window(make_harness, fake_llm, cap
         for k, v in h.pipeline.meter.metrics.counts.items():
             counts[k] += v
     assert counts["budget_soft_background"] == 1
+
+
+async def test_failed_calls_are_metered_by_what_they_may_have_cost(make_harness, fake_llm):
+    """An error answer costs nothing; a timed-out request counts at its reservation
+    (the provider may have billed it); a call the open breaker never sent leaves no row."""
+    settings = settings_for(fake_llm.url, llm={"max_retries": 0, "timeout_s": 0.3})
+    h = await make_harness(settings, spend=True)
+    llm = h.pipeline.llm
+    tag = CallTag("acme", "u1", "extract")
+    fake_llm.set_mode("http500")
+    with pytest.raises(LLMUnavailable):
+        await llm.complete_json("system", "user text", tag=tag, max_tokens=50)
+    fake_llm.set_mode("delay", delay_s=1.0)
+    with pytest.raises(LLMUnavailable):
+        await llm.complete_json("system", "user text", tag=tag, max_tokens=50)
+    llm.breaker.failure()
+    llm.breaker.failure()  # three failures in a row: the breaker is open
+    with pytest.raises(LLMUnavailable, match="circuit|open"):
+        await llm.complete_json("system", "user text", tag=tag, max_tokens=50)
+    rows = await h.rows(
+        "SELECT outcome, prompt_tokens, completion_tokens, estimated FROM llm_calls ORDER BY id"
+    )
+    est = count_tokens("system") + count_tokens("user text")
+    assert [tuple(r.values()) for r in rows] == [
+        ("http_5xx", 0, 0, False),
+        ("timeout", est, 50, True),
+    ]
+    [day] = await h.rows("SELECT calls, errors, estimated_calls FROM llm_usage_daily")
+    assert (day["calls"], day["errors"], day["estimated_calls"]) == (2, 2, 1)
