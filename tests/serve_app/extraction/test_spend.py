@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
@@ -249,3 +250,24 @@ async def test_failed_calls_are_metered_by_what_they_may_have_cost(make_harness,
     ]
     [day] = await h.rows("SELECT calls, errors, estimated_calls FROM llm_usage_daily")
     assert (day["calls"], day["errors"], day["estimated_calls"]) == (2, 2, 1)
+
+
+async def test_deferred_work_resumes_when_the_window_rolls_over(make_harness, fake_llm):
+    budgets = {"acme": {"background": Limits(tenant_daily=1)}}
+    h = await make_harness(settings_for(fake_llm.url), spend=fixed(budgets))
+    meter = h.pipeline.meter
+    today = datetime.now(UTC)
+    meter.clock = lambda: today  # the meter's injected clock: UTC day windows
+    first, later = SessionKey("acme", "u1", "s1"), SessionKey("acme", "u2", "s1")
+    for k in (first, later):
+        await h.say(k, ("user", "I like green tea"))
+    assert (await h.pipeline.process_session(first)).turns_extracted == 1
+    deferred = await h.pipeline.process_session(later)
+    assert (
+        deferred.deferred
+        == datetime.combine(today.date() + timedelta(days=1), time(), UTC).isoformat()
+    )
+    meter.clock = lambda: today + timedelta(days=1)  # the next UTC day: a fresh window
+    assert (await h.pipeline.process_session(later)).turns_extracted == 1
+    days = await h.rows("SELECT day, sum(calls)::int AS n FROM llm_usage_daily GROUP BY day")
+    assert sorted(r["n"] for r in days) == [1, 1] and len(days) == 2
