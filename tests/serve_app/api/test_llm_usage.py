@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from serve_app.cli import usage as usage_cli
 from serve_app.client import AsyncMemserveClient
 from serve_app.metrics import SpendMetrics
 from serve_app.settings import Settings
+from serve_app.store.llm_spend import CallTag, Limits, Spent
 from tests.fakes.llm_server import FakeLLM
 from tests.serve_app.inprocess import bearer_client, in_process_services
 
@@ -171,3 +173,25 @@ def test_metric_tenants_are_bounded():
         m.call(t, "extract", "ok", {"prompt": 1})
     labels = {tags[0] for tags in m.tokens.totals}
     assert labels == {"a", "b", "other"}
+
+
+async def test_session_status_says_deferred_over_a_background_budget(api):
+    clients, _, services = api
+    admin, acme = clients["acme_admin"], clients["acme_service"]
+    r = await admin.patch(
+        "/v1/admin/tenant/settings", json={"budgets": {"background": {"tenant_daily": 100}}}
+    )
+    assert r.status_code == 200
+    turn = {"user_id": "ann", "messages": [{"role": "user", "content": "I moved to Oslo"}]}
+    assert (await acme.post("/v1/sessions/s1/turns", json=turn)).status_code == 202
+    status = (await acme.get("/v1/sessions/s1", params={"user_id": "ann"})).json()
+    assert status["pending_turns"] == 1 and status.get("deferred") is None
+    # The tenant's extraction spent its day (as an Extractor replica records it).
+    tag = CallTag("acme", "bob", "extract")
+    store, day = services.spend.store, services.spend.today()
+    call_id, _ = await store.begin(tag, "fake", day, 80, 100, Limits())
+    await store.finish(call_id, Spent("ok", 80, 40))
+    status = (await acme.get("/v1/sessions/s1", params={"user_id": "ann"})).json()
+    assert status["deferred"] == "budget" and status["pending_turns"] == 1
+    assert status["resumes_at"].startswith((day + timedelta(days=1)).isoformat())
+    assert (await clients["acme_service"].get("/readyz")).status_code == 200
