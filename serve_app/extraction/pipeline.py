@@ -10,8 +10,7 @@ refusal, a timeout, an unusable answer (one nested too deep included), a databas
 error while saving, any unforeseen error (``internal``: never re-sent for ever). A counted
 failure backs off (``retry_backoff_s``, doubling) and after ``max_attempts`` the
 batch is dead-lettered: kept, counted as failed in the session status, listed and
-retried by the admin API. Over a background token budget (serve_app/spend/meter.py)
-nothing is claimed or counted: the turns wait for the scan after the budget allows.
+retried by the admin API. Over a background token budget nothing is claimed (spend/).
 Prompts are capped by tokens (long batches split, long turns truncated), so "context
 too long" does not happen by construction. Claims carry a token: a run whose claim
 expired and was taken over changes nothing.
@@ -121,10 +120,9 @@ class ExtractionPipeline:
         out = Outcome()
         ended = force or await self.turns.is_ended(key)
         s = self.settings
-        if self.enabled and self.meter is not None:
-            over = await self.meter.deferred(key.tenant_id, key.user_id)
-            if over is not None:  # nothing claimed: the turns wait in the queue
-                return self._defer(key, over, out)
+        over = self.meter and await self.meter.deferred(key.tenant_id, key.user_id)
+        if over:  # nothing claimed: the turns wait in the queue for the next scan
+            return self._defer(key, over, out)
         while True:
             rows = await self.turns.claim_pending(key, s.extract.max_turns, s.extract.lease_s)
             if not rows:
@@ -162,7 +160,6 @@ class ExtractionPipeline:
         try:
             cleaned = await self._cleaned(key, rows, out)
             if not any(t.role == "user" and substantive(t.content) for t in cleaned):
-                # nothing the user said is worth a call (context blocks, "ok thanks")
                 out.turns_extracted += await self.turns.mark_extracted(ids, claim=claim)
                 return True
             known = await self.reconciler.known(key.owner, cleaned)
@@ -227,9 +224,8 @@ class ExtractionPipeline:
         budget = s.max_prompt_tokens - count_tokens(block)
         purpose = "infer" if key.session_id.startswith(INFER_PREFIX) else "extract"
         tag = CallTag(key.tenant_id, key.user_id, purpose)
-        # The same text first in every call of a tenant (the contract, then its guidance),
-        # so provider prompt caches hit; what varies (rules when something is shown, the
-        # conversation, the known block) comes after.
+        # What every call of a tenant shares first (contract, guidance: provider prompt
+        # caches hit), then what varies (rules if something is shown, turns, known block).
         system = EXTRACT_SYSTEM + guidance_prompt(guidance) + rules
         for chunk in chunk_turns(turns, budget, s.max_turn_tokens):
             self.metrics.attempt()
