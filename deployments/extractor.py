@@ -46,7 +46,9 @@ from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.services.tenants import tenant_service
 from serve_app.settings import get_settings
+from serve_app.spend.meter import SpendMeter
 from serve_app.store.guarded import GuardedWriter
+from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import SessionKey
 
 log = logging.getLogger("ray.serve")
@@ -64,7 +66,6 @@ class Extractor:
             self.pool, "extractor", settings.db.metrics_interval_s
         )
         config = settings.llm
-        self.llm = LLMClient(config) if config.base_url else None
         self.metrics = ExtractionMetrics()
         reembed_metrics = ReembedMetrics()
         self.consolidation_metrics = ConsolidationMetrics()
@@ -74,6 +75,13 @@ class Extractor:
         )
         # Tenant settings (prompt guidance, quotas, retention), cached and kept honest by NOTIFY.
         self.tenants, self.tenant_listener = tenant_service(self.pool, dsn, settings)
+        # Every LLM call metered and held to the tenant's budgets (serve_app/spend/meter.py);
+        # this replica also closes intents dead replicas left open and prunes old rows.
+        self.spend = SpendMeter(SpendStore(self.pool), settings.spend, self.tenants.budgets)
+        self._spend_upkeep = Periodic(self.spend.maintain, settings.spend.reconcile_interval_s,
+                                      log=log, failed="LLM spend upkeep failed")  # fmt: skip
+        self._spend_upkeep.start()
+        self.llm = LLMClient(config, meter=self.spend) if config.base_url else None
         self.pipeline = self._pipeline(model)
         ex = settings.extract
         self.scheduler = SessionScheduler(
@@ -181,11 +189,18 @@ class Extractor:
             "consolidation": dict(self.consolidator.metrics.counts),
             "counts": dict(self.pipeline.metrics.counts),
             "model": self.models.active.name,
+            "spend": dict(self.spend.metrics.counts),
         }
+
+    async def spend_upkeep_now(self) -> int:
+        """Close stale LLM-call intents and prune now (tests, operators); how many closed."""
+        return await self.spend.maintain()
 
     async def __del__(self) -> None:
         if getattr(self, "_consolidating", None) is not None:
             await self._consolidating.stop()
+        if getattr(self, "_spend_upkeep", None) is not None:
+            await self._spend_upkeep.stop()
         task = getattr(self, "_reembed_task", None)
         if task is not None:
             task.cancel()
@@ -204,6 +219,8 @@ class Extractor:
             await scheduler.stop()
         if getattr(self, "llm", None) is not None:
             await self.llm.close()
+        if getattr(self, "spend", None) is not None:
+            await self.spend.aclose()
         pool = getattr(self, "pool", None)
         if pool is not None:
             await pool.close()

@@ -15,12 +15,18 @@ Then, per cohort:
 - as_of accuracy: the same questions ``as_of`` a day between sessions, top hit = the
   value true then;
 - prompt tokens per extracted turn, against the same prompts without the reconcile
-  part (today's prompt; goal <= +50%); extraction throughput (turns/s, wall clock).
+  part (today's prompt; goal <= +50%); extraction throughput (turns/s, wall clock);
+- spend (issue 31): the tokens the scripted model served per extracted turn (prompt,
+  completion, cached by its prefix cache), the cached share against the same prompts in
+  the old order (reconcile rules before the tenant's guidance), max_tokens reserved per
+  call sized from the batch against the fixed cap, and the metered totals of
+  ``GET /v1/admin/usage`` against what the model served.
 
 Prints the JSON and writes ``loadtests/results/bench_knowledge_update-<time>.json``.
 
     python -m loadtests.bench_knowledge_update               # 6 users per cohort
     python -m loadtests.bench_knowledge_update --users 3
+    python -m loadtests.bench_knowledge_update --guidance "Write in the third person."
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ import httpx
 from loadtests.harness import fresh_service, write_json
 from loadtests.knowledge_scenarios import DATES, QUESTIONS, ScriptedModel, User, make_user
 from serve_app.context.tokens import count_tokens
+from serve_app.extraction.prompts import EXTRACT_SYSTEM
 from serve_app.extraction.reconcile import KNOWN_HEADER, RECONCILE_RULES
-from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_server import FakeLLM, PrefixCache
 
 COHORTS = ("good", "sloppy", "today")
 ENV = {
@@ -48,6 +55,8 @@ ENV = {
     "MEMSERVE_EXTRACT_EVERY_N_TURNS": "4",
     "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "1",
 }
+ADMIN_KEY = "msk_bench_knowledge_admin_0123456789"
+LLM_MAX_TOKENS = 1024  # MEMSERVE_LLM_MAX_TOKENS's default: the fixed cap before issue 31
 
 
 async def play(client: httpx.AsyncClient, users: list[User]) -> None:
@@ -164,6 +173,55 @@ def token_report(calls: list[dict[str, Any]], model: ScriptedModel) -> dict[str,
     return per
 
 
+def old_order(system: str) -> str:
+    """The system prompt as it was before issue 31: reconcile rules before the guidance."""
+    rules = "\n" + RECONCILE_RULES
+    if rules not in system or not system.startswith(EXTRACT_SYSTEM):
+        return system
+    guidance = system[len(EXTRACT_SYSTEM) : system.index(rules)]
+    return EXTRACT_SYSTEM + rules + guidance
+
+
+def spend_report(calls: list[dict[str, Any]], metered: dict[str, Any], cap: int) -> dict:
+    """Tokens per extracted turn as the scripted model served (billed) them, the cached
+    share against the old prompt order (same calls, same cache model), max_tokens
+    reserved per call against the fixed cap, and metered vs served."""
+    served = [c for c in calls if c.get("usage")]
+    turns = sum(
+        sum(1 for line in str(c["messages"][-1]["content"]).splitlines() if line.startswith("["))
+        for c in served
+    )
+    old = PrefixCache()
+    old_cached = 0
+    for c in served:
+        system, user = (str(m["content"]) for m in c["messages"][:2])
+        old_cached += old.cached(old_order(system) + "\n" + user)
+    total = {k: sum(c["usage"][k] for c in served) for k in ("prompt_tokens", "completion_tokens")}
+    cached = sum(c["usage"]["prompt_tokens_details"]["cached_tokens"] for c in served)
+    sized = sum(int(c["body"].get("max_tokens") or cap) for c in served)
+    per = max(1, turns)
+    extract = next((r for r in metered.get("rows", []) if r["purpose"] == "extract"), {})
+    return {
+        "calls": len(served),
+        "turns": turns,
+        "prompt_per_turn": round(total["prompt_tokens"] / per, 1),
+        "completion_per_turn": round(total["completion_tokens"] / per, 1),
+        "cached_per_turn": round(cached / per, 1),
+        "cached_per_turn_old_order": round(old_cached / per, 1),
+        "uncached_prompt_per_turn": round((total["prompt_tokens"] - cached) / per, 1),
+        "uncached_prompt_per_turn_old_order": round((total["prompt_tokens"] - old_cached) / per, 1),
+        "max_tokens_per_call": round(sized / max(1, len(served)), 1),
+        "max_tokens_per_call_fixed_cap": cap,
+        "metered_extract": {
+            k: extract.get(k)
+            for k in ("calls", "prompt_tokens", "completion_tokens", "cached_tokens")
+        },  # fmt: skip
+        "metered_equals_served": extract.get("calls") == len(served)
+        and extract.get("prompt_tokens") == total["prompt_tokens"]
+        and extract.get("completion_tokens") == total["completion_tokens"],
+    }
+
+
 def rate(values: list[int]) -> float | None:
     return round(sum(values) / len(values), 3) if values else None
 
@@ -187,6 +245,10 @@ async def measure(svc, fake: FakeLLM, users: list[User], model: ScriptedModel) -
         }
     turns = sum(2 * len(s) for u in users for s in u.sessions)
     calls = fake.calls("extract")
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with httpx.AsyncClient(base_url=svc.base_url, headers=admin, timeout=60) as client:
+        r = await client.get("/v1/admin/usage", params={"group_by": "purpose"})
+        metered = r.json() if r.status_code == 200 else {"error": r.text}
     tokens = token_report(calls, model)
     for cohort, agg in tokens.items():
         if cohort in cohorts:
@@ -198,6 +260,8 @@ async def measure(svc, fake: FakeLLM, users: list[User], model: ScriptedModel) -
         "wall_s": round(wall, 1),
         "throughput_turns_per_s": round(turns / wall, 2),
         "sloppy_invented_aliases": model.invented,
+        "spend": spend_report(calls, metered, LLM_MAX_TOKENS),
+        "metered_by_purpose": metered.get("rows"),
     }
 
 
@@ -206,6 +270,8 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=6, help="users per cohort")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--no-reconcile", action="store_true", help="today's prompt (baseline)")
+    ap.add_argument("--guidance", default="", help="tenant guidance (custom instructions)")
+    ap.add_argument("--no-sizing", action="store_true", help="max_tokens at the fixed cap")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     users = [make_user(f"ku-{c}-{c[0]}{n:02d}{rng.randrange(10**4):04d}", c, rng)
@@ -214,7 +280,11 @@ def main() -> None:
     fake = FakeLLM().start()
     fake.add_responder(model)
     try:
-        env = {**ENV, "MEMSERVE_EXTRACT_RECONCILE": str(not args.no_reconcile).lower()}
+        env = {**ENV, "MEMSERVE_EXTRACT_RECONCILE": str(not args.no_reconcile).lower(),
+               "MEMSERVE_ADMIN_KEY": ADMIN_KEY,
+               "MEMSERVE_EXTRACT_CUSTOM_INSTRUCTIONS": args.guidance}  # fmt: skip
+        if args.no_sizing:
+            env["MEMSERVE_EXTRACT_ANSWER_TOKENS_PER_TURN"] = "0"
         with fresh_service(MEMSERVE_LLM_BASE_URL=fake.url, **env) as svc:
             result = asyncio.run(measure(svc, fake, users, model))
     finally:
@@ -224,6 +294,8 @@ def main() -> None:
         "seed": args.seed,
         "sessions_per_user": len(DATES),
         "reconcile": not args.no_reconcile,
+        "guidance": args.guidance,
+        "sized_max_tokens": not args.no_sizing,
     }
     print(json.dumps(result, indent=2))
     name = "bench_knowledge_update" + ("-no_reconcile" if args.no_reconcile else "")

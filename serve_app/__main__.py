@@ -1,4 +1,5 @@
-"""Command line: `python -m serve_app run|migrate|create-key|tenant|stop-db|mcp|export|import`."""
+"""Command line: `python -m serve_app COMMAND`, COMMAND one of run, migrate, create-key,
+tenant, usage, stop-db, mcp, export, import."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 from serve_app.cli import keys as keys_cli
 from serve_app.cli import portability as portability_cli
 from serve_app.cli import tenants as tenants_cli
+from serve_app.cli import usage as usage_cli
 from serve_app.mcp import stdio as mcp_cli
 from serve_app.settings import get_settings
 
@@ -25,6 +27,7 @@ def main() -> None:
     mcp_cli.add_parser(sub)
     portability_cli.add_parsers(sub)
     tenants_cli.add_parsers(sub)
+    usage_cli.add_parsers(sub)
     args = parser.parse_args()
 
     if args.command == "run":
@@ -49,6 +52,8 @@ def main() -> None:
         portability_cli.main(args)
     elif args.command == "tenant":
         tenants_cli.main(args)
+    elif args.command == "usage":
+        usage_cli.main(args)
 
 
 def _dsn() -> str:

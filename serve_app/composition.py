@@ -37,10 +37,12 @@ from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
 from serve_app.services.tenants import TenantService, tenant_service
 from serve_app.settings import Settings
+from serve_app.spend.meter import SpendMeter
 from serve_app.store.chat_usage import ChatUsageStore
 from serve_app.store.directory import MemoryDirectory
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.keys import KeyStore
+from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import TurnStore
 from serve_app.store.users import UserDirectory
 
@@ -78,6 +80,7 @@ class Services:
     lifecycle: Lifecycle | None = None  # forget, access tracking, expiry purge, quotas
     tenants: TenantService | None = None  # per-tenant settings over the env defaults
     users: UserDirectory | None = None  # the tenant's users and sessions (GET /v1/users)
+    spend: SpendMeter | None = None  # LLM use per tenant/end user, budgets (GET /v1/admin/usage)
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -140,8 +143,15 @@ async def build_services(
             every_n=settings.extract.every_n_turns,
             run=backends.run_extraction,
         )
+        # Every LLM call of this replica (chat proxy, admin-run consolidation) is metered
+        # against the tenant's budgets; closed after the chat service (newest first).
+        spend = SpendMeter(SpendStore(pool), settings.spend, tenants.budgets)
+        closers.append(spend.aclose)
         sessions = SessionService(
-            TurnStore(pool), trigger, turn_ttl_hours=settings.extract.turn_ttl_hours
+            TurnStore(pool),
+            trigger,
+            turn_ttl_hours=settings.extract.turn_ttl_hours,
+            spend=spend,
         )
         context = ContextService(
             ContextBuilder(memories.search_many, writer.facts.active),
@@ -159,6 +169,7 @@ async def build_services(
                 max_pending=settings.chat.usage_max_pending,
             ),
             models_for=tenants.chat_models,
+            spend=spend,
         )
         closers.append(chat.aclose)
         directory = MemoryDirectory(pool)
@@ -172,7 +183,7 @@ async def build_services(
                 pool,
                 model.table_slug,
                 memories.embed,
-                consolidation_llm(settings),
+                consolidation_llm(settings, spend),
                 settings.consolidate,
                 writer=writer,
             ),  # fmt: skip
@@ -195,6 +206,7 @@ async def build_services(
             maintenance=maintenance,
             tenants=tenants,
             users=UserDirectory(pool),
+            spend=spend,
             _closers=closers,
         )
     except BaseException:

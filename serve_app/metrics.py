@@ -95,6 +95,18 @@ REEMBED_ITEMS = _c("reembed_items", _MODEL, "Memories re-embedded into a new mod
 REEMBED_PROGRESS = _g("reembed_progress", _MODEL, "Share of memories in a filling model's table.")
 REEMBED_REMAINING = _g("reembed_remaining", _MODEL, "Memories left to re-embed (estimate).")
 CHAT_USAGE = _c("chat_usage", ("key_id", "kind"), "Chat proxy use per key: requests, tokens.")
+LLM_TOKENS = _c(
+    "llm_tokens",
+    ("tenant", "purpose", "kind"),
+    "LLM tokens per tenant (bounded: the rest are 'other') and purpose; kind: prompt,"
+    " completion, cached, estimated (prompt + completion counted without upstream usage).",
+)
+LLM_CALLS = _c("llm_calls", ("tenant", "purpose", "outcome"), "LLM calls metered, by outcome.")
+LLM_BUDGET_EVENTS = _c(
+    "llm_budget_events",
+    ("tenant", "group", "event"),
+    "Budget events: soft (threshold crossed, once per window), over (a call refused or deferred).",
+)
 INGEST_BATCHES = _c(
     "ingest_batches",
     ("path",),
@@ -341,3 +353,40 @@ class ReembedMetrics(MetricSet):
             out.append((REEMBED_PROGRESS, (model,), progress))
             out.append((REEMBED_REMAINING, (model,), remaining))
         return out
+
+
+class SpendMetrics(MetricSet):
+    """LLM tokens, calls and budget events per tenant; at most ``max_tenants`` tenants get
+    their own label (first seen by this replica), the rest share ``other``."""
+
+    OTHER = "other"
+
+    def __init__(self, max_tenants: int = 50) -> None:
+        super().__init__()
+        self.max_tenants = max(0, max_tenants)
+        self._labelled: set[str] = set()
+        self.counts: Tally[str] = Tally()
+        self.tokens = self.add(LocalCounter(LLM_TOKENS))
+        self.calls = self.add(LocalCounter(LLM_CALLS))
+        self.budget = self.add(LocalCounter(LLM_BUDGET_EVENTS))
+
+    def tenant(self, tenant_id: str) -> str:
+        if tenant_id in self._labelled:
+            return tenant_id
+        if len(self._labelled) < self.max_tenants:
+            self._labelled.add(tenant_id)
+            return tenant_id
+        return self.OTHER
+
+    def call(self, tenant_id: str, purpose: str, outcome: str, tokens: dict[str, int]) -> None:
+        t = self.tenant(tenant_id)
+        self.calls.inc((t, purpose, outcome))
+        self.counts[f"calls_{purpose}"] += 1
+        for kind, n in tokens.items():
+            if n > 0:
+                self.tokens.inc((t, purpose, kind), n)
+                self.counts[f"{kind}_{purpose}"] += n
+
+    def budget_event(self, tenant_id: str, group: str, event: str) -> None:
+        self.counts[f"budget_{event}_{group}"] += 1
+        self.budget.inc((self.tenant(tenant_id), group, event))

@@ -88,6 +88,45 @@ class SessionStatus(BaseModel):
     failed_turns: int
     compressed_turns: int
     ended: bool
+    # "budget": the tenant's or end user's background token budget is spent; the pending
+    # turns stay queued and are extracted from ``resumes_at`` (or when it is raised).
+    deferred: str | None = None
+    resumes_at: datetime | None = None
+
+
+# LLM spend (GET /v1/admin/usage)
+class LlmUsageRow(BaseModel):
+    """Sums over the rows of one group (the columns not grouped by are absent)."""
+
+    day: str | None = None
+    user_id: str | None = None  # "" for calls that are no end user's
+    purpose: str | None = None  # extract | summarize | consolidate | infer | chat
+    model: str | None = None
+    calls: int
+    errors: int
+    estimated_calls: int  # the upstream reported no usage (or the call was lost)
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    latency_ms: float  # summed; mean = latency_ms / calls
+
+
+class LlmTopUser(BaseModel):
+    user_id: str
+    calls: int
+    total_tokens: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class LlmUsageReport(BaseModel):
+    tenant_id: str
+    since: str  # first UTC day, inclusive
+    until: str  # last UTC day, inclusive
+    group_by: list[str]
+    rows: list[LlmUsageRow]
+    top_users: list[LlmTopUser]
+    next_offset: int | None = None  # the next page's offset (None: this is the last)
 
 
 # chat proxy

@@ -13,7 +13,7 @@ values replace, null removes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -29,6 +29,7 @@ from pydantic import (
 from serve_app.ratelimit import MIN_RATE_PER_S
 from serve_app.schemas import MemoryType
 from serve_app.settings import Settings
+from serve_app.store.llm_spend import GROUPS, Limits
 from serve_app.store.quota import Quota
 
 MAX_COUNT = 1_000_000_000
@@ -38,6 +39,7 @@ MAX_CATEGORIES = 64
 _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"  # one line, no control characters
 
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Tokens = Annotated[int, Field(ge=0, le=10**15)]
 Ttl = Annotated[float, Field(ge=0, le=MAX_TTL_S)]
 
 
@@ -114,6 +116,22 @@ class Guidance(_Group):
         return value
 
 
+class BudgetLimits(_Group):
+    """Tokens (prompt + completion) per UTC day / calendar month; 0: no budget."""
+
+    tenant_daily: Tokens | None = None
+    tenant_monthly: Tokens | None = None
+    user_daily: Tokens | None = None  # each end user of the tenant
+
+
+class Budgets(_Group):
+    """LLM token budgets: over ``background``, extraction and the other background
+    calls are deferred (turns stay queued); over ``chat``, the chat proxy answers 429."""
+
+    background: BudgetLimits = Field(default_factory=BudgetLimits)
+    chat: BudgetLimits = Field(default_factory=BudgetLimits)
+
+
 class TenantSettings(_Group):
     """The document ``/v1/admin/tenant/settings`` reads and writes."""
 
@@ -122,6 +140,7 @@ class TenantSettings(_Group):
     rate_limits: RateLimits = Field(default_factory=RateLimits)
     chat_models: list[ModelName] | None = Field(default=None, min_length=1, max_length=64)
     extraction: Guidance = Field(default_factory=Guidance)
+    budgets: Budgets = Field(default_factory=Budgets)
 
 
 def canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,6 +201,13 @@ def environment(settings: Settings, chat_models: Iterable[str] = ()) -> dict[str
             "excludes": x.excludes,
             "custom_categories": [{k: v} for k, v in x.custom_categories.items()],
         },
+        "budgets": {
+            g: {
+                scope: getattr(settings.spend, f"{g}_{scope}")
+                for scope in ("tenant_daily", "tenant_monthly", "user_daily")
+            }
+            for g in GROUPS
+        },
     }
 
 
@@ -218,6 +244,7 @@ class Effective:
     rate_per_key: float  # 0: off
     chat_models: frozenset[str]
     guidance: ExtractionGuidance
+    budgets: Mapping[str, Limits] = field(default_factory=dict)  # group -> its budgets
 
     def expires_at(self, memory_type: str, now: datetime | None = None) -> datetime | None:
         """When a new memory of this type expires by default (None: never)."""
@@ -243,4 +270,8 @@ def resolve(overrides: Mapping[str, Any], env: Mapping[str, Any]) -> Effective:
             g.excludes or "",
             ExtractionGuidance.categories_of(g.custom_categories or ()),
         ),
+        budgets={
+            name: Limits(b.tenant_daily or 0, b.tenant_monthly or 0, b.user_daily or 0)
+            for name, b in (("background", doc.budgets.background), ("chat", doc.budgets.chat))
+        },
     )

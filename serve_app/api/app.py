@@ -19,6 +19,7 @@ from serve_app.api import (
     search,
     sessions,
     tenants,
+    usage,
     users,
 )
 from serve_app.api.console import mount_console
@@ -62,6 +63,7 @@ ROUTERS = (
     portability,
     tenants,
     users,
+    usage,
     mem0,
 )
 

@@ -12,6 +12,7 @@ from serve_app.client.endpoint import Endpoint
 from serve_app.responses import (
     ConsolidationReport,
     DeadLetterList,
+    LlmUsageReport,
     ModelDropped,
     ModelList,
     Retried,
@@ -128,3 +129,25 @@ class AdminApi:
         """Consolidate one user now (merge, insights, digests, decay)."""
         body = {"user_id": user_id}
         return with_body("POST", "/v1/admin/consolidate", body, ConsolidationReport)
+
+    # LLM spend
+    @Endpoint
+    @staticmethod
+    def llm_usage(
+        *,
+        group_by: str | list[str] = "day",
+        since: str | None = None,
+        until: str | None = None,
+        user_id: str | None = None,
+        top_users: int | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> Call[LlmUsageReport]:
+        """Tokens and calls of the tenant's LLM use (extract, summarize, consolidate,
+        infer, chat), grouped by any of day, user, purpose, model; UTC days ``since``..
+        ``until`` (ISO dates, inclusive); the ``top_users`` biggest spenders; paged by
+        ``offset`` (the answer's ``next_offset``)."""
+        groups = group_by if isinstance(group_by, str) else ",".join(group_by)
+        params = {"group_by": groups, "since": since, "until": until, "user_id": user_id,
+                  "top_users": top_users, "limit": limit, "offset": offset}  # fmt: skip
+        return with_params("GET", "/v1/admin/usage", params, LlmUsageReport)

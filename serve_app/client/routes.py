@@ -41,6 +41,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("PUT", "/v1/admin/tenant/settings"): ("replace_tenant_settings",),
     ("PATCH", "/v1/admin/tenant/settings"): ("patch_tenant_settings",),
     ("GET", "/v1/admin/tenant/settings/history"): ("tenant_settings_history",),
+    ("GET", "/v1/admin/usage"): ("llm_usage",),
     ("GET", "/v1/admin/models"): ("models",),
     ("DELETE", "/v1/admin/models/{slug}"): ("drop_model",),
     ("GET", "/v1/admin/extraction/dead-letters"): ("dead_letters",),

@@ -42,8 +42,10 @@ from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.parser import BadOutput, clean_text, load_json_object
 from serve_app.metrics import ConsolidationMetrics
 from serve_app.settings import ConsolidateSettings, Settings
+from serve_app.spend.meter import SpendMeter
 from serve_app.store import NewMemory, Owner, erasure
 from serve_app.store.guarded import GuardedWriter, ValidationError
+from serve_app.store.llm_spend import CallTag, OverBudget
 from serve_app.store.memory_index import VersionConflict
 from serve_app.store.quota import QuotaExceeded
 from serve_app.text import dedupe_hash
@@ -370,8 +372,14 @@ class Consolidator:
         the call (``lease_s`` must exceed the LLM's timeout times its attempts)."""
         assert self.llm is not None
         await lease.renew()
+        tag = CallTag(lease.owner.tenant_id, lease.owner.user_id, "consolidate")
         try:
-            return load_json_object(await self.llm.complete_json(system, memories_prompt(contents)))
+            answer = await self.llm.complete_json(system, memories_prompt(contents), tag=tag)
+            return load_json_object(answer)
+        except OverBudget as exc:  # the LLM steps wait for the budget; nothing is lost
+            report["deferred"] = exc.resumes_at.isoformat()
+            self.metrics.outcome("deferred_budget")
+            return None
         except (LLMUnavailable, BadOutput) as exc:
             report["llm_errors"] += 1
             self.metrics.outcome("llm_error")
@@ -379,9 +387,9 @@ class Consolidator:
             return None
 
 
-def consolidation_llm(settings: Settings) -> LLMClient | None:
+def consolidation_llm(settings: Settings, meter: SpendMeter | None = None) -> LLMClient | None:
     """The LLM of the insight/digest steps, or None (then only merge and decay run)."""
-    return LLMClient(settings.llm) if settings.llm.base_url else None
+    return LLMClient(settings.llm, meter=meter) if settings.llm.base_url else None
 
 
 async def run_due(consolidator: Consolidator, min_interval_s: float, limit: int) -> int:

@@ -21,6 +21,7 @@ from serve_app.extraction.writer import MemoryWriter
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store import NewMemory
+from serve_app.store.llm_spend import CallTag, OverBudget
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.turns import SessionKey, TurnStore
 
@@ -69,8 +70,15 @@ class Compressor:
             return
         assert self.llm is not None
         try:
-            answer = await self.llm.complete_json(SUMMARY_SYSTEM, summary_user_prompt(turns))
+            answer = await self.llm.complete_json(
+                SUMMARY_SYSTEM,
+                summary_user_prompt(turns),
+                tag=CallTag(key.tenant_id, key.user_id, "summarize"),
+            )
             summary = parse_summary(answer)
+        except OverBudget as exc:  # the turns stay unsummarised until the budget allows
+            out.deferred = exc.resumes_at.isoformat()
+            return
         except LLMUnavailable as exc:
             self.metrics.error(exc.kind)
             out.error = exc.kind

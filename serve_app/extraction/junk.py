@@ -89,6 +89,23 @@ def said_at(rows: Sequence[dict[str, Any]]) -> datetime | None:
     return max((r["occurred_at"] for r in rows if r.get("occurred_at")), default=None)
 
 
+# Acknowledgements that carry nothing to remember (compared after normalising).
+_ACKS = frozenset({
+    "ok", "okay", "k", "kk", "sure", "yes", "yep", "yeah", "no", "nope", "thanks", "thx",
+    "ty", "thank you", "thanks a lot", "thank you very much", "ok thanks", "okay thanks",
+    "ok thank you", "cool", "great", "nice", "perfect", "got it", "alright", "fine", "lol",
+    "haha", "hmm", "hi", "hello", "hey", "bye", "goodbye", "good morning", "good night",
+    "sounds good",
+})  # fmt: skip
+
+
+def substantive(text: str) -> bool:
+    """Whether a user turn may hold something to remember: not an acknowledgement
+    ("ok thanks!") and not only punctuation or emoji. Linear in the text."""
+    norm = normalize(text)
+    return any(ch.isalnum() for ch in norm) and norm not in _ACKS
+
+
 def clean_turns(turns: Sequence[Turn]) -> list[Turn]:
     """Drop system turns and injected context blocks; empty turns disappear."""
     out: list[Turn] = []

@@ -4,6 +4,11 @@ Asks for JSON output (``response_format: json_object``), bounds every call with
 a timeout, retries transient failures (connection errors, timeouts, 429/5xx)
 with exponential backoff, and goes through a circuit breaker so an outage costs
 one fast refusal per call instead of a pile of hanging requests.
+
+With a :class:`SpendMeter`, a call tagged with its tenant, end user and purpose is
+metered (serve_app/spend/meter.py): admitted against the budgets before anything is
+sent (:class:`OverBudget` propagates: the caller defers its work), its ``usage`` (or
+an estimate) recorded after.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import httpx
 
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
 from serve_app.settings import LLMSettings
+from serve_app.spend.meter import SpendMeter, Ticket, prompt_tokens, spent_from
+from serve_app.store.llm_spend import CallTag, Spent
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +38,25 @@ class LLMUnavailable(RuntimeError):
         self.kind = kind  # timeout | connect | http_5xx | http_429 | circuit_open | http_4xx
 
 
+def _cut(answer: dict) -> bool:
+    """Whether the answer stopped at max_tokens (OpenAI's ``finish_reason: length``)."""
+    try:
+        return answer["choices"][0].get("finish_reason") == "length"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class LLMClient:
-    def __init__(self, config: LLMSettings, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self,
+        config: LLMSettings,
+        transport: httpx.AsyncBaseTransport | None = None,
+        meter: SpendMeter | None = None,
+    ):
+        self.meter = meter
         if not config.base_url:
             raise ValueError("LLMClient needs llm.base_url (MEMSERVE_LLM_BASE_URL)")
         self.config = config
@@ -53,15 +74,54 @@ class LLMClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def complete_json(self, system: str, user: str) -> str:
+    async def complete_json(
+        self, system: str, user: str, *, tag: CallTag | None = None, max_tokens: int | None = None
+    ) -> str:
         """The assistant message content of one JSON-mode completion.
 
-        Raises :class:`LLMUnavailable` for anything transient (after retries).
+        Raises :class:`LLMUnavailable` for anything transient (after retries), and
+        ``OverBudget`` (before any request) when ``tag``'s budget is spent.
+        ``max_tokens``: the answer's cap (default: the configured one).
         """
+        max_tokens = max_tokens or self.config.max_tokens
+        ticket = None
+        if self.meter is not None and tag is not None:
+            est = prompt_tokens(system, user)
+            ticket = await self.meter.begin(tag, self.config.model, est, max_tokens)
         try:
             self.breaker.before_call()
         except CircuitOpen as exc:
+            if ticket is not None:
+                await self.meter.cancel(ticket)  # type: ignore[union-attr]
             raise LLMUnavailable("circuit_open", str(exc)) from None
+        try:
+            answer, content = await self._attempts(system, user, max_tokens)
+        except LLMUnavailable as exc:
+            await self._finish(ticket, self._failed(ticket, exc.kind, max_tokens))
+            raise
+        if ticket is not None:
+            await self._finish(ticket, spent_from("ok", ticket, answer, content))
+        if max_tokens < self.config.max_tokens and _cut(answer):
+            # sized too small for this answer: ask once more with the full cap
+            log.info("LLM answer cut at max_tokens=%d; asking again at %d", max_tokens,
+                     self.config.max_tokens)  # fmt: skip
+            return await self.complete_json(system, user, tag=tag)
+        return content
+
+    @staticmethod
+    def _failed(ticket: Ticket | None, kind: str, max_tokens: int) -> Spent:
+        """A failed call's use: an error answer is not billed; a timed-out request may
+        have been (the provider went on), so it counts at its reservation, estimated."""
+        if kind != "timeout" or ticket is None:
+            return Spent(kind)
+        return Spent(kind, ticket.est_prompt, max_tokens, 0, True)
+
+    async def _finish(self, ticket: Ticket | None, spent: Spent) -> None:
+        if ticket is not None and self.meter is not None:
+            await self.meter.finish(ticket, spent)
+
+    async def _attempts(self, system: str, user: str, max_tokens: int) -> tuple[dict, str]:
+        """(the answer, its content), with retries and the breaker's bookkeeping."""
         body = {
             "model": self.config.model,
             "messages": [
@@ -69,7 +129,7 @@ class LLMClient:
                 {"role": "user", "content": user},
             ],
             "temperature": 0,
-            "max_tokens": self.config.max_tokens,
+            "max_tokens": max_tokens,
             "response_format": {"type": "json_object"},
         }
         last: LLMUnavailable | None = None
@@ -78,7 +138,7 @@ class LLMClient:
                 delay = self.config.backoff_s * (2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + random.random()))
             try:
-                content = await self._post(body)
+                answer, content = await self._post(body)
             except LLMUnavailable as exc:
                 last = exc
                 if exc.kind == "http_4xx":
@@ -86,7 +146,7 @@ class LLMClient:
                 log.warning("LLM call failed (%s), attempt %d", exc, attempt + 1)
                 continue
             self.breaker.success()
-            return content
+            return answer, content
         assert last is not None
         if last.kind == "http_4xx":
             self.breaker.neutral()  # our request was refused: the LLM itself is fine
@@ -94,7 +154,7 @@ class LLMClient:
             self.breaker.failure()
         raise last
 
-    async def _post(self, body: dict) -> str:
+    async def _post(self, body: dict) -> tuple[dict, str]:
         try:
             resp = await self._http.post("/chat/completions", json=body)
         except httpx.TimeoutException as exc:
@@ -116,7 +176,8 @@ class LLMClient:
             )
             raise LLMUnavailable(kind, f"LLM answered HTTP {resp.status_code}")
         try:
-            return resp.json()["choices"][0]["message"]["content"] or ""
+            answer = resp.json()
+            return answer, answer["choices"][0]["message"]["content"] or ""
         except (ValueError, KeyError, IndexError, TypeError):
             # Not an OpenAI-shaped body: a broken proxy, treat as transient.
             raise LLMUnavailable("http_5xx", "LLM answer is not a chat completion") from None

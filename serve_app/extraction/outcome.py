@@ -19,6 +19,7 @@ class Outcome:
     junk_dropped: int = 0
     ungrounded: int = 0  # items dropped: copied from the known block (grounding.py)
     error: str | None = None
+    deferred: str | None = None  # over a token budget: when the work resumes (ISO time)
     # mem0's event list: {id, memory, event: ADD|UPDATE|DELETE|NONE, previous_memory?}
     events: list[dict[str, Any]] = field(default_factory=list)
 
@@ -40,5 +41,6 @@ class Outcome:
             junk_dropped=self.junk_dropped + other.junk_dropped,
             ungrounded=self.ungrounded + other.ungrounded,
             error=other.error,
+            deferred=other.deferred,
             events=self.events + other.events,
         )

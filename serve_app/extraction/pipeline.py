@@ -10,9 +10,10 @@ refusal, a timeout, an unusable answer (one nested too deep included), a databas
 error while saving, any unforeseen error (``internal``: never re-sent for ever). A counted
 failure backs off (``retry_backoff_s``, doubling) and after ``max_attempts`` the
 batch is dead-lettered: kept, counted as failed in the session status, listed and
-retried by the admin API. Prompts are capped by tokens (long batches split, long
-turns truncated), so "context too long" does not happen by construction. Claims
-carry a token: a run whose claim expired and was taken over changes nothing.
+retried by the admin API. Over a background token budget nothing is claimed (spend/).
+Prompts are capped by tokens (long batches split, long turns truncated), so "context
+too long" does not happen by construction. Claims carry a token: a run whose claim
+expired and was taken over changes nothing.
 Nothing here raises into the chat path.
 """
 
@@ -44,18 +45,15 @@ from serve_app.extraction.junk import (
     restates,
     said_at,
     sentences,
+    substantive,
     turn_of,
 )
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.outcome import Outcome
-from serve_app.extraction.parser import (
-    BadOutput,
-    ExtractedFact,
-    ExtractedMemory,
-    parse_extraction,
-)
+from serve_app.extraction.parser import BadOutput, ExtractedFact, ExtractedMemory, parse_extraction
 from serve_app.extraction.prompts import (
     EXTRACT_SYSTEM,
+    answer_tokens,
     chunk_turns,
     extraction_user_prompt,
 )
@@ -65,6 +63,7 @@ from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter, ValidationError
+from serve_app.store.llm_spend import CallTag, OverBudget
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.quota import QuotaExceeded
 from serve_app.store.turns import INFER_PREFIX, SessionKey, TurnStore
@@ -113,6 +112,7 @@ class ExtractionPipeline:
         self.compressor = Compressor(
             self.turns, self.index, self.writer, embed, llm, settings, self.metrics
         )
+        self.meter = llm.meter if llm is not None else None
 
     @property
     def enabled(self) -> bool:
@@ -125,6 +125,9 @@ class ExtractionPipeline:
         out = Outcome()
         ended = force or await self.turns.is_ended(key)
         s = self.settings
+        over = self.meter and await self.meter.deferred(key.tenant_id, key.user_id)
+        if over:  # nothing claimed: the turns wait in the queue for the next scan
+            return self._defer(key, over, out)
         while True:
             rows = await self.turns.claim_pending(key, s.extract.max_turns, s.extract.lease_s)
             if not rows:
@@ -136,6 +139,12 @@ class ExtractionPipeline:
                 return out  # turns stay queued; the scan retries them later
         if self.enabled and not key.session_id.startswith(INFER_PREFIX):
             await self.compressor.maybe_compress(key, ended, out)
+        return out
+
+    def _defer(self, key: SessionKey, over: OverBudget, out: Outcome) -> Outcome:
+        out.deferred = over.resumes_at.isoformat()
+        self.metrics.error("deferred_budget")
+        log.info("extraction of %s deferred: %s", key, over)
         return out
 
     async def scan(self) -> list[SessionKey]:
@@ -155,16 +164,20 @@ class ExtractionPipeline:
         started = time.perf_counter()
         try:
             cleaned = await self._cleaned(key, rows, out)
-            if not any(t.role == "user" for t in cleaned):
+            if not any(t.role == "user" and substantive(t.content) for t in cleaned):
                 out.turns_extracted += await self.turns.mark_extracted(ids, claim=claim)
                 return True
             known = await self.reconciler.known(key.owner, cleaned)
             meta = rows[0].get("meta") or {}
             guidance = for_request(await self.guidance(key.tenant_id), meta)
-            memories, facts = await self._ask(cleaned, known, guidance)
+            memories, facts = await self._ask(key, cleaned, known, guidance)
             memories, facts = await self._grounded(cleaned, known, memories, facts, out)
             await self._save_memories(key, rows, memories, meta, out, known)
             await self._save_facts(key, meta, facts, out, said_at(rows))
+        except OverBudget as exc:  # raised before the call: no attempt counted
+            await self.turns.release(ids, claim=claim)
+            self._defer(key, exc, out)
+            return False
         except LLMUnavailable as exc:
             self.metrics.error(exc.kind)
             out.error = exc.kind
@@ -205,7 +218,7 @@ class ExtractionPipeline:
         return cleaned
 
     async def _ask(
-        self, turns: list[Turn], known: Known, guidance: ExtractionGuidance
+        self, key: SessionKey, turns: list[Turn], known: Known, guidance: ExtractionGuidance
     ) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
         """One LLM call per token-capped chunk (each shows what the owner already has:
         serve_app/extraction/reconcile.py); any failure fails the whole batch."""
@@ -215,11 +228,18 @@ class ExtractionPipeline:
         facts: list[ExtractedFact] = []
         rules, block = prompt_parts(known)
         budget = s.max_prompt_tokens - count_tokens(block)
+        purpose = "infer" if key.session_id.startswith(INFER_PREFIX) else "extract"
+        tag = CallTag(key.tenant_id, key.user_id, purpose)
+        # What every call of a tenant shares first (contract, guidance: provider prompt
+        # caches hit), then what varies (rules if something is shown, turns, known block).
+        system = EXTRACT_SYSTEM + guidance_prompt(guidance) + rules
         for chunk in chunk_turns(turns, budget, s.max_turn_tokens):
             self.metrics.attempt()
             answer = await self.llm.complete_json(
-                EXTRACT_SYSTEM + rules + guidance_prompt(guidance),
+                system,
                 extraction_user_prompt(chunk) + block,
+                tag=tag,
+                max_tokens=answer_tokens(self.settings, chunk, len(known.items)),
             )
             parsed = parse_extraction(answer)
             memories += [

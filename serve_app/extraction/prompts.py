@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.junk import Turn
+from serve_app.settings import Settings
 
 EXTRACT_MARKER = "[memserve:extract:v1]"
 SUMMARY_MARKER = "[memserve:summarize:v1]"
@@ -130,3 +131,17 @@ def chunk_turns(
         chunks[-1].append(t)
         used += cost
     return [c for c in chunks if c]
+
+
+def answer_tokens(settings: Settings, chunk: Sequence[Turn], shown: int) -> int | None:
+    """max_tokens of one extraction call: what this batch can need (a base, per user turn,
+    per memory/fact shown), never above ``llm.max_tokens``: smaller budget reservations,
+    and a runaway answer stops sooner. None (the configured cap) when sizing is off."""
+    s = settings.extract
+    if s.answer_tokens_per_turn <= 0:
+        return None
+    users = sum(1 for t in chunk if t.role == "user")
+    want = (
+        s.answer_tokens_base + s.answer_tokens_per_turn * users + s.answer_tokens_per_known * shown
+    )
+    return min(settings.llm.max_tokens, want)

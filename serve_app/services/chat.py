@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+import psycopg
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve_app.errors import ApiError, error_response
@@ -33,9 +36,11 @@ from serve_app.services.chat_caps import (
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.sessions import SessionService
-from serve_app.settings import ChatSettings, LimitSettings, LLMSettings
+from serve_app.settings import ChatSettings, LimitSettings, LLMSettings, SpendSettings
+from serve_app.spend.meter import SpendMeter, Ticket
 from serve_app.store import Owner
 from serve_app.store.chat_usage import Usage
+from serve_app.store.llm_spend import CallTag, OverBudget, Spent
 
 log = logging.getLogger(__name__)
 DEFAULT_SESSION = "chat"
@@ -114,7 +119,9 @@ class ChatService:
         caps: ChatSettings | None = None,
         usage: ChatUsageMeter | None = None,
         models_for: Callable[[str], Awaitable[frozenset[str]]] | None = None,
+        spend: SpendMeter | None = None,
     ) -> None:
+        self.spend = spend or SpendMeter(None, SpendSettings())  # budgets, per-user metering
         self.llm = llm
         self.limits = limits
         self.context = context
@@ -137,6 +144,7 @@ class ChatService:
         if self._background:
             await asyncio.wait(self._background, timeout=5.0)
         await self.usage.aclose()
+        await self.spend.aclose()
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -202,6 +210,7 @@ class ChatService:
             payload[self.caps.default_tokens_field] = self.caps.max_tokens
         # No model named: the configured one, unless the tenant's list leaves it out.
         payload["model"] = payload.get("model") or (u.model if u.model in models else min(models))
+        ticket = await self._admit(call, payload)
         url = u.base_url.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}
         if u.api_key:
@@ -211,15 +220,18 @@ class ChatService:
         def record(answer: str, tokens: tuple[int, int] | None) -> None:
             """Count the call and keep its turn; ``tokens`` None: the upstream reported
             none (a cut stream, or one without usage), so they are estimated."""
+            estimated = tokens is None
             if tokens is None:
                 tokens = estimated_usage(payload["messages"], answer)
             self.usage.count(call.key_id, tenant, Usage(1, 0, *tokens))
+            self._spent(ticket, "ok", tokens, estimated)
             self._record_later(call, answer)
 
         try:
             if not call.stream:
                 r = await self.http.post(url, json=payload, headers=headers)
                 if r.status_code != 200:
+                    self._spent(ticket, f"http_{r.status_code}")
                     return upstream_error(r.status_code, r.content)
                 answer = r.json()
                 try:
@@ -232,8 +244,10 @@ class ChatService:
             request = self.http.build_request("POST", url, json=payload, headers=headers)
             upstream = await self.http.send(request, stream=True)
         except (httpx.HTTPError, ValueError) as exc:
+            self._spent(ticket, type(exc).__name__)
             raise _unreachable(exc) from exc
         if upstream.status_code != 200:
+            self._spent(ticket, f"http_{upstream.status_code}")
             content = await upstream.aread()
             await upstream.aclose()
             return upstream_error(upstream.status_code, content)
@@ -242,6 +256,7 @@ class ChatService:
             try:
                 answer = json.loads(await upstream.aread())
             except (httpx.HTTPError, ValueError) as exc:
+                self._spent(ticket, type(exc).__name__)
                 raise _unreachable(exc) from exc
             finally:
                 await upstream.aclose()
@@ -251,6 +266,42 @@ class ChatService:
         return StreamingResponse(
             _relay(upstream, record), media_type="text/event-stream", headers=extra
         )
+
+    async def _admit(self, call: ChatCall, payload: dict[str, Any]) -> Ticket | None:
+        """The call's metering ticket, or 429 when the tenant's or end user's chat token
+        budget is spent (``Retry-After``: when its window rolls over). A database that
+        cannot take the intent fails open: the answer matters more than its meter."""
+        limit = next((payload[n] for n in TOKEN_FIELDS if payload.get(n) is not None), 0)
+        prompt, _ = estimated_usage(payload["messages"], "")
+        tag = CallTag(call.owner.tenant_id, call.owner.user_id, "chat")
+        try:
+            return await self.spend.begin(tag, str(payload["model"]), prompt, int(limit))
+        except OverBudget as exc:
+            self.usage.count(call.key_id, call.owner.tenant_id, Usage(refused=1))
+            wait = (exc.resumes_at - self.spend.clock()).total_seconds()
+            message = (f"the chat token budget ({', '.join(exc.scopes)}) is spent until "
+                       f"{exc.resumes_at.isoformat()}")  # fmt: skip
+            headers = {"Retry-After": str(max(1, math.ceil(wait)))}
+            raise ApiError(429, "budget_exceeded", message, headers) from None
+        except (psycopg.Error, OSError):
+            log.warning("metering a chat call failed; answering unmetered", exc_info=True)
+            return None
+
+    def _spent(
+        self,
+        ticket: Ticket | None,
+        outcome: str,
+        tokens: tuple[int, int] = (0, 0),
+        estimated: bool = False,
+    ) -> None:
+        """Record the call's use after the answer (a background write, never awaited)."""
+        if ticket is None:
+            return
+        ms = (time.perf_counter() - ticket.started) * 1000
+        try:
+            self.spend.finish_later(ticket, Spent(outcome, *tokens, 0, estimated, ms))
+        except RuntimeError:  # no running loop (shutdown): the reconciler counts the intent
+            log.warning("chat call %s left to the reconciler", ticket.id)
 
 
 Record = Callable[[str, tuple[int, int] | None], None]

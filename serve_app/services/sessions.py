@@ -18,14 +18,21 @@ from serve_app.errors import ApiError
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
 from serve_app.schemas import MemoryFields
+from serve_app.spend.meter import SpendMeter
 from serve_app.store import Owner
 from serve_app.store.turns import SessionKey, TurnStore
 
 
 class SessionService:
     def __init__(
-        self, turns: TurnStore, trigger: ExtractionTrigger | None, *, turn_ttl_hours: float
+        self,
+        turns: TurnStore,
+        trigger: ExtractionTrigger | None,
+        *,
+        turn_ttl_hours: float,
+        spend: SpendMeter | None = None,
     ) -> None:
+        self.spend = spend  # a spent background budget defers the session's extraction
         self.turns = turns
         self.trigger = trigger
         self.turn_ttl_hours = turn_ttl_hours
@@ -86,7 +93,7 @@ class SessionService:
         counts = await self.turns.status(key)
         if not counts.turns:
             raise ApiError(404, "not_found", "session not found")
-        return {
+        out = {
             "session_id": session_id,
             "turns": counts.turns,
             "pending_turns": counts.pending,
@@ -94,6 +101,12 @@ class SessionService:
             "compressed_turns": counts.compressed,
             "ended": await self.turns.is_ended(key),
         }
+        if counts.pending and self.spend is not None and self.inference_enabled:
+            over = await self.spend.deferred(owner.tenant_id, owner.user_id)
+            if over is not None:  # what the extractor sees too: its turns wait, queued
+                out["deferred"] = "budget"
+                out["resumes_at"] = over.resumes_at
+        return out
 
     async def queue_inference(
         self, owner: Owner, item: MemoryFields, *, fire: bool = True

@@ -24,6 +24,7 @@ from serve_app.db.listener import NotifyListener
 from serve_app.errors import ApiError
 from serve_app.settings import Settings
 from serve_app.store.key_cache import NEW_KEY, KeyCache
+from serve_app.store.llm_spend import Limits
 from serve_app.store.quota import Quota
 from serve_app.store.tenants import TENANTS_CHANNEL, SettingsConflict, TenantStore
 from serve_app.tenancy import (
@@ -84,6 +85,10 @@ class TenantService:
 
     async def guidance(self, tenant_id: str) -> ExtractionGuidance:
         return (await self.effective(tenant_id)).guidance
+
+    async def budgets(self, tenant_id: str) -> Mapping[str, Limits]:
+        """LLM token budgets per purpose group (serve_app/spend/meter.py)."""
+        return (await self.effective(tenant_id)).budgets
 
     # ---------- the admin API ----------
 

@@ -41,6 +41,7 @@ from serve_app.settings.serving import (
     LimitSettings,
     ServingSettings,
 )
+from serve_app.settings.spend import SpendSettings
 
 __all__ = [
     "AuthSettings",
@@ -61,6 +62,7 @@ __all__ = [
     "RetrievalSettings",
     "ServingSettings",
     "Settings",
+    "SpendSettings",
     "get_settings",
 ]
 
@@ -96,6 +98,7 @@ class Settings(BaseSettings):
     reembed: ReembedSettings = Field(default_factory=ReembedSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)
+    spend: SpendSettings = Field(default_factory=SpendSettings)
 
     @property
     def models_dir(self) -> Path:

@@ -95,6 +95,12 @@ class ExtractSettings(BaseSettings):
     ground_copied_share: float = Field(0.5, ge=0.0, le=1.0)  # of its words: known-only
     ground_margin: float = 0.05  # cosine: closer to a known item than to the turns by this
     ground_max_sentences: int = Field(256, ge=1)  # turn sentences embedded for the check
+    # An extraction call's max_tokens, sized from its batch (capped by llm.max_tokens):
+    # base + per user turn + per memory/fact shown. An answer cut at that size is asked
+    # again once at the cap. 0 per turn: always llm.max_tokens.
+    answer_tokens_base: int = 256
+    answer_tokens_per_turn: int = 160
+    answer_tokens_per_known: int = 48
     # /mem0 add with infer waits this long for the extraction's event list (then: PENDING)
     sync_wait_s: float = 20.0
     # Uncompressed turns that trigger an episodic summary; newest turns left out of it.

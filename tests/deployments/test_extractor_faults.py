@@ -1,8 +1,10 @@
-"""An Extractor replica killed mid-batch loses no turn.
+"""An Extractor replica killed mid-batch loses no turn, and its paid call is metered.
 
 The scripted LLM holds its answer while the replica is killed (``ray.kill``) with the
 call in flight; the turn stays claimed until the short lease (2 s) runs out, then the
 replica Serve starts in its place finds it in its periodic scan and extracts it once.
+The killed call's intent (serve_app/store/llm_spend.py) stays open until the new
+replica's reconciler closes it as lost: the metered calls are the calls served.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def extractor(ray_session, db, llm):
         "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "0.5",
         "MEMSERVE_EXTRACT_LEASE_S": str(LEASE_S),
         "MEMSERVE_CONSOLIDATE_INTERVAL_S": "0",
+        "MEMSERVE_SPEND_INTENT_STALE_S": "12",  # > the held answer (8 s): not while in flight
+        "MEMSERVE_SPEND_RECONCILE_INTERVAL_S": "0",  # closed by spend_upkeep_now below
     }
     with serve_extractor(
         APP, DEPLOYMENT, "EmbedderForFault", db=db, llm_url=llm.url, env=env
@@ -100,3 +104,19 @@ async def test_replica_killed_mid_batch_loses_no_turn(extractor, llm, turns, db)
     assert len(llm.calls("extract")) == 2  # the killed call and the new replica's
     status = await extractor.status.remote()
     assert status["counts"]["successes"] == 1 and status["llm_circuit"] == "closed"
+
+    # The killed call was paid for: once its intent is stale it is counted, exactly once.
+    wait_for(lambda: llm.served("extract")["calls"] == 2, 20, "the held answer served")
+    while time.monotonic() - killed_at < 13:
+        await asyncio.sleep(0.2)
+    assert await extractor.spend_upkeep_now.remote() == 1
+    assert await extractor.spend_upkeep_now.remote() == 0
+    with psycopg.connect(db) as conn:
+        calls, prompt, completion, lost = conn.execute(
+            "SELECT sum(calls), sum(prompt_tokens), sum(completion_tokens), sum(estimated_calls)"
+            " FROM llm_usage_daily WHERE tenant_id = 'default' AND user_id = 'fault-u1'"
+            " AND purpose = 'extract'"
+        ).fetchone()
+    served = llm.served("extract")
+    assert (calls, prompt, lost) == (2, served["prompt_tokens"], 1)
+    assert completion >= served["completion_tokens"]  # the lost one at its max_tokens

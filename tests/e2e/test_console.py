@@ -312,6 +312,16 @@ def test_admin_views(browser, service, api, admin, fake_llm, user, shots):
 
     c.go("admin/usage")
     expect(page.locator("#usage-chart rect.barrect").first).to_be_visible()
+    # Every LLM purpose, from GET /v1/admin/usage: extraction's tokens are charted and
+    # tabled, and the top end users listed.
+    spent = admin.get("/v1/admin/usage", params={"group_by": "purpose"}).json()
+    extract = next(r for r in spent["rows"] if r["purpose"] == "extract")
+    assert extract["calls"] > 0 and extract["prompt_tokens"] > 0
+    expect(page.locator("#llm-chart rect.seg-extract").first).to_be_visible()
+    expect(page.locator("#llm-purposes")).to_contain_text("extract")
+    expect(page.locator("#llm-purposes")).to_contain_text(str(extract["prompt_tokens"]))
+    top = spent["top_users"][0]["user_id"]
+    expect(page.locator("#top-users tbody tr").first).to_contain_text(top)
     shots.take(page, "11-admin-usage")
 
     c.go("admin/dead")

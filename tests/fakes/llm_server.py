@@ -26,18 +26,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from serve_app.consolidation.prompts import DIGEST_MARKER, INSIGHT_MARKER
+from serve_app.context.tokens import count_tokens
 from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
 from serve_app.extraction.reconcile import KNOWN_HEADER
+from serve_app.services.chat_caps import estimated_usage
 
+CACHE_PROMPTS = 256
 DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."
 # (kind, messages) -> the answer's content, or None to let the next responder/rule answer
 Responder = Callable[[str, list[dict[str, Any]]], str | None]
@@ -51,6 +56,20 @@ class Rule:
     times: int | None = None  # None: unlimited
     status: int = 200  # != 200: answer this HTTP error instead
     message: str = "scripted failure"  # the error's message (status != 200)
+
+
+class PrefixCache:
+    """A provider's prompt cache, as DeepSeek's (or OpenAI's without its 1024-token floor):
+    a prompt's cached tokens are those of the longest prefix it shares with one of the
+    last ``size`` prompts, in whole 64-token blocks."""
+
+    def __init__(self, size: int = CACHE_PROMPTS) -> None:
+        self._seen: deque[str] = deque(maxlen=size)
+
+    def cached(self, text: str) -> int:
+        best = max((len(os.path.commonprefix([text, seen])) for seen in self._seen), default=0)
+        self._seen.append(text)
+        return count_tokens(text[:best]) // 64 * 64
 
 
 def kind_of(messages: list[dict[str, Any]]) -> str:
@@ -166,6 +185,11 @@ class FakeLLM:
             self.max_prompt_chars: int | None = None
             self.responders: list[Responder] = []
             self.on_request: Callable[[str, list[dict[str, Any]]], None] | None = None
+            self.report_usage = True  # answers carry OpenAI's ``usage``; False: omitted
+            # Cut answers longer than the request's max_tokens (finish_reason "length");
+            # a cut queued answer goes back to the queue's front (the model would say it again).
+            self.honour_max_tokens = False
+            self.cache = PrefixCache()  # cached_tokens in the usage it reports
 
     def add_rule(
         self,
@@ -207,6 +231,22 @@ class FakeLLM:
             self.mode = mode
             self.delay_s = delay_s
 
+    def set_usage(self, report: bool) -> None:
+        """Whether answers report ``usage`` (the tokens are counted either way: ``served``)."""
+        with self._lock:
+            self.report_usage = report
+
+    def served(self, kind: str | None = None) -> dict[str, int]:
+        """Calls answered 200 and their prompt/completion tokens (what a provider bills),
+        counted as the service estimates them (serve_app/services/chat_caps.py)."""
+        out = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        for r in self.calls(kind):
+            if r.get("usage"):
+                out["calls"] += 1
+                out["prompt_tokens"] += r["usage"]["prompt_tokens"]
+                out["completion_tokens"] += r["usage"]["completion_tokens"]
+        return out
+
     def calls(self, kind: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
             return [r for r in self.requests if kind is None or r["kind"] == kind]
@@ -230,6 +270,8 @@ class FakeLLM:
             self.enqueue(*body["answers"])
         elif action == "mode":
             self.set_mode(body["mode"], float(body.get("delay_s", 0.0)))
+        elif action == "usage":
+            self.set_usage(bool(body.get("report", True)))
         elif action == "down":
             threading.Thread(target=self.down, daemon=True).start()
         else:
@@ -239,20 +281,29 @@ class FakeLLM:
     def answer(self, body: dict[str, Any]) -> tuple[int, str | None]:
         """(HTTP status, assistant content) for one chat-completions request
         (for an error status, the error's message instead of content)."""
+        status, content, _ = self.answer_with_usage(body)
+        return status, content
+
+    def answer_with_usage(self, body: dict[str, Any]) -> tuple[int, str | None, dict | None]:
+        """:meth:`answer` and the ``usage`` the answer reports (None: not reported)."""
+        return self.respond(body)[:3]
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, str | None, dict | None, str]:
+        """(status, content, reported usage, finish_reason) for one request."""
         messages = body.get("messages") or []
         kind = kind_of(messages)
         text = "\n".join(str(m.get("content", "")) for m in messages)
+        entry = {"kind": kind, "messages": messages, "body": body, "at": time.time()}
         with self._lock:
-            self.requests.append(
-                {"kind": kind, "messages": messages, "body": body, "at": time.time()}
-            )
+            self.requests.append(entry)
             mode, delay = self.mode, self.delay_s
             content = None
             status, message = 200, "scripted failure"
             if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
-                return 400, "context too long"
+                return 400, "context too long", None, "stop"
             hook, responders = self.on_request, list(self.responders)
-            if kind == "extract" and self.queue:
+            queued = kind == "extract" and bool(self.queue)
+            if queued:
                 content = self.queue.pop(0)
             elif any((content := fn(kind, messages)) is not None for fn in responders):
                 pass
@@ -270,14 +321,33 @@ class FakeLLM:
         if mode == "delay" and delay:
             time.sleep(delay)
         if status != 200:
-            return status, message
+            return status, message, None, "stop"
         if mode == "http500":
-            return 500, None
+            return 500, None, None, "stop"
         if mode == "malformed":
-            return 200, "Sure! Here are the memories: {memories: [oops"
+            content = "Sure! Here are the memories: {memories: [oops"
         if content is None:
             content = self._default(kind, messages)
-        return 200, content
+        cap = body.get("max_tokens") or body.get("max_completion_tokens")
+        finish = "stop"
+        if self.honour_max_tokens and isinstance(cap, int) and count_tokens(content) > cap:
+            if queued:
+                with self._lock:
+                    self.queue.insert(0, content)
+            content, finish = content[: cap * 3], "length"
+        prompt, completion = estimated_usage(messages, content)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion,
+                 "prompt_tokens_details": {"cached_tokens": self._cached(messages)}}  # fmt: skip
+        with self._lock:
+            entry["usage"] = usage  # served (billed) whether or not the answer reports it
+            reported = self.report_usage
+        return 200, content, usage if reported else None, finish
+
+    def _cached(self, messages: list[dict[str, Any]]) -> int:
+        text = "\n".join(str(m.get("content", "")) for m in messages)
+        with self._lock:
+            return self.cache.cached(text)
 
     @staticmethod
     def _default(kind: str, messages: list[dict[str, Any]]) -> str:
@@ -385,7 +455,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if not fake.is_up:  # went down while this connection was open
                 self.close_connection = True
                 return
-            status, content = fake.answer(body)
+            status, content, usage, finish = fake.respond(body)
             if status != 200:
                 error = {"message": content or "scripted failure", "type": "server"}
                 self._json(status, {"error": error})
@@ -404,10 +474,10 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                         {
                             "index": 0,
                             "message": {"role": "assistant", "content": content},
-                            "finish_reason": "stop",
+                            "finish_reason": finish,
                         }
                     ],
-                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                    **({"usage": usage} if usage else {}),
                 },
             )
 

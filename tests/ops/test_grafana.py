@@ -82,6 +82,8 @@ def test_the_dashboard_covers_each_area():
         metrics.EXTRACT_MEMORIES,  # extraction outcomes
         metrics.EXTRACT_ERRORS,
         *metrics.DB_POOL.values(),  # pool usage
+        metrics.LLM_TOKENS,  # LLM spend per tenant and purpose
+        metrics.LLM_BUDGET_EVENTS,
     ]
     missing = [s.name for s in wanted if s.name not in used]
     assert not missing, f"dashboard panels missing for {missing}"

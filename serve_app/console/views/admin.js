@@ -1,10 +1,10 @@
 // Admin key: keys, chat usage per day, dead letters, models and re-embed, tenant settings.
 import { call, get } from "../api.js";
 import { attempt, badge, button, clear, h, table, tabs, when } from "../dom.js";
-import { barChart } from "../chart.js";
+import { barChart, stackedChart } from "../chart.js";
 
 const SECTIONS = { keys: keysView, usage: usageView, dead: deadView, models: modelsView, settings: settingsView };
-const LABELS = { keys: "Keys", usage: "Chat usage", dead: "Dead letters", models: "Models", settings: "Tenant settings" };
+const LABELS = { keys: "Keys", usage: "Usage", dead: "Dead letters", models: "Models", settings: "Tenant settings" };
 
 export async function adminView(root, who, section) {
   root.append(h("h1", { text: `Admin · ${who.tenant}` }),
@@ -44,7 +44,43 @@ async function keysView(body) {
   ], keys, { id: "keys" }));
 }
 
+const PURPOSES = ["extract", "infer", "summarize", "consolidate", "chat"];
+
 async function usageView(body) {
+  await llmUsage(body);
+  await chatUsage(body);
+}
+
+// Every LLM call of the tenant (GET /v1/admin/usage): tokens per day by purpose, the
+// totals per purpose and the end users who spent the most.
+async function llmUsage(body) {
+  const report = await get("/v1/admin/usage?group_by=day,purpose&top_users=10&limit=1000");
+  body.append(h("h2", { text: "LLM tokens (every purpose)" }));
+  if (!report.rows.length) return body.append(h("p", { class: "muted", id: "no-llm-usage", text: "No LLM calls yet." }));
+  const days = new Map();
+  const per = new Map();
+  for (const r of report.rows) {
+    const tokens = r.prompt_tokens + r.completion_tokens;
+    const d = days.get(r.day) || {};
+    d[r.purpose] = (d[r.purpose] || 0) + tokens;
+    days.set(r.day, d);
+    const p = per.get(r.purpose) || { calls: 0, prompt: 0, completion: 0, cached: 0, estimated: 0 };
+    p.calls += r.calls; p.prompt += r.prompt_tokens; p.completion += r.completion_tokens;
+    p.cached += r.cached_tokens; p.estimated += r.estimated_calls;
+    per.set(r.purpose, p);
+  }
+  const stacks = [...days.entries()].sort(([a], [b]) => (a < b ? -1 : 1));
+  const purposes = PURPOSES.filter((p) => per.has(p));
+  body.append(
+    stackedChart(stacks, purposes, { title: "LLM tokens per day by purpose", id: "llm-chart" }),
+    table([["Purpose", ([p]) => badge(p)], ["Calls", ([, v]) => v.calls], ["Prompt", ([, v]) => v.prompt],
+      ["Completion", ([, v]) => v.completion], ["Cached", ([, v]) => v.cached], ["Estimated calls", ([, v]) => v.estimated]],
+    purposes.map((p) => [p, per.get(p)]), { id: "llm-purposes" }),
+    h("h3", { text: `Top end users, ${report.since} to ${report.until}` }),
+    table([["User", (u) => u.user_id], ["Calls", (u) => u.calls], ["Tokens", (u) => u.total_tokens]], report.top_users, { id: "top-users" }));
+}
+
+async function chatUsage(body) {
   const { usage } = await get("/v1/chat/usage");
   const days = new Map();
   for (const r of usage) {
@@ -53,6 +89,7 @@ async function usageView(body) {
     days.set(r.day, d);
   }
   const rows = [...days.entries()].sort(([a], [b]) => (a < b ? -1 : 1));
+  body.append(h("h2", { text: "Chat proxy" }));
   if (!rows.length) return body.append(h("p", { class: "muted", text: "No chat requests yet." }));
   body.append(h("h3", { text: "Requests per day" }),
     barChart(rows.map(([d, v]) => [d, v.requests]), { title: "chat requests per day", id: "usage-chart" }),

@@ -157,6 +157,9 @@ CALLS: list[tuple] = [
     ("retry_dead_letters", (), {"session_id": "s1"},
      ("POST", "/v1/admin/extraction/dead-letters/retry", {}, {"session_id": "s1"})),
     ("consolidate", ("u1",), {}, ("POST", "/v1/admin/consolidate", {}, U)),
+    ("llm_usage", (), {"group_by": ["day", "user"], "since": "2026-11-01", "top_users": 5},
+     ("GET", "/v1/admin/usage", {"group_by": "day,user", "since": "2026-11-01",
+                                 "top_users": "5"}, None)),
 ]  # fmt: skip
 STREAMED = {"export", "chat_stream", "import_all"}  # see test_streams.py
 

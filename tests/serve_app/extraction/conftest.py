@@ -13,6 +13,8 @@ from serve_app.db.pool import open_pool
 from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.settings import Settings
+from serve_app.spend.meter import Budgets, SpendMeter
+from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
 from tests.fakes.llm_server import FakeLLM
@@ -101,11 +103,16 @@ async def make_harness(fresh_db, encoder):
     async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
         return await asyncio.to_thread(encoder.encode, list(texts), is_query=is_query)
 
-    async def make(settings: Settings) -> Harness:
+    async def make(settings: Settings, *, spend: Budgets | bool | None = None) -> Harness:
+        """``spend``: meter the LLM calls (True), also with these budgets (a callable)."""
         pool = await open_pool(fresh_db, settings, min_size=1)
         await pool.wait()
         pools.append(pool)
-        llm = LLMClient(settings.llm) if settings.llm.base_url else None
+        meter = None
+        if spend:
+            budgets = spend if callable(spend) else None
+            meter = SpendMeter(SpendStore(pool), settings.spend, budgets)
+        llm = LLMClient(settings.llm, meter=meter) if settings.llm.base_url else None
         if llm:
             clients.append(llm)
         pipeline = ExtractionPipeline(pool, encoder.spec.table_slug, embed, llm, settings)
