@@ -77,8 +77,9 @@ def bench_cell(
     encode, texts: list[str], batch: int, cap_s: float, max_calls: int, warmup: int = 2
 ) -> dict:
     """Calls of ``batch`` distinct texts until ``cap_s`` or ``max_calls`` (at least 3)."""
-    for _ in range(warmup):  # allocator, kernels for this shape
-        encode(texts[:batch])
+    warmup = max(min(warmup, 2048 // batch), 1)  # about 2k texts of warm-up at most
+    for n in range(warmup):  # allocator, kernels for these shapes (distinct texts: lengths)
+        encode([texts[(n * batch + j) % len(texts)] for j in range(batch)])
     times: list[float] = []
     started = time.perf_counter()
     call = 0
@@ -102,7 +103,7 @@ def run_bench(
     encoders: dict, inputs: dict, budget: Budget, cap_s: float, calls: int, batches=BATCHES
 ) -> list:
     rows = []
-    warmup = 2 if calls > 3 else 1
+    warmup = 10 if calls > 3 else 1
     for label, encoder in encoders.items():
         for length, texts in inputs.items():
             tokens = float(np.mean(encoder.token_counts(texts[:256])))

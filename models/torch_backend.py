@@ -132,6 +132,22 @@ def torch_device(device: str) -> str:
     return "cpu"
 
 
+# On CUDA a run's token axis is padded to a multiple of this: fp16 tensor-core GEMMs want
+# aligned shapes, and fewer distinct shapes means fewer first-use kernel selections (the
+# first H100 run, unpadded, had fp16 p50 53 ms at batch 1 x 200 tokens vs fp32's 4 ms).
+CUDA_TOKEN_MULTIPLE = 16
+
+
+def pad_tokens(input_ids: np.ndarray, mask: np.ndarray, multiple: int) -> tuple[np.ndarray, ...]:
+    """``input_ids``/``mask`` right-padded (id 0, mask 0) to a multiple of ``multiple``
+    tokens; masked positions change neither attention nor mean/CLS pooling."""
+    extra = -input_ids.shape[1] % multiple
+    if not extra:
+        return input_ids, mask
+    widths = ((0, 0), (0, extra))
+    return np.pad(input_ids, widths), np.pad(mask, widths)
+
+
 class TorchEncoder(Encoder):
     """An :class:`Encoder` whose runs are a PyTorch (transformers) forward pass."""
 
@@ -165,6 +181,8 @@ class TorchEncoder(Encoder):
     def _forward(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         import torch
 
+        if self.device == "cuda":
+            input_ids, mask = pad_tokens(input_ids, mask, CUDA_TOKEN_MULTIPLE)
         with torch.inference_mode():
             ids = torch.from_numpy(input_ids).to(self.device, non_blocking=True)
             attention = torch.from_numpy(mask).to(self.device, non_blocking=True)

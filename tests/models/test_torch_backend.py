@@ -26,6 +26,7 @@ from models.torch_backend import (
     TorchEncoder,
     TorchWeightsError,
     open_torch_encoder,
+    pad_tokens,
     torch_device,
 )
 from tests.conftest import SHARED
@@ -181,4 +182,22 @@ def test_cuda_without_a_gpu_fails_and_auto_falls_back(torch_weights: Path) -> No
         open_torch_encoder(ALL_MINILM_L6_V2_INT8, "cuda", weights_dir=torch_weights)
     assert open_torch_encoder(ALL_MINILM_L6_V2_INT8, "auto", weights_dir=torch_weights).device == (
         "cpu"
+    )
+
+
+def test_padding_the_token_axis_changes_no_vector(torch_cpu: TorchEncoder) -> None:
+    """CUDA runs pad tokens to a multiple of 16: masked positions must not move a vector."""
+    ids = [torch_cpu._tokenizer.encode(t).ids for t in TEXTS[:4]]
+    width = max(len(i) for i in ids)
+    input_ids = np.zeros((len(ids), width), dtype=np.int64)
+    mask = np.zeros_like(input_ids)
+    for row, tokens in enumerate(ids):
+        input_ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1
+    padded_ids, padded_mask = pad_tokens(input_ids, mask, 16)
+    assert padded_ids.shape[1] % 16 == 0 and padded_ids.shape[1] >= width
+    if width % 16:
+        assert padded_ids.shape[1] > width
+    np.testing.assert_allclose(
+        torch_cpu._forward(padded_ids, padded_mask), torch_cpu._forward(input_ids, mask), atol=1e-4
     )
