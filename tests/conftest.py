@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
+import pytest_asyncio
 
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
+from tests import task_leaks
+from tests.timeouts import start_timer, timeout_for
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -53,9 +57,48 @@ def fresh_db(pg_admin_dsn) -> Iterator[str]:
         yield dsn
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run tests/ops last: they start services of their own and stop the shared one."""
+@pytest_asyncio.fixture(scope="session", autouse=True, loop_scope="session")
+async def no_task_left_at_session_end() -> AsyncIterator[None]:
+    """Fails the run when anything (a session or module fixture included) leaves a task on
+    the session's loop: torn down last, after every other session fixture."""
+    before = asyncio.all_tasks()
+    yield
+    leaked = await task_leaks.leaked_since(before)
+    if leaked:
+        message = task_leaks.report("The test session", leaked)
+        await task_leaks.cancel(leaked)
+        pytest.fail(message, pytrace=False)
+
+
+@pytest_asyncio.fixture(autouse=True, loop_scope="session")
+async def no_task_left_by_test(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Fails a test (at teardown) that leaves a task running, and stops that task, so one
+    leak is one named error instead of a loop spinning under some later test."""
+    before = asyncio.all_tasks()
+    yield
+    leaked = await task_leaks.leaked_since(before)
+    if leaked:
+        message = task_leaks.report(request.node.nodeid, leaked)
+        await task_leaks.cancel(leaked)
+        pytest.fail(message, pytrace=False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run tests/ops last: they start services of their own and stop the shared one.
+    Give each test the timeout of its kind (tests/timeouts.py) unless it names its own or
+    ``--timeout`` was given."""
     items.sort(key=lambda item: "/tests/ops/" in str(item.path))
+    if config.getoption("timeout", None) is not None:
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(timeout_for(item)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
+    """A timed-out test is named before the stacks are dumped (tests/timeouts.py)."""
+    return start_timer(item, settings)
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,7 @@ log = logging.getLogger("ray.serve")
 #: (texts, model ref) -> (n, dim) float32 document vectors of that model
 Embed = Callable[[list[str], str], Awaitable[np.ndarray]]
 Turn = Literal["busy", "idle", "partial", "switched", "settling", "settled", "abandoned"]
+Sleep = Callable[[float], Awaitable[object]]
 
 _BATCH_SQL = (
     "SELECT id, content, md5(content) AS h, seq FROM memory_items"
@@ -88,11 +89,17 @@ class Reembedder:
         embed: Embed,
         settings: ReembedSettings,
         metrics: ReembedMetrics | None = None,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``sleep`` and ``clock`` pace the loop and the rate limit; tests pass their own
+        rather than patching ``asyncio.sleep``, which every other task on the loop awaits."""
         self.dsn = dsn
         self.embed = embed
         self.s = settings
         self.metrics = metrics or ReembedMetrics()
+        self.sleep, self.clock = sleep, clock
         self._next_at = 0.0  # rate limit: monotonic time the next batch may start
 
     async def run(self) -> None:
@@ -111,7 +118,7 @@ class Reembedder:
                 pause = self.s.poll_s
             else:  # partial, switched, abandoned: the next turn has work at once
                 pause = 0.0
-            await asyncio.sleep(pause)
+            await self.sleep(pause)
 
     async def run_once(self, *, max_batches: int | None = None) -> Turn:
         """One turn of the worker (see the module docstring); ``max_batches`` stops a fill
@@ -268,8 +275,8 @@ class Reembedder:
         """Token-bucket pacing: ``n`` texts may start once the previous ones' time is up."""
         if self.s.rate_per_s <= 0:
             return
-        now = time.monotonic()
+        now = self.clock()
         wait = self._next_at - now
         if wait > 0:
-            await asyncio.sleep(wait)
+            await self.sleep(wait)
         self._next_at = max(now, self._next_at) + n / self.s.rate_per_s

@@ -6,6 +6,7 @@ the embed callable (the Embedder's role); one encoder object serves both."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
@@ -66,6 +67,47 @@ async def in_process_services(
         queries.close()
 
 
+@asynccontextmanager
+async def running(app: FastAPI) -> AsyncIterator[FastAPI]:
+    """``app`` between its ASGI lifespan's startup and shutdown, as a server runs it.
+
+    httpx's ASGITransport sends requests only, never the lifespan; an app driven by it
+    alone never hears "shutdown", so what its first request started stays running: the
+    request metrics' ``Flusher`` (a ``Periodic`` on the session's loop), the MCP
+    session manager. One task enters and leaves the lifespan, as a server's does."""
+    to_app: asyncio.Queue[dict] = asyncio.Queue()
+    from_app: asyncio.Queue[dict] = asyncio.Queue()
+    scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+    task = asyncio.get_running_loop().create_task(app(scope, to_app.get, from_app.put))
+
+    async def answer() -> dict:  # the app's next message, or its error if it ended instead
+        message = asyncio.ensure_future(from_app.get())
+        await asyncio.wait({message, task}, return_when=asyncio.FIRST_COMPLETED)
+        if message.done():
+            return message.result()
+        message.cancel()
+        task.result()
+        raise AssertionError("the app's lifespan ended without answering")
+
+    await to_app.put({"type": "lifespan.startup"})
+    started = await answer()
+    assert started["type"] == "lifespan.startup.complete", started
+    try:
+        yield app
+    finally:
+        await to_app.put({"type": "lifespan.shutdown"})
+        stopped = await answer()
+        await task
+        assert stopped["type"] == "lifespan.shutdown.complete", stopped
+
+
+@asynccontextmanager
+async def in_process_app(settings: Settings, services: Services) -> AsyncIterator[FastAPI]:
+    """The app over ``services``, running (its lifespan started, stopped on exit)."""
+    async with running(create_app(settings, services)) as app:
+        yield app
+
+
 def bearer_client(app: FastAPI, key: str) -> httpx.AsyncClient:
     """An HTTP client on the app over an in-process ASGI transport, authenticated by ``key``."""
     return httpx.AsyncClient(
@@ -88,6 +130,7 @@ async def in_process_api(
     """:func:`in_process_services` behind the app, with a client authenticated by ``key``."""
     async with (
         in_process_services(settings, model, dsn, encoder, probes, embedded) as services,
-        bearer_client(create_app(settings, services), key) as client,
+        in_process_app(settings, services) as app,
+        bearer_client(app, key) as client,
     ):
         yield client, services

@@ -13,7 +13,7 @@ import pytest
 from serve_app.api import create_app
 from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_api
+from tests.serve_app.inprocess import in_process_api, running
 
 KEY = "msk_composition_test_key_0123456789"
 
@@ -99,8 +99,10 @@ async def test_aclose_closes_what_the_root_opened(stack):
 
 
 async def test_app_without_services_answers_503():
-    app = create_app(Settings())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+    async with (
+        running(create_app(Settings())) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+    ):
         r = await c.post("/v1/search", json={"user_id": "a", "query": "x"})
     assert r.status_code == 503
     assert r.json()["error"]["code"] == "unavailable"

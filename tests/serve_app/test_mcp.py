@@ -7,17 +7,14 @@ MCP session manager, as Serve runs it in a replica).
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx2
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.store.keys import seed_key
 from tests.mcp_session import call, mcp_over_http, tool_error
-from tests.serve_app.inprocess import in_process_services
+from tests.serve_app.inprocess import in_process_app, in_process_services
 
 KEY = "msk_mcp_service_key_0123456789abcdef"
 ALICE = "msk_mcp_alice_user_key_0123456789ab"
@@ -29,20 +26,11 @@ async def transport(fresh_db, encoder):
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
     boot = bootstrap(settings, fresh_db)
     seed_key(fresh_db, settings.default_tenant, "user", ALICE, "alice", user_id="alice")
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
-        app = create_app(settings, services)
-        started, stop = asyncio.Event(), asyncio.Event()
-
-        async def lifespan() -> None:  # one task enters and leaves it, as a server's would
-            async with app.router.lifespan_context(app):
-                started.set()
-                await stop.wait()
-
-        task = asyncio.create_task(lifespan())
-        await started.wait()
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,  # its lifespan runs the MCP sessions
+    ):
         yield httpx2.ASGITransport(app=app)
-        stop.set()
-        await task
 
 
 async def test_tools_and_their_input_schemas(transport):

@@ -15,14 +15,13 @@ import time
 import httpx
 import pytest
 
-from serve_app.api import create_app
 from serve_app.api.gate import PRINCIPAL, StrangerGate
 from serve_app.bootstrap import bootstrap
 from serve_app.db.pool import open_pool
 from serve_app.services.auth import authenticator, key_store
 from serve_app.settings import AuthSettings, Settings
 from serve_app.store.keys import seed_key
-from tests.serve_app.inprocess import in_process_services
+from tests.serve_app.inprocess import in_process_app, in_process_services
 
 KEY = "msk_gate_service_key_0123456789abcdef"
 DELAY = 0.2
@@ -119,8 +118,11 @@ async def app(fresh_db, encoder):
     settings.auth.stranger_delay_s = 0.0  # the hold is tested above; here only the answers
     settings.auth.bad_key_per_s = 0.0  # no budget: every stranger gets its 401
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
-        yield create_app(settings, services)
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+    ):
+        yield app
 
 
 def stranger(app) -> httpx.AsyncClient:

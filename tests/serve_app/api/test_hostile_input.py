@@ -14,11 +14,10 @@ import httpx
 import psycopg
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from tests.hostile_input import Case, cases, row_counts, verdict
-from tests.serve_app.inprocess import in_process_services
+from tests.serve_app.inprocess import in_process_app, in_process_services
 
 KEY = "msk_hostile_service_key_0123456789ab"
 ADMIN = "msk_hostile_admin_key_0123456789abcd"
@@ -30,27 +29,29 @@ async def world(fresh_db, encoder):
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY, admin_key=ADMIN)
     settings.auth.rate_limit_per_s = 0.0  # ~2,000 requests from one key and user
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
-        app = create_app(settings, services)
-        async with httpx.AsyncClient(
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+        httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
             base_url="http://t",
             timeout=60,
-        ) as client:
-            auth = {"Authorization": f"Bearer {KEY}"}
-            r = await client.post(
-                "/v1/memories",
-                json={"user_id": "victim", "content": "Victim likes jazz"},
-                headers=auth,
-            )
-            assert r.status_code == 201, r.text
-            r = await client.put(
-                "/v1/facts",
-                json={"user_id": "victim", "category": "diet", "key": "kind", "value": "vegan"},
-                headers=auth,
-            )
-            assert r.status_code == 200, r.text
-            yield app, client, r.json(), fresh_db, {"memory_id": _memory(fresh_db)}
+        ) as client,
+    ):
+        auth = {"Authorization": f"Bearer {KEY}"}
+        r = await client.post(
+            "/v1/memories",
+            json={"user_id": "victim", "content": "Victim likes jazz"},
+            headers=auth,
+        )
+        assert r.status_code == 201, r.text
+        r = await client.put(
+            "/v1/facts",
+            json={"user_id": "victim", "category": "diet", "key": "kind", "value": "vegan"},
+            headers=auth,
+        )
+        assert r.status_code == 200, r.text
+        yield app, client, r.json(), fresh_db, {"memory_id": _memory(fresh_db)}
 
 
 def _memory(dsn: str) -> str:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 KEY = "msk_mem0_entities_key_0123456789ab"
 DELETE = "/mem0/v2/entities/agent/helper/"
@@ -22,10 +21,12 @@ async def clients(fresh_db, encoder):
     alice's with agent helper, helper's shared one, and an org-wide one."""
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+    ):
         assert await services.tenants.store.create("acme")
         acme_key, _ = await services.keys.create("acme", "service")
-        app = create_app(settings, services)
         async with bearer_client(app, KEY) as ours, bearer_client(app, acme_key) as acme:
             for c in (ours, acme):
                 for body in (

@@ -9,11 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from tests.fakes.llm_server import FakeLLM
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_tenant_api_service_key_0123456789"
 ADMIN = "msk_tenant_api_admin_key_0123456789ab"
@@ -36,12 +35,14 @@ async def api(fresh_db, encoder, llm):
         quota={"max_memories_per_user": 50},
     )
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+    ):
         assert await services.tenants.store.create("acme")
         acme_admin, _ = await services.keys.create("acme", "admin")
         acme_service, _ = await services.keys.create("acme", "service")
         acme_user, _ = await services.keys.create("acme", "user", user_id="u1")
-        app = create_app(settings, services)
         keys = {
             "admin": ADMIN,
             "service": SERVICE,

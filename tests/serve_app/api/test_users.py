@@ -9,10 +9,9 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_users_api_service_key_0123456789"
 
@@ -26,10 +25,12 @@ TURNS_SQL = (
 async def api(fresh_db, encoder):
     settings = Settings(database_url=fresh_db, bootstrap_key=SERVICE)
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+    ):
         alice, _ = await services.keys.create("default", "user", user_id="alice")
         other, _ = await services.keys.create("acme", "service")
-        app = create_app(settings, services)
         clients = {
             name: bearer_client(app, key)
             for name, key in (("service", SERVICE), ("alice", alice), ("acme", other))

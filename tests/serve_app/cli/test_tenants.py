@@ -9,11 +9,10 @@ import sys
 
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from tests.conftest import REPO
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 
 def tenant_create(dsn: str, name: str) -> subprocess.CompletedProcess:
@@ -40,7 +39,8 @@ async def test_tenant_create_prints_a_working_admin_key_once(fresh_db, encoder):
     boot = bootstrap(settings, fresh_db)
     async with (
         in_process_services(settings, boot.model, fresh_db, encoder) as services,
-        bearer_client(create_app(settings, services), key) as c,
+        in_process_app(settings, services) as app,
+        bearer_client(app, key) as c,
     ):
         r = await c.get("/v1/admin/tenant/settings")
         assert r.status_code == 200 and r.json()["tenant_id"] == "acme", r.text

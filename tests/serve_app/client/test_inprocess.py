@@ -8,7 +8,6 @@ import httpx
 import psycopg
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.client import AsyncMemserveClient, Forbidden, InvalidRequest, MemserveError
 from serve_app.responses import (
@@ -33,7 +32,7 @@ from serve_app.responses import (
 )
 from serve_app.schemas import DeletedCount, Memory
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_services
+from tests.serve_app.inprocess import in_process_app, in_process_services
 
 SERVICE = "msk_client_inproc_service_key_0123456"
 ADMIN = "msk_client_inproc_admin_key_0123456789"
@@ -46,8 +45,10 @@ async def clients(fresh_db, encoder, llm):
         llm={"base_url": llm.url, "model": "fake"}
     )
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
-        app = create_app(settings, services)
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+    ):
 
         def client(key: str) -> AsyncMemserveClient:
             return AsyncMemserveClient("http://t", key, transport=httpx.ASGITransport(app=app))

@@ -1,0 +1,151 @@
+"""No request costs the server more than linear work in its size, over HTTP.
+
+For every operation of the app's OpenAPI schema that takes a JSON body or query
+parameters (a new route is covered without touching this file), the pathological
+inputs of tests/security/cost_inputs.py are sent at size n and 4n on the real service.
+Per case the median of ``TRIES`` timings at each size gives the cost ratio
+``t(4n) / max(t(n), FLOOR_S)``: linear work stays near 4 (below, with fixed costs),
+quadratic work is 16. A ratio above ``BOUND`` fails. While each 4n request runs, a
+second connection asks ``/healthz`` over and over: a request that holds the Ingress's
+event loop shows up there, and an answer slower than ``HEALTHZ_S`` fails. (The service
+of the security suite runs one Ingress replica unless its autoscaler added a second
+under earlier load; then a probe may land on the idle one and the check is weaker.)
+
+The worst ratio per route, the cases and the 5xx answers are printed at the end of the
+run and written to ``loadtests/results/cost_amplification.json``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from serve_app.api import create_app
+from serve_app.settings import Settings
+from tests.security.conftest import CASES, COSTS, SERVER_ERRORS
+from tests.security.cost_inputs import CostCase, cases, routes
+
+pytestmark = pytest.mark.e2e
+
+BOUND = 8.0  # twice linear: room for noise on 2 busy cores, half of quadratic
+FLOOR_S = 0.05  # times under this are fixed costs and noise, not work in the size
+HEALTHZ_S = 0.2
+TRIES = 3
+GIVE_UP_S = 1.0  # one 4n try this slow and over the bound is a finding: no more tries
+SKIP = {"GET /healthz", "GET /readyz"}
+SPEC = create_app(Settings()).openapi()  # the routes, offline: the live app has the same
+
+
+@dataclass
+class Measured:
+    case: CostCase
+    small: list[float] = field(default_factory=list)
+    large: list[float] = field(default_factory=list)
+    healthz: list[float] = field(default_factory=list)  # slowest probe during each 4n try
+    statuses: list[int] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.large) / max(statistics.median(self.small), FLOOR_S)
+
+    @property
+    def healthz_s(self) -> float:
+        return statistics.median(self.healthz)
+
+
+@pytest.fixture(scope="module")
+def cost_tenant(sec_service):
+    """A tenant of its own (admin key: every route is reachable) with one memory."""
+    tenant = "cost_" + secrets.token_hex(3)
+    admin = sec_service.add_key("msk_" + secrets.token_hex(16), tenant, "admin")
+    with httpx.Client(base_url=sec_service.base_url, timeout=120) as c:
+        r = c.post(
+            "/v1/memories",
+            json={"user_id": "victim", "content": "Victim likes jazz"},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        assert r.status_code == 201, r.text
+        return admin, {"memory_id": r.json()["id"], "entity_type": "user", "entity_id": "victim"}
+
+
+def _timed(c: httpx.Client, case: CostCase, scale: int, key: str) -> tuple[float, int]:
+    url, body = case.build(scale)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    started = time.perf_counter()
+    r = c.request(case.method, url, content=body, headers=headers)
+    return time.perf_counter() - started, r.status_code
+
+
+def _with_healthz(base_url: str, run) -> tuple[tuple[float, int], float]:
+    """``run()`` in a thread while this one asks /healthz; (its result, slowest probe)."""
+    out: list[tuple[float, int]] = []
+    worker = threading.Thread(target=lambda: out.append(run()))
+    slowest = 0.0
+    with httpx.Client(base_url=base_url, timeout=60) as probe:
+        worker.start()
+        while True:
+            started = time.perf_counter()
+            assert probe.get("/healthz").status_code == 200
+            slowest = max(slowest, time.perf_counter() - started)
+            if not worker.is_alive():
+                break
+            time.sleep(0.02)
+        worker.join()
+    return out[0], slowest
+
+
+def measure(service, key: str, case: CostCase) -> Measured:
+    m = Measured(case)
+    with httpx.Client(base_url=service.base_url, timeout=300) as c:
+        for _ in range(TRIES):
+            t, status = _timed(c, case, 1, key)
+            m.small.append(t)
+            m.statuses.append(status)
+            (t, status), slowest = _with_healthz(service.base_url, lambda: _timed(c, case, 4, key))
+            m.large.append(t)
+            m.statuses.append(status)
+            m.healthz.append(slowest)
+            if t > GIVE_UP_S and t / max(m.small[-1], FLOOR_S) > BOUND:
+                break
+    return m
+
+
+@pytest.mark.parametrize("route", routes(SPEC, SKIP))
+def test_cost_grows_at_most_linearly_and_healthz_answers(sec_service, cost_tenant, route):
+    key, path_values = cost_tenant
+    found = [c for c in cases(SPEC, path_values, SKIP) if c.route == route]
+    assert found
+    results = [measure(sec_service, key, case) for case in found]
+    worst = max(results, key=lambda m: m.ratio)
+    COSTS[route] = {
+        "cases": len(results),
+        "worst_ratio": round(worst.ratio, 2),
+        "worst_kind": worst.case.kind,
+        "worst_4n_s": round(statistics.median(worst.large), 3),
+        "worst_healthz_ms": round(1000 * max(m.healthz_s for m in results), 1),
+        "5xx": sum(s >= 500 for m in results for s in m.statuses),
+    }
+    problems = []
+    for m in results:
+        CASES[f"cost amplification: {m.case.kind}"] += 1
+        errors = [s for s in m.statuses if s >= 500]
+        if errors:
+            SERVER_ERRORS.append(f"cost amplification: {m.case.label} -> {errors[0]}")
+            problems.append(f"{m.case.label}: answered {errors[0]}")
+        if m.ratio > BOUND:
+            small, large = statistics.median(m.small), statistics.median(m.large)
+            problems.append(
+                f"{m.case.label}: t(4n)/t(n) = {m.ratio:.1f} > {BOUND}"
+                f" (medians {small:.3f} s -> {large:.3f} s)"
+            )
+        if m.healthz_s > HEALTHZ_S:
+            problems.append(
+                f"{m.case.label}: /healthz took {1000 * m.healthz_s:.0f} ms while it ran"
+            )
+    assert not problems, "\n".join(problems)
