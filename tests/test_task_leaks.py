@@ -7,6 +7,7 @@ root conftest's fixtures and hooks), so a leak or a hang it shows cannot touch t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -169,3 +170,31 @@ def test_timeouts_by_kind(item: SimpleNamespace, seconds: int) -> None:
 
 def test_this_test_runs_under_the_unit_timeout(request: pytest.FixtureRequest) -> None:
     assert request.node.get_closest_marker("timeout").args == (timeouts.UNIT_S,)
+
+
+# monkeypatch.setattr(asyncio, ...), setattr(mod.asyncio, ...), patch("asyncio.sleep"),
+# and the same for the time module: every task on the session's loop would see them
+_GLOBAL_PATCH = re.compile(
+    r"setattr\(\s*[\w.]*\b(asyncio|time)\s*,"
+    r"|setattr\(\s*[\"'](asyncio|time)\."
+    r"|patch(\.object)?\(\s*[\"']?(asyncio|time)\b"
+)
+
+
+def test_no_test_patches_a_global_of_asyncio_or_time() -> None:
+    """Inject a sleep or a clock instead (e.g. ``Reembedder(..., sleep=..., clock=...)``)."""
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if path != Path(__file__)
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if _GLOBAL_PATCH.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_patch_check_sees_the_old_reembed_test() -> None:
+    old = 'monkeypatch.setattr(worker_mod.asyncio, "sleep", record)'
+    assert _GLOBAL_PATCH.search(old)
+    assert _GLOBAL_PATCH.search('monkeypatch.setattr("asyncio.sleep", fake)')
+    assert not _GLOBAL_PATCH.search('monkeypatch.setattr(quota, "exceeded", room_again)')

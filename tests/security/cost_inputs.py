@@ -1,8 +1,9 @@
 """Pathological inputs at two sizes for every operation of an OpenAPI schema.
 
 Each :class:`CostCase` builds the same request at size ``n`` and ``4n`` (``scale`` 1 or
-4), so the cost suite (test_cost_amplification.py) can compare the server's time for
-the two: linear work gives a ratio near 4 (less, with fixed costs), quadratic work 16.
+4), and a tiny one (``scale`` 0) for the route's fixed cost, so the cost suite
+(test_cost_amplification.py) can compare the server's work for the two sizes: linear
+work gives a ratio near 4, quadratic work 16.
 The inputs are those that made the service do super-linear work (issue 28): runs of
 punctuation (``^[\\W_]+|[\\W_]+$`` backtracks over them), characters NFKC expands
 (U+2A0C becomes four), unclosed JSON strings of ``\\"`` behind more than 64 brackets (the
@@ -21,7 +22,7 @@ from urllib.parse import urlencode
 
 from tests.hostile_input import SAMPLE, Schema
 
-TEXT_CHARS = 1000  # n for text fields; 4n = 4000 < MEMSERVE_MAX_CONTENT_CHARS (8000)
+TEXT_CHARS = 1000  # n for text fields; 4n <= MEMSERVE_MAX_CONTENT_CHARS (8000)
 RAW_BYTES = 4096  # n for whole raw bodies; 4n = 16 KiB, far below the 1 MiB body limit
 ITEMS = 8  # n for arrays; 4n = 32 <= every array limit (tags 32, history 50, batch 100)
 QUERY_CHARS = 32  # n for query parameters; 4n = 128 = MEMSERVE_MAX_ID_CHARS
@@ -30,13 +31,28 @@ GUARD_DEPTH = 65  # one more bracket than the guard's MAX_JSON_DEPTH, so it stri
 #: fields that name or select things (ids, enums, dates): they keep their valid sample so
 #: the request reaches the code that reads the text fields
 _NAMES = {"role", "model", "type", "status", "category", "key", "cursor", "entity_type"}
+_NAMES |= {"scope", "user", "timestamp"}  # a choice, the chat's end-user id, a time
+_SUFFIXES = ("id", "_date", "_at", "_from", "_until")
+
+
+def _is_choice(schema: Schema, prop: dict) -> bool:
+    """An enum, a constant or a format (a date, a uuid) in any branch."""
+    resolved = schema.resolve(prop)
+    parts = [schema.resolve(p) for p in resolved.get("anyOf", resolved.get("oneOf", []))]
+    return any(k in p for p in [resolved, *parts] for k in ("enum", "const", "format"))
+
+
+def _max_length(schema: Schema, prop: dict) -> int | None:
+    resolved = schema.resolve(prop)
+    parts = [schema.resolve(p) for p in resolved.get("anyOf", resolved.get("oneOf", []))]
+    found = [p["maxLength"] for p in [resolved, *parts] if "maxLength" in p]
+    return min(found) if found else None
 
 
 def _text_field(name: str, schema: Schema, prop: dict) -> bool:
-    if name == "id" or name.endswith("_id") or name in _NAMES or schema.is_time(prop):
+    if name in _NAMES or name.endswith(_SUFFIXES) or _is_choice(schema, prop):
         return False
-    resolved = schema.resolve(prop)
-    return "enum" not in resolved and "string" in (schema.types(prop) or set())
+    return "string" in (schema.types(prop) or set())
 
 
 def _query_text(schema: Schema, param: dict) -> bool:
@@ -47,12 +63,20 @@ def _query_text(schema: Schema, param: dict) -> bool:
     return "string" in (schema.types(prop) or {"string"})
 
 
-TEXTS: dict[str, Callable[[int], str]] = {
-    "punctuation run": lambda k: "a" + "!" * (k - 2) + "a",
-    "NFKC-expanding U+2A0C": lambda k: "\u2a0c" * k,
-    "many escapes": lambda k: '"\\\n\t' * (k // 4),
-    "repeated words": lambda k: "same " * (k // 5),
+#: kind -> (text of k characters, n): a letter on each side of a run is what makes an
+#: edge-trimming regex backtrack; NFKC turns each U+2A0C into four, so its n is smaller
+TEXTS: dict[str, tuple[Callable[[int], str], int]] = {
+    "punctuation run": (lambda k: "a" + "!" * (k - 2) + "a", 2 * TEXT_CHARS),
+    "NFKC-expanding U+2A0C": (lambda k: "a" + "\u2a0c" * (k - 2) + "a", TEXT_CHARS),
+    "many escapes": (lambda k: '"\\\n\t' * (k // 4), TEXT_CHARS),
+    "repeated words": (lambda k: "same " * (k // 5), TEXT_CHARS),
 }
+TINY = 16  # scale 0: the baseline, the route's fixed cost with the same kind of input
+
+
+def size(n: int, scale: int) -> int:
+    """``n * scale``; scale 0 is the baseline's tiny size."""
+    return n * scale if scale else TINY
 
 
 @dataclass
@@ -60,7 +84,7 @@ class CostCase:
     route: str  # "METHOD /path/{template}"
     kind: str
     method: str
-    build: Callable[[int], tuple[str, bytes | None]]  # scale -> (url, body)
+    build: Callable[[int], tuple[str, bytes | None]]  # scale 0, 1, 4 -> (url, body)
 
     @property
     def label(self) -> str:
@@ -103,11 +127,13 @@ def _operation(
     if body is not None:
         props, base = body
         texts = [n for n, prop in props.items() if _text_field(n, schema, prop)]
+        limits = [m for n in texts if (m := _max_length(schema, props[n])) is not None]
+        cap = min(limits, default=4 * TEXT_CHARS * 2) // 4  # 4n within every field's limit
         arrays = [n for n, prop in props.items() if "array" in (schema.types(prop) or set())]
-        for kind, make in TEXTS.items():
+        for kind, (make, n) in TEXTS.items():
 
-            def build(scale: int, make=make) -> tuple[str, bytes | None]:
-                text = make(TEXT_CHARS * scale)
+            def build(scale: int, make=make, n=min(n, cap)) -> tuple[str, bytes | None]:
+                text = make(size(n, scale))
                 doc = _fill(base | {n: text for n in texts}, text)
                 return url(), json.dumps(doc).encode()
 
@@ -118,38 +144,43 @@ def _operation(
             def repeated(scale: int, name=name) -> tuple[str, bytes | None]:
                 sample = SAMPLE.get(name)
                 item = sample[0] if isinstance(sample, list) and sample else "same"
-                return url(), json.dumps(base | {name: [item] * (ITEMS * scale)}).encode()
+                items = [item] * (ITEMS * scale or 1)
+                return url(), json.dumps(base | {name: items}).encode()
 
             yield CostCase(route, f"repeated identical items: {name}", method, repeated)
         prefix = b'{"user_id": "victim", "x": '
 
         def unclosed(scale: int) -> tuple[str, bytes | None]:
-            pairs = RAW_BYTES * scale // 2
+            pairs = size(RAW_BYTES, scale) // 2
             return url(), prefix + b"[" * GUARD_DEPTH + b'"' + b'\\"' * pairs
 
         def deep(scale: int) -> tuple[str, bytes | None]:
-            n = RAW_BYTES * scale // 2
+            n = size(RAW_BYTES, scale) // 2
             return url(), prefix + b"[" * n + b"]" * n + b"}"
 
         yield CostCase(route, 'unclosed string of \\" behind 65 brackets', method, unclosed)
         yield CostCase(route, "deep brackets", method, deep)
     if strings:
         for kind in ("punctuation run", "NFKC-expanding U+2A0C", "repeated words"):
-            make = TEXTS[kind]
+            make = TEXTS[kind][0]
 
             def in_query(scale: int, make=make) -> tuple[str, bytes | None]:
-                text = make(QUERY_CHARS * scale)
+                text = make(size(QUERY_CHARS, scale))
                 return url({p["name"]: text for p in strings}), None
 
             yield CostCase(route, f"query: {kind}", method, in_query)
 
 
 def _has_text(value: Any) -> bool:
+    """A ``content``/``query`` string somewhere inside (batch items, chat messages)."""
     if isinstance(value, dict):
-        return any(_has_text(v) for k, v in value.items() if k in ("content", "query"))
+        return any(
+            (k in ("content", "query") and isinstance(v, str)) or _has_text(v)
+            for k, v in value.items()
+        )
     if isinstance(value, list):
         return any(_has_text(v) for v in value)
-    return isinstance(value, str)
+    return False
 
 
 def _fill(value: Any, text: str) -> Any:
