@@ -141,13 +141,16 @@ def test_a_hang_is_one_quick_failure_with_the_stacks(tmp_path: Path) -> None:
     assert time.monotonic() - started < 60  # not the 600 s ceiling
 
 
-def _item(relative: str, fixtures: tuple[str, ...] = (), slow: bool = False) -> SimpleNamespace:
+def _item(
+    relative: str, fixtures: tuple[str, ...] = (), slow: bool = False, spawns: bool = False
+) -> SimpleNamespace:
     marks = {"slow": object()} if slow else {}
     return SimpleNamespace(
         path=REPO / relative,
         config=SimpleNamespace(rootpath=REPO),
         fixturenames=list(fixtures),
         get_closest_marker=marks.get,
+        module=SimpleNamespace(subprocess=subprocess) if spawns else None,
     )
 
 
@@ -157,6 +160,7 @@ def _item(relative: str, fixtures: tuple[str, ...] = (), slow: bool = False) -> 
         (_item("tests/serve_app/test_text.py"), timeouts.UNIT_S),
         (_item("tests/serve_app/store/test_x.py", ("fresh_db", "pg_admin_dsn")), timeouts.DB_S),
         (_item("tests/models/test_export.py", slow=True), timeouts.SLOW_S),
+        (_item("tests/serve_app/cli/test_tenants.py", ("fresh_db",), spawns=True), 300),
         (_item("tests/deployments/test_embedder.py"), timeouts.SLOW_S),
         (_item("tests/e2e/test_api.py", ("service",)), timeouts.SERVICE_S),
         (_item("tests/security/test_abuse.py"), timeouts.SERVICE_S),
@@ -168,8 +172,9 @@ def test_timeouts_by_kind(item: SimpleNamespace, seconds: int) -> None:
     assert timeouts.timeout_for(item) == seconds  # type: ignore[arg-type]
 
 
-def test_this_test_runs_under_the_unit_timeout(request: pytest.FixtureRequest) -> None:
-    assert request.node.get_closest_marker("timeout").args == (timeouts.UNIT_S,)
+def test_this_test_gets_the_timeout_of_its_kind(request: pytest.FixtureRequest) -> None:
+    # this module starts pytest processes (subprocess), so its tests have PROCESS_S
+    assert request.node.get_closest_marker("timeout").args == (timeouts.PROCESS_S,)
 
 
 # monkeypatch.setattr(asyncio, ...), setattr(mod.asyncio, ...), patch("asyncio.sleep"),

@@ -21,6 +21,7 @@ import pytest_timeout
 UNIT_S = 30
 DB_S = 60  # tests on the session's embedded Postgres (its start-up included)
 SLOW_S = 300  # marked slow: model exports, Ray deployments started in-process
+PROCESS_S = 300  # starts Python processes of its own (an interpreter start and imports each)
 SERVICE_S = 420  # a whole Serve app over HTTP (tests/e2e, tests/security)
 OPS_S = 600  # services of their own, restarts, load (tests/ops, tests/loadtests)
 
@@ -45,6 +46,8 @@ def timeout_for(item: pytest.Item) -> int:
         return _BY_DIRECTORY[top]
     if item.get_closest_marker("slow") is not None:
         return SLOW_S
+    if hasattr(getattr(item, "module", None), "subprocess"):  # the module imports it
+        return PROCESS_S
     if _DB_FIXTURES & set(getattr(item, "fixturenames", ())):
         return DB_S
     return UNIT_S

@@ -132,6 +132,8 @@ def _drop_batch_queue() -> None:
     from deployments.embedder import Embedder
 
     for wrapper in _batch_queue_wrappers(Embedder.func_or_class._embed_batch):
+        if wrapper._queue is not None and wrapper._queue._handle_batch_task is not None:
+            wrapper._queue._handle_batch_task.cancel()  # its loop task: stop what we started
         wrapper._queue = None
 
 
@@ -145,6 +147,7 @@ async def test_a_caller_on_an_idle_encoder_skips_the_batch_fill_wait(monkeypatch
         vector = await embedder.embed("alone")
         elapsed = time.perf_counter() - started
     finally:
+        await embedder._flusher.stop()
         _drop_batch_queue()
     assert vector.shape == (2,) and embedder.encoder.batches == [1]
     assert elapsed < 1.0, elapsed  # one 0.1 s run, not the 2 s fill wait
@@ -168,8 +171,8 @@ async def test_callers_arriving_during_a_run_wait_and_join_the_next_one(
             first = asyncio.ensure_future(embedder.embed("first"))
         rest = await asyncio.gather(*(late(i) for i in range(20)))
         head = await first
-        await embedder._flusher.stop()
     finally:
+        await embedder._flusher.stop()  # the last flush, and no Periodic left running
         _drop_batch_queue()
     assert len(rest) == 20 and all(v.shape == (2,) for v in rest)
     first_run = 30 if own_run else 1
