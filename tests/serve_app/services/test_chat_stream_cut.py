@@ -91,7 +91,8 @@ async def test_a_stream_the_upstream_cuts_keeps_its_turn_and_counts_its_tokens(
 @contextlib.asynccontextmanager
 async def served(app) -> AsyncIterator[str]:
     """The app behind a real uvicorn server on this loop (a client can really go away)."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    # lifespan on: its shutdown stops what requests started (the request metrics' Flusher)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
