@@ -160,6 +160,7 @@ def _item(
         (_item("tests/serve_app/test_text.py"), timeouts.UNIT_S),
         (_item("tests/serve_app/store/test_x.py", ("fresh_db", "pg_admin_dsn")), timeouts.DB_S),
         (_item("tests/models/test_export.py", slow=True), timeouts.SLOW_S),
+        (_item("tests/models/test_torch_backend.py", ("torch_weights",)), timeouts.SLOW_S),
         (_item("tests/serve_app/cli/test_tenants.py", ("fresh_db",), spawns=True), 300),
         (_item("tests/deployments/test_embedder.py"), timeouts.SLOW_S),
         (_item("tests/e2e/test_api.py", ("service",)), timeouts.SERVICE_S),

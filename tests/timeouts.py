@@ -33,6 +33,7 @@ _BY_DIRECTORY = {
     "deployments": SLOW_S,
 }
 _DB_FIXTURES = {"pg_server", "pg_admin_dsn"}
+_MODEL_FIXTURES = {"torch_weights", "exported_minilm", "requantized_cache"}  # build a model
 
 
 def timeout_for(item: pytest.Item) -> int:
@@ -44,11 +45,12 @@ def timeout_for(item: pytest.Item) -> int:
     top = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
     if top in _BY_DIRECTORY:
         return _BY_DIRECTORY[top]
-    if item.get_closest_marker("slow") is not None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("slow") is not None or _MODEL_FIXTURES & fixtures:
         return SLOW_S
     if hasattr(getattr(item, "module", None), "subprocess"):  # the module imports it
         return PROCESS_S
-    if _DB_FIXTURES & set(getattr(item, "fixturenames", ())):
+    if _DB_FIXTURES & fixtures:
         return DB_S
     return UNIT_S
 
