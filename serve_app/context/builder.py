@@ -28,7 +28,7 @@ from serve_app.context.format import format_context
 from serve_app.context.parts import is_small_talk, split_parts
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import format_with_profile
-from serve_app.profile.classify import CLASSES
+from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
 from serve_app.text import normalize
 
@@ -194,9 +194,11 @@ class ContextBuilder:
             p["why"] = "profile: pinned" if p.get("pinned") else f"profile: {p['profile_class']}"
         p_facts, other = [], []
         for f in facts:
-            (p_facts if f["category"] in CLASSES else other).append(f)
-        for f in p_facts:
-            f["why"] = f"profile: {f['category']}"
+            cls = fact_class(f["category"], f["key"])
+            if cls is not None:
+                f["profile_class"] = cls
+                f["why"] = f"profile: {cls}"
+            (p_facts if cls is not None else other).append(f)
         if lv.gate:
             other = [f for f in other if stems(f"{f['key']} {f['value']}") & message]
             for f in other:

@@ -74,8 +74,69 @@ def split_parts(message: str, max_parts: int) -> list[str]:
     return parts[:max_parts]
 
 
+# Words of pleasantries: a message made only of these (beyond stop words) is small talk.
+SMALL_TALK = frozenset(
+    [
+        "thanks",
+        "thank",
+        "thx",
+        "helps",
+        "helped",
+        "helpful",
+        "lot",
+        "lots",
+        "great",
+        "awesome",
+        "cool",
+        "haha",
+        "hahaha",
+        "lol",
+        "lmao",
+        "nice",
+        "perfect",
+        "appreciate",
+        "appreciated",
+        "wow",
+        "amazing",
+        "fine",
+        "morning",
+        "evening",
+        "afternoon",
+        "night",
+        "today",
+        "weather",
+        "isn't",
+        "it's",
+        "that's",
+        "how's",
+        "doing",
+        "day",
+        "cheers",
+        "bye",
+        "later",
+        "yo",
+        "hey",
+        "hmm",
+        "hello",
+        "hi",
+        "ok",
+        "okay",
+        "sure",
+        "yeah",
+        "yep",
+        "good",
+        "glad",
+        "happy",
+        "sounds",
+    ]
+)
+
+
 def is_small_talk(message: str) -> bool:
-    """A greeting, a thanks, or a message without a single content word."""
+    """A greeting, a thanks, or a message whose content words are all pleasantries."""
     if is_greeting(message):
         return True
-    return all(is_greeting(s) or not key_terms(s) for s in sentences(message) or [message])
+    return all(
+        is_greeting(s) or all(w in SMALL_TALK for w in key_terms(s, limit=64))
+        for s in sentences(message) or [message]
+    )

@@ -36,7 +36,7 @@ PROFILE_HEADER = "About the user (always apply):"
 
 
 def profile_class(item: dict[str, Any]) -> str:
-    return item.get("profile_class") or item.get("category") or "pinned"
+    return item.get("profile_class") or "pinned"
 
 
 def profile_line(item: dict[str, Any]) -> str:

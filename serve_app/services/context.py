@@ -8,7 +8,7 @@ from typing import Any
 from serve_app.context import ContextBuilder, ContextRequest, ContextResult
 from serve_app.context.builder import Levers, owners_for
 from serve_app.context.evidence import Evidence
-from serve_app.profile.classify import CLASSES
+from serve_app.profile.classify import fact_class
 from serve_app.settings import ContextSettings
 from serve_app.store import Owner
 
@@ -57,11 +57,11 @@ class ContextService:
         owners = owners_for(owner.user_id, agent_id)
         memories = await b.profile(owner.tenant_id, owners, d.profile_max_items, None)
         facts = await b.facts(owner.tenant_id, owner.user_id, d.max_facts)
-        facts = [f for f in facts if f["category"] in CLASSES]
+        facts = [f for f in facts if fact_class(f["category"], f["key"]) is not None]
         for m in memories:
             m["why"] = "profile: pinned" if m.get("pinned") else f"profile: {m['profile_class']}"
         for f in facts:
-            f["why"] = f"profile: {f['category']}"
+            f["why"] = f"profile: {fact_class(f['category'], f['key'])}"
         return memories, facts
 
 
