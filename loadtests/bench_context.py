@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests import procstat  # noqa: E402
 from loadtests.bench_servers import memserve_server  # noqa: E402
+from loadtests.context_calibrate import Candidate, Sample, calibrate  # noqa: E402
 from loadtests.context_metrics import (  # noqa: E402
-    PROFILE_CLASSES,
     Labels,
     classifier_scores,
     outcome,
@@ -62,6 +62,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "split": {**OFF, "SPLIT_PARTS": "true"},
     "gate": {**OFF, "RELEVANCE_GATE": "true"},
     "all": {},
+    # gate off, the rest on: what the gate is calibrated on (--calibrate)
+    "nogate": {"RELEVANCE_GATE": "false"},
 }
 ENV = {
     "MEMSERVE_RATE_LIMIT_PER_S": "0",
@@ -136,9 +138,7 @@ async def load_user(client: httpx.AsyncClient, user: dict, source: str, uid: str
         r.raise_for_status()
         labels.key_of[r.json()["id"]] = f"fact:{f['category']}.{f['key']}"
     labels.profile_keys = {m["key"] for m in user["memories"] if m["cls"]} | {
-        f"fact:{f['category']}.{f['key']}"
-        for f in user.get("facts", [])
-        if f["category"] in PROFILE_CLASSES
+        f"fact:{f['category']}.{f['key']}" for f in user.get("facts", []) if f.get("cls")
     }
     return labels
 
@@ -172,6 +172,7 @@ async def ask(
     other = [x["id"] for x in b["memories"]]
     other += [f["id"] for f in b["facts"] if not str(f.get("why") or "").startswith("profile")]
     cost = {"latency_ms": ms, "tokens": b["tokens"], "profile_tokens": b.get("profile_tokens", 0)}
+    ask.last = b  # type: ignore[attr-defined]  # the body, for calibration
     return prof, other, cost
 
 
@@ -179,6 +180,7 @@ async def run_variant(
     server, variant: str, data: dict, sources: list[str], args: argparse.Namespace
 ) -> dict:
     out: dict[str, Any] = {}
+    samples: list[Sample] = []
     async with httpx.AsyncClient(
         base_url=server.base_url, headers=server.headers, timeout=120
     ) as c:
@@ -206,6 +208,8 @@ async def run_variant(
                     cost["latency_ms"] = sorted(times)[len(times) // 2]
                     o = outcome(lab, msg["needs"], prof, other, **cost)
                     outs.append((i, msg["user"], o))
+                    if variant == "nogate" and i % 2 == 0 and mode == "context":
+                        samples.append(sample(msg, lab, ask.last))  # type: ignore[attr-defined]
                 after = procstat.snapshot(server.pids, server.match)
                 cpu = sum(procstat.cpu_by_role(before, after, server.classify).values())
                 out[f"{name}/{source}"] = score(outs, labels, source, data) | {
@@ -213,7 +217,18 @@ async def run_variant(
                 }
         if variant in ("all", "baseline"):
             out["classifier"] = await classifier_report(c, data, sources, labels)
+        if samples:
+            out["calibration"] = calibrate(samples, args.max_unneeded)
     return out
+
+
+def sample(msg: dict, lab: Labels, body: dict) -> Sample:
+    """The retrieved candidates of one block (gate off) with their best cosine."""
+    cands = [
+        Candidate(lab.key(m["id"]) or "", m.get("similarity"), m["content"])
+        for m in body["memories"]
+    ]
+    return Sample(msg["text"], frozenset(msg["needs"]), cands)
 
 
 def score(outs: list, labels: dict, source: str, data: dict) -> dict:
@@ -229,7 +244,14 @@ def score(outs: list, labels: dict, source: str, data: dict) -> dict:
         return res
 
     prof = {f"{u['id']}/{k}" for u in data["users"] for k in labels[(source, u["id"])].profile_keys}
+    detail = [
+        {"i": i, "user": user, "text": data["messages"][i]["text"],
+         "missing": sorted(o.needed - o.got), "unneeded": sorted(o.outside_profile - o.needed)}
+        for i, user, o in outs
+        if o.needed - o.got or o.outside_profile - o.needed
+    ]  # fmt: skip
     return {
+        "detail": detail,
         "all": summarise(qualified(outs), prof),
         "calibration": summarise(qualified([x for x in outs if x[0] % 2 == 0]), prof),
         "held_out": summarise(qualified([x for x in outs if x[0] % 2 == 1]), prof),
@@ -336,6 +358,8 @@ def print_table(report: dict) -> None:
         if "classifier" in res:
             for src, s in res["classifier"].items():
                 print(f"  classifier[{variant}/{src}]: {json.dumps(s)}")
+        if "calibration" in res:
+            print(f"  evidence gate calibration (pick): {json.dumps(res['calibration']['pick'])}")
         if "locomo" in res:
             print(f"  LoCoMo[{variant}]: {json.dumps(res['locomo'])}")
 
@@ -346,6 +370,7 @@ def main() -> None:
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--repeat", type=int, default=3, help="calls per message (best kept)")
     ap.add_argument("--top-k", type=int, default=5, help="plain search's top_k")
+    ap.add_argument("--max-unneeded", type=float, default=0.15, help="calibration's bound")
     ap.add_argument("--locomo-queries", type=int, default=60, help="per conversation; -1: skip")
     args = ap.parse_args()
     args.sources = [s for s in args.sources.split(",") if s]

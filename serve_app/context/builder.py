@@ -270,6 +270,6 @@ def _fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for key, m in best.items():
         m = dict(m)
-        m["best_similarity"] = sims[key]
+        m["best_similarity"] = m["similarity"] = sims[key]  # the response shows the best
         out.append(m)
     return out
