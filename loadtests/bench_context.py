@@ -32,6 +32,7 @@ import asyncio
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,7 @@ async def run_variant(
             out["classifier"] = await classifier_report(c, data, sources, labels)
         if samples:
             out["calibration"] = calibrate(samples, args.max_unneeded)
+            out["calibration"]["samples"] = [asdict(x) for x in samples]
     return out
 
 

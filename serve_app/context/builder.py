@@ -66,7 +66,7 @@ class Levers:
     split: bool = False
     max_parts: int = 6
     gate: bool = False
-    evidence: Evidence = Evidence(0.45, 0.25)
+    evidence: Evidence = Evidence(0.35, 0.35)
     small_talk: str = "profile"  # profile | nothing
 
     @property

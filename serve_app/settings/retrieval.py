@@ -138,7 +138,8 @@ class ContextSettings(BaseSettings):
     # shared content word and cosine >= ``evidence_similarity_lexical``. Calibrated on
     # loadtests/bench_context.py's calibration half (docs/operations.md).
     relevance_gate: bool = True
-    evidence_similarity: float = 0.45
-    evidence_similarity_lexical: float = 0.25
+    # bench_context --variants nogate, calibration half (docs/operations.md): 0.35/0.35
+    evidence_similarity: float = 0.35
+    evidence_similarity_lexical: float = 0.35
     # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
     small_talk: Literal["profile", "nothing"] = "profile"
