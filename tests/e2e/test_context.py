@@ -77,10 +77,17 @@ def test_vague_follow_up_is_expanded_and_answered(api, world):
     assert m["dog"]["id"] not in ids(body)
     ctx = body["context"]
     assert ctx.startswith(CONTEXT_OPEN) and ctx.endswith(CONTEXT_CLOSE)
-    assert ctx.index("personal.name: Ada") < ctx.index("travel.home_airport: SFO")
-    assert ctx.index("travel.home_airport") < ctx.index("$10,000")
-    assert [f["key"] for f in body["facts"]] == ["name", "home_airport"]  # active, by importance
-    assert "Old City" not in ctx
+    # Issue 29: the name is profile material (first, always); the home airport is a fact
+    # outside the profile with no evidence in this message, so it stays out (no noise).
+    assert ctx.index("personal.name: Ada") < ctx.index("$10,000")
+    assert [(f["key"], f["why"]) for f in body["facts"]] == [("name", "profile: identity")]
+    assert "home_airport" not in ctx and "Old City" not in ctx
+
+
+def test_a_fact_outside_the_profile_comes_with_evidence(api, world):
+    uid, _, _ = world
+    body = api.post("/v1/context", json={"user_id": uid, "query": "Which home airport is best?"})
+    assert "travel.home_airport: SFO" in body.json()["context"]
 
 
 def test_greeting_skips_search_but_keeps_facts(api, world):
