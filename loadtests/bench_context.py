@@ -54,7 +54,12 @@ from loadtests.harness import write_json  # noqa: E402
 from tests.fakes.llm_server import FakeLLM, extraction  # noqa: E402
 
 DATA = ROOT / "loadtests" / "data" / "context_bench.json"
-LOCOMO = ROOT.parent / "shared" / "data" / "locomo-dev.json"
+# ../shared from the main checkout, ../../shared from a worktree under /work/wt
+LOCOMO = next(
+    (p / "shared" / "data" / "locomo-dev.json" for p in (ROOT.parent, ROOT.parent.parent)
+     if (p / "shared" / "data" / "locomo-dev.json").exists()),
+    ROOT.parent / "shared" / "data" / "locomo-dev.json",
+)  # fmt: skip
 SOURCES = ("typed", "untyped", "llm")
 OFF = {"PROFILE": "false", "SPLIT_PARTS": "false", "RELEVANCE_GATE": "false"}
 VARIANTS: dict[str, dict[str, str]] = {
@@ -376,6 +381,8 @@ def main() -> None:
     ap.add_argument("--locomo-queries", type=int, default=60, help="per conversation; -1: skip")
     args = ap.parse_args()
     args.sources = [s for s in args.sources.split(",") if s]
+    if args.locomo_queries >= 0 and not LOCOMO.exists():
+        ap.error(f"{LOCOMO} is missing (--locomo-queries -1 skips LoCoMo)")
     data = json.loads(DATA.read_text())
     report: dict[str, Any] = {"variants": {}, "config": vars(args) | {"data": str(DATA)}}
     for variant in [v for v in args.variants.split(",") if v]:
