@@ -152,7 +152,9 @@ class ContextBuilder:
     async def _build(self, req: ContextRequest) -> ContextResult:
         """The block with issue 29's levers (each on its own)."""
         lv = req.levers
-        small = is_small_talk(req.query)
+        text = expand_query(req.query, req.history)
+        # "How much?" after "planning a Hawaii trip" is a question, not small talk.
+        small = is_greeting(req.query) or (is_small_talk(req.query) and text == req.query)
         if small and lv.small_talk == "nothing":
             return ContextResult("")
         facts_task = asyncio.ensure_future(self.facts(req.tenant_id, req.user_id, req.max_facts))
@@ -163,11 +165,9 @@ class ContextBuilder:
                 self.profile(req.tenant_id, owners, lv.profile_max_items, req.session_id)
             )
         memories: list[dict[str, Any]] = []
-        text: str | None = None
         parts: list[str] = []
         try:
             if not small:
-                text = expand_query(req.query, req.history)
                 parts = split_parts(req.query, lv.max_parts) if lv.split else [req.query]
                 parts = [text, *parts[1:]]
                 memories = await self._memories(req, parts)
@@ -177,7 +177,8 @@ class ContextBuilder:
             facts_task.cancel()
             if profile_task is not None:
                 profile_task.cancel()
-        message = stems(text or req.query)  # the expanded text: a follow-up's terms too
+        message = stems(text)  # the expanded text: a follow-up's terms too
+        search_query = None if small else text
         if lv.gate:
             memories = self._admitted(memories, message, lv.evidence)
         else:
@@ -187,7 +188,7 @@ class ContextBuilder:
         if not lv.profile:
             block = format_context(facts, memories, req.token_budget)
             return ContextResult(
-                block.text, block.memories, block.facts, text, block.tokens, parts=parts
+                block.text, block.memories, block.facts, search_query, block.tokens, parts=parts
             )
         in_profile = {str(p["id"]) for p in profile}
         for p in profile:
@@ -210,7 +211,7 @@ class ContextBuilder:
         )
         kept_mem_profile = [p for p in kept_p if "category" not in p]
         return ContextResult(
-            block.text, block.memories, block.facts, text, block.tokens,
+            block.text, block.memories, block.facts, search_query, block.tokens,
             profile=kept_mem_profile, profile_tokens=p_tokens, parts=parts,
         )  # fmt: skip
 

@@ -114,3 +114,12 @@ def test_profile_memories_are_not_repeated_in_the_memories():
     b = Backend(profile=[p], by_text={"Where do I live?": [dict(p)]})
     r = build(b, "Where do I live?")
     assert len(r.profile) == 1 and r.memories == []
+
+
+def test_a_vague_follow_up_is_not_small_talk():
+    budget = mem("Our Hawaii vacation budget is $10,000", 0.5)
+    b = Backend(by_text={"How much? planning vacation hawaii": [budget]})
+    history = (("user", "We are planning a vacation to Hawaii"), ("assistant", "Lovely!"))
+    r = build(b, "How much?", history=history)
+    assert r.search_query == "How much? planning vacation hawaii"
+    assert [m["content"] for m in r.memories] == [budget["content"]]
