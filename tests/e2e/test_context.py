@@ -54,7 +54,9 @@ def world(service, api):
 
 
 def ids(body) -> set[str]:
-    return {x["id"] for x in body["memories"]}
+    """Memories in the block: retrieved ones and the profile's (issue 29: a budget is a
+    constraint, so it is in the profile, first, whatever the message)."""
+    return {x["id"] for x in body["memories"] + body["profile"]}
 
 
 def test_vague_follow_up_is_expanded_and_answered(api, world):
@@ -114,7 +116,11 @@ def test_budget_is_respected(api, world):
     q = {"user_id": uid, "query": "Tell me about Hawaii travel plans and prices"}
     full = api.post("/v1/context", json=q).json()
     small = api.post("/v1/context", json={**q, "token_budget": 60}).json()
-    assert small["tokens"] <= 60 and len(small["memories"]) < len(full["memories"])
+
+    def items(b):
+        return len(b["profile"]) + len(b["memories"]) + len(b["facts"])
+
+    assert small["tokens"] <= 60 and items(small) < items(full)
     assert api.post("/v1/context", json={**q, "token_budget": 10**6}).status_code == 422
 
 

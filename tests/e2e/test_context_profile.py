@@ -95,12 +95,13 @@ def test_pinned_overrides_and_forget_and_supersede_update_at_once(api):
         return {p["id"] for p in context(api, uid, "Plan my weekend")["profile"]}
 
     assert {nut["id"], lang["id"], city["id"]} <= profile_ids()
-    r = api.patch(f"/v1/memories/{nut['id']}", json={"pinned": False})
+    who = {"user_id": uid}
+    r = api.patch(f"/v1/memories/{nut['id']}", params=who, json={"pinned": False})
     assert r.status_code == 200, r.text
     assert nut["id"] not in profile_ids()
-    api.patch(f"/v1/memories/{nut['id']}", json={"pinned": None})
+    assert api.patch(f"/v1/memories/{nut['id']}", params=who, json={"pinned": None}).is_success
     assert nut["id"] in profile_ids()  # automatic again: its class decides
-    assert api.delete(f"/v1/memories/{lang['id']}").status_code == 204
+    assert api.delete(f"/v1/memories/{lang['id']}", params=who).status_code == 204
     moved = add(api, user_id=uid, content="Lives in Bergen now", supersedes=[city["id"]])
     now = profile_ids()
     assert lang["id"] not in now and city["id"] not in now and moved["id"] in now
