@@ -82,7 +82,8 @@ def test_vague_follow_up_is_expanded_and_answered(api, world):
     assert ctx.startswith(CONTEXT_OPEN) and ctx.endswith(CONTEXT_CLOSE)
     # Issue 29: the name is profile material (first, always); the home airport is a fact
     # outside the profile with no evidence in this message, so it stays out (no noise).
-    assert ctx.index("personal.name: Ada") < ctx.index("$10,000")
+    # the budget is a constraint: in the profile too, before identity (the name)
+    assert ctx.index("About the user") < ctx.index("$10,000") < ctx.index("personal.name: Ada")
     assert [(f["key"], f["why"]) for f in body["facts"]] == [("name", "profile: identity")]
     assert "home_airport" not in ctx and "Old City" not in ctx
 
