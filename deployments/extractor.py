@@ -42,6 +42,7 @@ from serve_app.metrics import (
 )
 from serve_app.model_facts import ModelFacts
 from serve_app.periodic import Periodic
+from serve_app.profile.classify import ProfileClassifier
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.services.tenants import tenant_service
@@ -129,6 +130,8 @@ class Extractor:
             self.settings,
             quotas=self.tenants.quotas,
             retention=self.tenants.retention,
+            # profile classes of memories the model gave none (its table's model)
+            classifier=ProfileClassifier(functools.partial(self._embed, model=model)),
         )
 
     def _consolidator(self, model: ModelFacts) -> Consolidator:

@@ -22,6 +22,7 @@ from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
 from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
 from serve_app.metrics import IngestMetrics, start_pool_metrics
+from serve_app.profile.classify import ProfileClassifier
 from serve_app.services.auth import Authenticator, authenticator, key_store
 from serve_app.services.chat import ChatService
 from serve_app.services.chat_caps import allowed_models
@@ -43,6 +44,7 @@ from serve_app.store.directory import MemoryDirectory
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.keys import KeyStore
 from serve_app.store.llm_spend import SpendStore
+from serve_app.store.profile import ProfileStore
 from serve_app.store.turns import TurnStore
 from serve_app.store.users import UserDirectory
 
@@ -119,7 +121,12 @@ async def build_services(
         closers.extend(lifecycle.closers)
         # The one write path of memories and facts (guards, quotas, validation, history).
         writer = GuardedWriter.from_settings(  # quotas and retention: the tenant's settings
-            pool, model.table_slug, settings, quotas=tenants.quotas, retention=tenants.retention
+            pool,
+            model.table_slug,
+            settings,
+            quotas=tenants.quotas,
+            retention=tenants.retention,
+            classifier=ProfileClassifier(backends.embed),  # profile classes at write time
         )
         ingest_metrics = IngestMetrics()
         closers.append(ingest_metrics.flusher.stop)
@@ -153,8 +160,9 @@ async def build_services(
             turn_ttl_hours=settings.extract.turn_ttl_hours,
             spend=spend,
         )
+        profiles = ProfileStore(pool)
         context = ContextService(
-            ContextBuilder(memories.search_many, writer.facts.active),
+            ContextBuilder(memories.search_many, writer.facts.active, profiles.members),
             settings.context,
         )
         chat = ChatService(

@@ -140,6 +140,9 @@ class MemoryFields(StrictModel):
     # The owner's memories this one replaces: they are retired (valid_until, superseded_by)
     # in the same transaction; an unknown or foreign id is a 404 that writes nothing.
     supersedes: list[UUID] | None = Field(default=None, max_length=100)
+    # The profile (issue 29): true: always in the user's context blocks; false: never
+    # in the profile; null (default): its class, given at write time, decides.
+    pinned: bool | None = None
 
     _content = field_validator("content")(check_content)
     _tags = field_validator("tags")(_check_tags)
@@ -172,6 +175,7 @@ class MemoryPatch(StrictModel):
     status: Literal["active", "archived"] | None = None  # archived: out of search/context
     valid_from: datetime | None = None  # event time: when it became true
     valid_until: datetime | None = None  # retire it (null: valid again); never deletes
+    pinned: bool | None = None  # profile override (null: automatic again)
     version: int | None = Field(default=None, ge=1, le=MAX_ROW_VERSION)  # only this row version
 
     _content = field_validator("content")(check_content)
@@ -353,14 +357,39 @@ class ContextFact(BaseModel):
     confidence: float
     importance: float
     updated_at: datetime
+    why: str | None = None  # why it is in the block ("profile: constraint", ...)
+
+
+class ContextMemory(ScoredMemory):
+    why: str | None = None  # the evidence that admitted it ("similar to the message ...")
+
+
+class ProfileMemory(Memory):
+    """A memory of the user's profile (issue 29): always in the context block."""
+
+    profile_class: str | None = None  # instruction | constraint | identity
+    pinned: bool | None = None  # the owner's override (null: the class decides)
+    why: str | None = None
 
 
 class ContextResponse(BaseModel):
     context: str
-    memories: list[ScoredMemory]
+    profile: list[ProfileMemory] = Field(default_factory=list)  # shown first, always
+    memories: list[ContextMemory]  # retrieved for this message (profile ones not repeated)
     facts: list[ContextFact]
     search_query: str | None = None  # the (expanded) query searched; null: search skipped
+    parts: list[str] = Field(default_factory=list)  # the message's parts searched
     tokens: int = 0  # approximate tokens of `context`
+    profile_tokens: int = 0  # of which the profile section (counted in the budget)
+
+
+class ProfileResponse(BaseModel):
+    """GET /v1/users/{user_id}/profile: what every context block of the user starts with
+    (before the token cap), and why each item is there."""
+
+    user_id: str
+    memories: list[ProfileMemory]
+    facts: list[ContextFact]
 
 
 class ApiKeyCreate(StrictModel):

@@ -24,8 +24,11 @@ async def context(body: ContextRequest, caller: Caller, services: Svc):
     )
     return {
         "context": result.context,
+        "profile": result.profile,
         "memories": result.memories,
         "facts": result.facts,
         "search_query": result.search_query,
+        "parts": result.parts,
         "tokens": result.tokens,
+        "profile_tokens": result.profile_tokens,
     }

@@ -147,7 +147,7 @@ async def update_memory(
     owner = read_owner(caller, user_id)
     changes = body.model_dump(exclude_unset=True)
     expected = parse_if_match(if_match, changes.pop("version", None))
-    if any(v is None for k, v in changes.items() if k != "valid_until"):
+    if any(v is None for k, v in changes.items() if k not in ("valid_until", "pinned")):
         raise ApiError(422, "invalid_request", "fields may be omitted but not null")
     if not changes:
         raise ApiError(422, "invalid_request", "nothing to update")

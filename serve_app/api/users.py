@@ -14,7 +14,7 @@ from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
 from serve_app.responses import SessionList, UserList
-from serve_app.schemas import Identifier
+from serve_app.schemas import Identifier, ProfileResponse
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 UserPath = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")]
@@ -53,3 +53,16 @@ async def list_sessions(
         owner.tenant_id, owner.user_id, _page_limit(limit, services)
     )
     return {"sessions": rows}
+
+
+@router.get("/{user_id}/profile", response_model=ProfileResponse)
+async def user_profile(
+    user_id: UserPath, caller: Caller, services: Svc, agent_id: Identifier | None = None
+):
+    """The user's profile (issue 29): standing instructions, constraints and identity,
+    from memories (classified when written, or pinned) and facts, most important first,
+    each with why it is there; every context block of the user starts with it."""
+    owner = resolve_owner(caller, user_id)
+    assert owner.user_id is not None
+    memories, facts = await services.context.profile(owner, agent_id)
+    return {"user_id": owner.user_id, "memories": memories, "facts": facts}

@@ -23,7 +23,7 @@ from serve_app.responses import (
     UsageResponse,
     UserList,
 )
-from serve_app.schemas import DeletedCount
+from serve_app.schemas import DeletedCount, ProfileResponse
 
 Json = dict[str, Any]
 NDJSON = "application/x-ndjson"
@@ -144,6 +144,13 @@ class DataApi:
     def user_sessions(user_id: str, *, limit: int | None = None) -> Call[SessionList]:
         path = f"/v1/users/{user_id}/sessions"
         return with_params("GET", path, {"limit": limit}, SessionList)
+
+    @Endpoint
+    @staticmethod
+    def user_profile(user_id: str, *, agent_id: str | None = None) -> Call[ProfileResponse]:
+        """The user's profile: what every context block starts with, and why (issue 29)."""
+        path = f"/v1/users/{user_id}/profile"
+        return with_params("GET", path, {"agent_id": agent_id}, ProfileResponse)
 
     # the chat proxy (its answers are the upstream's OpenAI JSON: plain dicts)
     chat = Endpoint(chat_call)

@@ -4,6 +4,14 @@ Flow: facts (deterministic lookup) and, unless the message is a greeting, the
 (expanded) query searched over the union of the user's, the agent's and the
 organisation's memories, plus the current session's memories, in one backend call
 that embeds the text once; results are merged, de-duplicated, and cut to the token budget.
+
+Issue 29's levers (``Levers``, each on its own; all off: the block as before):
+``profile``: the user's profile (instructions, constraints, identity: classes given at
+write time, read with one indexed query) always first, within a share of the budget;
+``split``: the message searched part by part (sentences, clauses) in the same backend
+call, fused by each memory's best part; ``gate``: a retrieved memory or a fact outside
+the profile enters only on evidence from this message (:mod:`serve_app.context.evidence`),
+and small talk gets the profile only (or nothing).
 """
 
 from __future__ import annotations
@@ -14,15 +22,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from serve_app.context.evidence import Evidence, stems
 from serve_app.context.expand import expand_query
 from serve_app.context.format import format_context
+from serve_app.context.parts import is_small_talk, split_parts
 from serve_app.context.prefilter import is_greeting
+from serve_app.context.profile_block import format_with_profile
+from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
 from serve_app.text import normalize
 
 # Queries searched by their text (the backend embeds it once): MemoryService.search_many.
 SearchFn = Callable[[Sequence[SearchQuery]], Awaitable[list[list[dict[str, Any]]]]]
 FactsFn = Callable[[str, str, int], Awaitable[list[dict[str, Any]]]]
+# (tenant_id, owner keys, limit, session_id) -> the owners' profile memories.
+ProfileFn = Callable[[str, Sequence[str], int, str | None], Awaitable[list[dict[str, Any]]]]
 _WORDS = re.compile(r"\w+")
 NEAR_DUPLICATE_JACCARD = 0.9
 
@@ -39,6 +53,25 @@ class ContextRequest:
     top_k: int = 10
     threshold: float | None = None
     max_facts: int = 50
+    levers: Levers = field(default_factory=lambda: Levers())
+
+
+@dataclass(frozen=True)
+class Levers:
+    """Issue 29's levers (settings ``MEMSERVE_CONTEXT_*``); the defaults: all off."""
+
+    profile: bool = False
+    profile_share: float = 0.25
+    profile_max_items: int = 30
+    split: bool = False
+    max_parts: int = 6
+    gate: bool = False
+    evidence: Evidence = Evidence(0.35, 0.35)
+    small_talk: str = "profile"  # profile | nothing
+
+    @property
+    def any(self) -> bool:
+        return self.profile or self.split or self.gate
 
 
 @dataclass
@@ -48,6 +81,9 @@ class ContextResult:
     facts: list[dict[str, Any]] = field(default_factory=list)
     search_query: str | None = None  # None: the pre-filter skipped the search
     tokens: int = 0
+    profile: list[dict[str, Any]] = field(default_factory=list)  # in the block, first
+    profile_tokens: int = 0
+    parts: list[str] = field(default_factory=list)  # the parts searched (split lever)
 
 
 def owners_for(user_id: str, agent_id: str | None) -> tuple[str, ...]:
@@ -92,45 +128,149 @@ def visible_in_session(m: dict[str, Any], session_id: str | None) -> bool:
 
 
 class ContextBuilder:
-    def __init__(self, search: SearchFn, facts: FactsFn) -> None:
+    def __init__(self, search: SearchFn, facts: FactsFn, profile: ProfileFn | None = None) -> None:
         self.search = search
         self.facts = facts
+        self.profile = profile
 
     async def build(self, req: ContextRequest) -> ContextResult:
+        if req.levers.any:
+            return await self._build(req)
         facts_task = asyncio.ensure_future(self.facts(req.tenant_id, req.user_id, req.max_facts))
         memories: list[dict[str, Any]] = []
         text: str | None = None
         try:
             if not is_greeting(req.query):
                 text = expand_query(req.query, req.history)
-                memories = await self._memories(req, text)
+                memories = await self._memories(req, [text])
             facts = await facts_task
         finally:
             facts_task.cancel()
         block = format_context(facts, memories, req.token_budget)
         return ContextResult(block.text, block.memories, block.facts, text, block.tokens)
 
-    async def _memories(self, req: ContextRequest, text: str) -> list[dict[str, Any]]:
-        broad = SearchQuery(
-            tenant_id=req.tenant_id,
-            user_id=req.user_id,
-            top_k=req.top_k * 2,
-            threshold=req.threshold,
-            text=text,
-            owners=owners_for(req.user_id, req.agent_id),
-        )
-        searches = [broad]
-        if req.session_id:
-            session = SearchQuery(
-                tenant_id=req.tenant_id,
-                user_id=req.user_id,
-                top_k=req.top_k,
-                threshold=req.threshold,
-                session_id=req.session_id,
-                text=text,
+    async def _build(self, req: ContextRequest) -> ContextResult:
+        """The block with issue 29's levers (each on its own)."""
+        lv = req.levers
+        text = expand_query(req.query, req.history)
+        # "How much?" after "planning a Hawaii trip" is a question, not small talk.
+        small = is_greeting(req.query) or (is_small_talk(req.query) and text == req.query)
+        if small and lv.small_talk == "nothing":
+            return ContextResult("")
+        facts_task = asyncio.ensure_future(self.facts(req.tenant_id, req.user_id, req.max_facts))
+        profile_task = None
+        if lv.profile and self.profile is not None:
+            owners = owners_for(req.user_id, req.agent_id)
+            profile_task = asyncio.ensure_future(
+                self.profile(req.tenant_id, owners, lv.profile_max_items, req.session_id)
             )
-            searches.append(session)
+        memories: list[dict[str, Any]] = []
+        parts: list[str] = []
+        try:
+            if not small:
+                parts = split_parts(req.query, lv.max_parts) if lv.split else [req.query]
+                parts = [text, *parts[1:]]
+                memories = await self._memories(req, parts)
+            facts = await facts_task
+            profile = await profile_task if profile_task is not None else []
+        finally:
+            facts_task.cancel()
+            if profile_task is not None:
+                profile_task.cancel()
+        message = stems(text)  # the expanded text: a follow-up's terms too
+        search_query = None if small else text
+        if lv.gate:
+            memories = self._admitted(memories, message, lv.evidence)
+        else:
+            for m in memories:
+                m["why"] = f"retrieved (score {float(m.get('score') or 0):.2f})"
+        memories = memories[: req.top_k]
+        if not lv.profile:
+            block = format_context(facts, memories, req.token_budget)
+            return ContextResult(
+                block.text, block.memories, block.facts, search_query, block.tokens, parts=parts
+            )
+        in_profile = {str(p["id"]) for p in profile}
+        for p in profile:
+            p["why"] = "profile: pinned" if p.get("pinned") else f"profile: {p['profile_class']}"
+        p_facts, other = [], []
+        for f in facts:
+            cls = fact_class(f["category"], f["key"])
+            if cls is not None:
+                f["profile_class"] = cls
+                f["why"] = f"profile: {cls}"
+            (p_facts if cls is not None else other).append(f)
+        if lv.gate:
+            other = [f for f in other if stems(f"{f['key']} {f['value']}") & message]
+            for f in other:
+                f["why"] = "shares a word with the message"
+        memories = [m for m in memories if str(m["id"]) not in in_profile]
+        cap = int(req.token_budget * lv.profile_share)
+        block, kept_p, p_tokens = format_with_profile(
+            [*profile, *p_facts], other, memories, req.token_budget, cap
+        )
+        kept_mem_profile = [p for p in kept_p if "category" not in p]
+        return ContextResult(
+            block.text, block.memories, block.facts, search_query, block.tokens,
+            profile=kept_mem_profile, profile_tokens=p_tokens, parts=parts,
+        )  # fmt: skip
+
+    @staticmethod
+    def _admitted(
+        memories: list[dict[str, Any]], message: frozenset[str], ev: Evidence
+    ) -> list[dict[str, Any]]:
+        out = []
+        for m in memories:
+            why = ev.why(
+                m.get("best_similarity", m.get("similarity")), stems(m["content"]), message
+            )
+            if why is not None:
+                m["why"] = why
+                out.append(m)
+        return out
+
+    async def _memories(self, req: ContextRequest, texts: Sequence[str]) -> list[dict[str, Any]]:
+        """Every text searched (broad, and the session), all in one backend call, so one
+        encoder batch; a memory found by several texts keeps its best score and its
+        best cosine to any of them (``best_similarity``)."""
+        owners = owners_for(req.user_id, req.agent_id)
+        searches = []
+        for text in texts:
+            searches.append(
+                SearchQuery(
+                    tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
+                    threshold=req.threshold, text=text, owners=owners,
+                )
+            )  # fmt: skip
+            if req.session_id:
+                searches.append(
+                    SearchQuery(
+                        tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k,
+                        threshold=req.threshold, session_id=req.session_id, text=text,
+                    )
+                )  # fmt: skip
         found = [m for batch in await self.search(searches) for m in batch]
         found = [m for m in found if visible_in_session(m, req.session_id)]
+        if len(texts) > 1:
+            found = _fuse(found)
         found.sort(key=lambda m: (-float(m.get("score") or 0.0), str(m["id"])))
-        return dedupe(found)[: req.top_k]
+        kept = dedupe(found)
+        return kept if req.levers.gate else kept[: req.top_k]
+
+
+def _fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per memory: its best score, and its best cosine to any part."""
+    best: dict[str, dict[str, Any]] = {}
+    sims: dict[str, float] = {}
+    for m in found:
+        key = str(m["id"])
+        sim = float(m["similarity"]) if m.get("similarity") is not None else -1.0
+        sims[key] = max(sims.get(key, -1.0), sim)
+        if key not in best or float(m.get("score") or 0) > float(best[key].get("score") or 0):
+            best[key] = m
+    out = []
+    for key, m in best.items():
+        m = dict(m)
+        m["best_similarity"] = m["similarity"] = sims[key]  # the response shows the best
+        out.append(m)
+    return out

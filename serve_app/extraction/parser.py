@@ -48,6 +48,9 @@ def event_time(value: Any) -> datetime | None:
     return parse_when(value)
 
 
+PROFILE_CLASSES = ("instruction", "constraint", "identity")
+
+
 class BadOutput(ValueError):
     """The LLM's answer holds no usable JSON object."""
 
@@ -65,6 +68,10 @@ class ExtractedMemory(BaseModel):
     target: str | None = Field(default=None, max_length=64)  # a shown alias (m1, f2)
     reason: str = Field(default="", max_length=MAX_REASON_CHARS)
     turns: list[int] = Field(default_factory=list, max_length=64)  # source turn indexes
+    # Profile class (issue 29), "class" in the JSON: instruction | constraint | identity;
+    # "" when the model says none; None when it says nothing (older prompts, other
+    # models): the store's classifier decides then.
+    profile_class: str | None = Field(default=None, validation_alias="class")
 
     @model_validator(mode="before")
     @classmethod
@@ -115,6 +122,14 @@ class ExtractedMemory(BaseModel):
         return self
 
     _valid_from = field_validator("valid_from", mode="before")(event_time)
+
+    @field_validator("profile_class", mode="before")
+    @classmethod
+    def _profile_class(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        c = v.strip().lower() if isinstance(v, str) else ""
+        return c if c in PROFILE_CLASSES else ""
 
     @field_validator("type", mode="before")
     @classmethod

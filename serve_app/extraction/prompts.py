@@ -39,6 +39,9 @@ Memory types:
   procedural  an instruction or how-to the assistant should follow
   episodic    an event or plan, with when/where if known
   insight     a pattern you infer from several statements (use sparingly)
+class: instruction (a standing instruction to the assistant), constraint (an allergy,
+  diet, health need, accessibility need or budget), identity (name, where they live,
+  family, work) or none; these are shown in every answer's context.
 importance: 0..1, how much this should shape future answers.
 confidence: 0..1, how sure you are that the user really means it.
 
@@ -53,8 +56,8 @@ against their turn's day ("last Tuesday" said on Thu 2026-11-19 -> "on 2026-11-1
 conversation says ("moved here in March 2024" -> "2024-03-01").
 
 Answer with one JSON object and nothing else:
-{{"memories": [{{"type": "...", "content": "...", "importance": 0.0, "confidence": 0.0,
-"tags": ["..."], "valid_from": "YYYY-MM-DD"}}], "facts": [{{"category": "...",
+{{"memories": [{{"type": "...", "content": "...", "class": "none", "importance": 0.0,
+"confidence": 0.0, "tags": ["..."], "valid_from": "YYYY-MM-DD"}}], "facts": [{{"category": "...",
 "key": "...", "value": "...", "confidence": 0.0, "importance": 0.0,
 "valid_from": "YYYY-MM-DD"}}]}}
 Either list may be empty. A fact's importance (0..1) says how much it should shape

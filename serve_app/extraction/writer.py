@@ -116,6 +116,7 @@ class MemoryWriter:
             confidence=m.confidence,
             source=template.source,
             valid_from=m.valid_from or template.valid_from,
+            profile_class=m.profile_class,
         )
 
     async def _add(

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from serve_app.context import ContextBuilder, ContextRequest, ContextResult
+from serve_app.context.builder import Levers, owners_for
+from serve_app.context.evidence import Evidence
+from serve_app.profile.classify import fact_class
 from serve_app.settings import ContextSettings
 from serve_app.store import Owner
 
@@ -39,5 +43,37 @@ class ContextService:
                 top_k=top_k or d.top_k,
                 threshold=d.threshold,
                 max_facts=d.max_facts,
+                levers=levers(d),
             )
         )
+
+    async def profile(
+        self, owner: Owner, agent_id: str | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The user's profile memories and facts, most important first, each with ``why``
+        (what every context block starts with, before the block's token cap)."""
+        assert owner.user_id is not None
+        d, b = self.defaults, self.builder
+        owners = owners_for(owner.user_id, agent_id)
+        memories = await b.profile(owner.tenant_id, owners, d.profile_max_items, None)
+        facts = await b.facts(owner.tenant_id, owner.user_id, d.max_facts)
+        facts = [f for f in facts if fact_class(f["category"], f["key"]) is not None]
+        for m in memories:
+            m["why"] = "profile: pinned" if m.get("pinned") else f"profile: {m['profile_class']}"
+        for f in facts:
+            f["why"] = f"profile: {fact_class(f['category'], f['key'])}"
+        return memories, facts
+
+
+def levers(d: ContextSettings) -> Levers:
+    """Issue 29's levers as the settings have them (all off: the block as before)."""
+    return Levers(
+        profile=d.profile,
+        profile_share=d.profile_share,
+        profile_max_items=d.profile_max_items,
+        split=d.split_parts,
+        max_parts=d.max_parts,
+        gate=d.relevance_gate,
+        evidence=Evidence(d.evidence_similarity, d.evidence_similarity_lexical),
+        small_talk=d.small_talk,
+    )

@@ -116,6 +116,7 @@ class MemoryService:
             expires_at=expires_at,
             valid_from=f.valid_from,
             supersedes=list(dict.fromkeys(f.supersedes or [])),
+            pinned=f.pinned,
         )
 
     async def add(

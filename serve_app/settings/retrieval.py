@@ -123,3 +123,23 @@ class ContextSettings(BaseSettings):
     max_facts: int = 50
     # Session-scope memories expire after this; 0: never.
     session_ttl_s: float = Field(86400.0, validation_alias=env("MEMSERVE_SESSION_TTL_S"))
+    # Issue 29's levers, each on its own (all off: the block as before issue 29).
+    # The profile: instructions, constraints and identity, always in the block first,
+    # at most ``profile_share`` of the token budget and ``profile_max_items`` memories.
+    profile: bool = True
+    profile_share: float = Field(0.25, gt=0, le=1)
+    profile_max_items: int = Field(30, ge=1, le=200)
+    # Messages read part by part (sentences, clauses, questions), each part searched
+    # in one backend call (one encoder batch), results fused by their best part.
+    split_parts: bool = True
+    max_parts: int = Field(6, ge=1, le=20)
+    # No noise: a retrieved memory (or a fact outside the profile) enters the block only
+    # on evidence from this message: cosine >= ``evidence_similarity`` to a part, or a
+    # shared content word and cosine >= ``evidence_similarity_lexical``. Calibrated on
+    # loadtests/bench_context.py's calibration half (docs/operations.md).
+    relevance_gate: bool = True
+    # bench_context --variants nogate, calibration half (docs/operations.md): 0.35/0.35
+    evidence_similarity: float = 0.35
+    evidence_similarity_lexical: float = 0.35
+    # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
+    small_talk: Literal["profile", "nothing"] = "profile"

@@ -32,6 +32,7 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.profile.classify import ProfileClassifier
 from serve_app.settings import Settings
 from serve_app.store import erasure, imports, quota, supersede
 from serve_app.store.facts import FactStore
@@ -80,11 +81,12 @@ class GuardedWriter:
         quotas: Quotas | None = None,
         retention: Retention | None = None,
         max_chars: int = 8000,
+        classifier: ProfileClassifier | None = None,
     ) -> None:
         """Quotas: ``quotas`` (per tenant) when given, else the fixed ones (None: none);
         ``retention``: an add's items without an expiry get their type's (None: none)."""
         self.pool = pool
-        self.memories = MemoryStore(pool, model_slug)
+        self.memories = MemoryStore(pool, model_slug, classifier)
         self.facts = FactStore(pool)
         fixed = (memory_quota or quota.Quota(), fact_quota or quota.Quota())
 
@@ -104,6 +106,7 @@ class GuardedWriter:
         *,
         quotas: Quotas | None = None,
         retention: Retention | None = None,
+        classifier: ProfileClassifier | None = None,
     ) -> GuardedWriter:
         """The writer every producer builds: the environment's quotas, retention and
         content limit, or the tenant's (``quotas``/``retention``: its settings)."""
@@ -121,6 +124,7 @@ class GuardedWriter:
             quotas=quotas,
             retention=retention or (fixed if env_retention else None),
             max_chars=settings.limits.content_chars,
+            classifier=classifier,
         )
 
     def invalid(self, item: NewMemory) -> str | None:

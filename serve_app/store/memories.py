@@ -20,6 +20,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.profile.classify import ProfileClassifier
 from serve_app.store import erasure, history, quota, supersede
 from serve_app.store.cursor import InvalidCursor, decode_cursor, encode_cursor
 from serve_app.store.forget import Scope
@@ -43,6 +44,7 @@ UPDATABLE = frozenset(
     {"content", "tags", "metadata", "importance", "type", "confidence", "data"}
     | {"expires_at", "status"}
     | {"valid_from", "valid_until", "superseded_by"}  # validity (event time)
+    | {"pinned", "profile_class"}  # the profile (issue 29)
 )
 
 
@@ -65,8 +67,15 @@ BATCH_GUARD = sql.SQL(
 class MemoryStore:
     """Async data access for memories of one embedding model's vector table."""
 
-    def __init__(self, pool: AsyncConnectionPool, model_slug: str) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        model_slug: str,
+        classifier: ProfileClassifier | None = None,
+    ) -> None:
+        """``classifier``: gives written memories their profile class (default: cues only)."""
         self.pool = pool
+        self.classifier = classifier or ProfileClassifier()
         self.vectors = sql.Identifier(table_name(model_slug))
         gate = sql.SQL("{} AND {}").format(quota.GATE, BATCH_GUARD)
         self._add_sql = add_statement(self.vectors, gate)
@@ -95,7 +104,16 @@ class MemoryStore:
             raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
         if not items:
             return []
-        params = add_params(owner, items, embeddings)
+        todo = [i for i, m in enumerate(items) if m.profile_class is None]
+        classes: list[str | None] = [None] * len(items)
+        if todo:
+            found = await self.classifier.classify_many(
+                [items[i].content for i in todo], [items[i].type for i in todo],
+                [embeddings[i] for i in todo],
+            )  # fmt: skip
+            for i, c in zip(todo, found, strict=True):
+                classes[i] = c
+        params = add_params(owner, items, embeddings, classes)
         params["actor"] = actor
         params.update(quota.params(limits or quota.Quota(), owner, items, earlier))
         params.update(erasure.params(owner.user_id))
@@ -130,6 +148,11 @@ class MemoryStore:
         unknown = set(changes) - UPDATABLE
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
+        if "content" in changes and embedding is not None and "profile_class" not in changes:
+            # New words, new class (the type it is written with decides with them).
+            kind = changes.get("type") or "semantic"
+            found = await self.classifier.classify_many([changes["content"]], [kind], [embedding])
+            changes = {**changes, "profile_class": found[0]}
         params: dict[str, Any] = {
             "id": item_id,
             "tenant_id": owner.tenant_id,

@@ -37,6 +37,8 @@ _ADD_INPUT: tuple[tuple[str, str], ...] = (
     ("expires_at", "timestamptz"),
     ("valid_from", "timestamptz"),
     ("supersedes", "jsonb"),  # ids as a JSON array (ragged, like tags)
+    ("profile_class", "text"),  # issue 29: the memory's profile class (or NULL)
+    ("pinned", "boolean"),
     ("owner", "text"),  # vector table only (memory_items computes its own)
     ("embedding", "vector"),  # vector table only
 )
@@ -122,10 +124,17 @@ def log_and_bump(
     )
 
 
-def add_params(owner: Owner, items: Sequence[NewMemory], embeddings: Any) -> dict[str, Any]:
-    """Column arrays for ``add_statement`` (ids are made here so rows map back to inputs)."""
+def add_params(
+    owner: Owner,
+    items: Sequence[NewMemory],
+    embeddings: Any,
+    classes: Sequence[str | None] | None = None,
+) -> dict[str, Any]:
+    """Column arrays for ``add_statement`` (ids are made here so rows map back to inputs);
+    ``classes``: each item's profile class when the item names none."""
     cols: dict[str, list[Any]] = {c: [] for c, _ in _ADD_INPUT}
-    for item, vector in zip(items, embeddings, strict=True):
+    classes = classes or [None] * len(items)
+    for item, vector, auto in zip(items, embeddings, classes, strict=True):
         user_id = owner.user_id if item.scope in ("user", "session") else None
         row = {
             "id": uuid.uuid4(),
@@ -145,6 +154,8 @@ def add_params(owner: Owner, items: Sequence[NewMemory], embeddings: Any) -> dic
             "expires_at": item.expires_at,
             "valid_from": item.valid_from,
             "supersedes": Jsonb([str(i) for i in item.supersedes]),
+            "profile_class": item.profile_class or auto,
+            "pinned": item.pinned,
             "owner": owner_key(user_id, item.scope, item.agent_id),
             "embedding": np.asarray(vector, dtype=np.float32),
         }

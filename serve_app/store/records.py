@@ -42,6 +42,10 @@ class NewMemory:
     # Ids of the owner's memories this one retires (their valid_until becomes its
     # valid_from or now, their superseded_by its id), in the same statement as the add.
     supersedes: list[Any] = field(default_factory=list)
+    # Profile (issue 29): the class given by the LLM in extraction (None: the store's
+    # classifier decides at write time); ``pinned`` true/false overrides the class.
+    profile_class: str | None = None
+    pinned: bool | None = None
 
 
 # The memory_items columns every read returns (and the API shows).

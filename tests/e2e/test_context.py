@@ -54,7 +54,9 @@ def world(service, api):
 
 
 def ids(body) -> set[str]:
-    return {x["id"] for x in body["memories"]}
+    """Memories in the block: retrieved ones and the profile's (issue 29: a budget is a
+    constraint, so it is in the profile, first, whatever the message)."""
+    return {x["id"] for x in body["memories"] + body["profile"]}
 
 
 def test_vague_follow_up_is_expanded_and_answered(api, world):
@@ -74,13 +76,22 @@ def test_vague_follow_up_is_expanded_and_answered(api, world):
     body = r.json()
     assert "hawaii" in body["search_query"].lower() and body["search_query"].startswith("How much?")
     assert m["budget"]["id"] in ids(body)
-    assert m["dog"]["id"] not in ids(body)
+    # not retrieved for "How much?" (the dog's name is identity: it may be in the profile)
+    assert m["dog"]["id"] not in {x["id"] for x in body["memories"]}
     ctx = body["context"]
     assert ctx.startswith(CONTEXT_OPEN) and ctx.endswith(CONTEXT_CLOSE)
-    assert ctx.index("personal.name: Ada") < ctx.index("travel.home_airport: SFO")
-    assert ctx.index("travel.home_airport") < ctx.index("$10,000")
-    assert [f["key"] for f in body["facts"]] == ["name", "home_airport"]  # active, by importance
-    assert "Old City" not in ctx
+    # Issue 29: the name is profile material (first, always); the home airport is a fact
+    # outside the profile with no evidence in this message, so it stays out (no noise).
+    # the budget is a constraint: in the profile too, before identity (the name)
+    assert ctx.index("About the user") < ctx.index("$10,000") < ctx.index("personal.name: Ada")
+    assert [(f["key"], f["why"]) for f in body["facts"]] == [("name", "profile: identity")]
+    assert "home_airport" not in ctx and "Old City" not in ctx
+
+
+def test_a_fact_outside_the_profile_comes_with_evidence(api, world):
+    uid, _, _ = world
+    body = api.post("/v1/context", json={"user_id": uid, "query": "Which home airport is best?"})
+    assert "travel.home_airport: SFO" in body.json()["context"]
 
 
 def test_greeting_skips_search_but_keeps_facts(api, world):
@@ -107,7 +118,11 @@ def test_budget_is_respected(api, world):
     q = {"user_id": uid, "query": "Tell me about Hawaii travel plans and prices"}
     full = api.post("/v1/context", json=q).json()
     small = api.post("/v1/context", json={**q, "token_budget": 60}).json()
-    assert small["tokens"] <= 60 and len(small["memories"]) < len(full["memories"])
+
+    def items(b):
+        return len(b["profile"]) + len(b["memories"]) + len(b["facts"])
+
+    assert small["tokens"] <= 60 and items(small) < items(full)
     assert api.post("/v1/context", json={**q, "token_budget": 10**6}).status_code == 422
 
 

@@ -47,9 +47,18 @@ export async function contextView(body, who, user) {
     ev.preventDefault();
     attempt(async () => {
       const got = await call("POST", "/v1/context", { body: { user_id: user, query: query.value } });
+      // Why each item is in the block: the profile first, then what the message retrieved.
+      const items = [
+        ...(got.profile || []).map((m) => ({ text: m.content, why: m.why })),
+        ...got.facts.map((f) => ({ text: `${f.category}.${f.key}: ${f.value}`, why: f.why || "fact" })),
+        ...got.memories.map((m) => ({ text: m.content, why: m.why || "retrieved" })),
+      ];
       clear(out).append(
-        h("p", {}, badge(`${got.tokens} tokens`, "tokens"), ` ${got.memories.length} memories, ${got.facts.length} facts`),
-        h("pre", { class: "block", id: "context-block", text: got.context }));
+        h("p", {}, badge(`${got.tokens} tokens`, "tokens"), badge(`profile ${got.profile_tokens || 0}`, "tokens"),
+          ` ${(got.profile || []).length} profile, ${got.memories.length} memories, ${got.facts.length} facts`),
+        h("pre", { class: "block", id: "context-block", text: got.context }),
+        items.length ? table([["Item", (i) => h("p", { class: "content", text: i.text })],
+          ["Why", (i) => h("span", { class: "why", text: i.why })]], items, { id: "context-why" }) : "");
     });
   });
   body.append(form, out);

@@ -134,6 +134,8 @@ CALLS: list[tuple] = [
      ("GET", "/v1/users", {"limit": "2", "cursor": "bob"}, None)),
     ("user_sessions", ("u1",), {"limit": 3},
      ("GET", "/v1/users/u1/sessions", {"limit": "3"}, None)),
+    ("user_profile", ("u1",), {"agent_id": "a1"},
+     ("GET", "/v1/users/u1/profile", {"agent_id": "a1"}, None)),
     ("chat", ([("user", "hi")],), {"model": "m", "session_id": "s", "temperature": 0.1,
               "occurred_at": WHEN},
      ("POST", "/v1/chat/completions", {}, {"model": "m", "temperature": 0.1, "messages": [

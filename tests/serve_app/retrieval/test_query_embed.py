@@ -17,6 +17,7 @@ from models.encoder import Encoder
 from models.encoder_set import EncoderSet
 from serve_app.bootstrap import bootstrap
 from serve_app.db.pool import open_pool
+from serve_app.profile.cues import CLASSES, PROTOTYPES
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.query_embed import QueryEmbedder, search_texts
 from serve_app.retrieval.retriever import Retriever
@@ -117,7 +118,9 @@ async def test_search_and_context_answer_alike_on_both_routes(fresh_db, encoder,
         assert r.status_code == 200, r.text
         assert "peanuts" in r.json()["context"]
     queries = [texts for texts, is_query in embedded if is_query]
-    assert [texts for texts, is_query in embedded if not is_query] == [FACTS]  # the write
+    # the write, then (once per process) the profile classifier's prototypes (issue 29)
+    prototypes = [t for c in CLASSES for t in PROTOTYPES[c]]
+    assert [texts for texts, is_query in embedded if not is_query] == [FACTS, prototypes]
     if route == "retriever":
         assert queries == []  # the retriever embedded every query itself
     else:  # the embed backend (the Embedder) got each query, the context's once

@@ -1,0 +1,395 @@
+"""Context quality and cost (issue 29): what a block carries for a message, against
+what the message needs, side by side for plain search, today's block and each lever.
+
+    flock /tmp/memserve-ray.lock /work/main/.venv/bin/python -m loadtests.bench_context
+    ... --variants baseline,all --sources typed        # a quick A/B
+    ... --locomo-queries 0                             # skip LoCoMo
+
+Data: loadtests/data/context_bench.json (5 users, 16 memories and 1-2 facts each, 66
+messages annotated with the memories/facts they need; 12 are small talk that needs
+nothing). Every memory also carries its profile class label, so the write-time
+classifier's precision is measured on the same data. Messages at even positions are
+the calibration half (the evidence thresholds were tuned there), odd ones held out.
+
+Sources (each its own users in the same service): ``typed`` (API adds with the type a
+platform knows), ``untyped`` (the same adds as ``semantic``), ``llm`` (each memory said
+in a session turn and extracted by the scripted LLM of tests/fakes/llm_server.py).
+
+Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings): ``search`` (plain
+/v1/search top-k, on the baseline service), ``baseline`` (today's block: every lever
+off), ``profile``, ``split``, ``gate`` (one lever each), ``all`` (the defaults).
+Per variant and source: needed recall, unneeded share (profile material excluded),
+retrieved-section unneeded share, profile/total tokens, p50/p95 latency, server CPU ms
+per call (whole process tree, /proc). LoCoMo dev: evidence R@10 of /v1/search and of
+the context block's memories (baseline vs all). Prints a table, writes
+loadtests/results/bench_context-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadtests import procstat  # noqa: E402
+from loadtests.bench_servers import memserve_server  # noqa: E402
+from loadtests.context_calibrate import Candidate, Sample, calibrate  # noqa: E402
+from loadtests.context_metrics import (  # noqa: E402
+    Labels,
+    classifier_scores,
+    outcome,
+    summarise,
+)
+from loadtests.harness import write_json  # noqa: E402
+from tests.fakes.llm_server import FakeLLM, extraction  # noqa: E402
+
+DATA = ROOT / "loadtests" / "data" / "context_bench.json"
+# ../shared from the main checkout, ../../shared from a worktree under /work/wt
+LOCOMO = next(
+    (p / "shared" / "data" / "locomo-dev.json" for p in (ROOT.parent, ROOT.parent.parent)
+     if (p / "shared" / "data" / "locomo-dev.json").exists()),
+    ROOT.parent / "shared" / "data" / "locomo-dev.json",
+)  # fmt: skip
+SOURCES = ("typed", "untyped", "llm")
+OFF = {"PROFILE": "false", "SPLIT_PARTS": "false", "RELEVANCE_GATE": "false"}
+VARIANTS: dict[str, dict[str, str]] = {
+    "baseline": OFF,
+    "profile": {**OFF, "PROFILE": "true"},
+    "split": {**OFF, "SPLIT_PARTS": "true"},
+    "gate": {**OFF, "RELEVANCE_GATE": "true"},
+    "all": {},
+    # gate off, the rest on: what the gate is calibrated on (--calibrate)
+    "nogate": {"RELEVANCE_GATE": "false"},
+}
+ENV = {
+    "MEMSERVE_RATE_LIMIT_PER_S": "0",
+    "MEMSERVE_LLM_MODEL": "scripted",
+    "MEMSERVE_LLM_TIMEOUT_S": "10",
+    "MEMSERVE_EXTRACT_SCAN_INTERVAL_S": "1",
+}
+
+
+def settings_for(variant: str, extra: dict[str, str]) -> dict[str, str]:
+    levers = {f"MEMSERVE_CONTEXT_{k}": v for k, v in VARIANTS[variant].items()}
+    return {**ENV, **levers, **extra}
+
+
+class ScriptedExtractor:
+    """The scripted LLM's extraction: each dataset memory said in a turn comes back as
+    itself (with its type and, as the prompt asks, its profile class)."""
+
+    def __init__(self, data: dict) -> None:
+        self.by_text = {m["content"]: m for u in data["users"] for m in u["memories"]}
+
+    def __call__(self, kind: str, messages: list[dict[str, Any]]) -> str | None:
+        if kind != "extract":
+            return None
+        prompt = str(messages[-1].get("content", ""))
+        found = [m for text, m in self.by_text.items() if text in prompt]
+        return extraction(
+            [
+                {
+                    "type": m["type"],
+                    "content": m["content"],
+                    "importance": 0.7,
+                    "confidence": 0.9,
+                    "class": m["cls"] or "none",
+                }
+                for m in found
+            ]  # fmt: skip
+        )
+
+
+async def load_user(client: httpx.AsyncClient, user: dict, source: str, uid: str) -> Labels:
+    """Write one user's memories and facts the way ``source`` does; labels by id."""
+    labels = Labels()
+    if source == "llm":
+        msgs = []
+        for m in user["memories"]:
+            msgs += [{"role": "user", "content": f"By the way: {m['content']}"},
+                     {"role": "assistant", "content": "Noted."}]  # fmt: skip
+        sid = f"{uid}-s1"
+        body = {"user_id": uid, "messages": msgs}
+        (await client.post(f"/v1/sessions/{sid}/turns", json=body)).raise_for_status()
+        (await client.post(f"/v1/sessions/{sid}/end", json={"user_id": uid})).raise_for_status()
+        await settled(client, uid, sid)
+        by_text = {m["content"]: m["key"] for m in user["memories"]}
+        r = await client.get("/v1/memories", params={"user_id": uid, "limit": 200})
+        r.raise_for_status()
+        for row in r.json()["memories"]:
+            if row["content"] in by_text:
+                labels.key_of[row["id"]] = by_text[row["content"]]
+    else:
+        items = [
+            {"content": m["content"], "type": m["type"] if source == "typed" else "semantic"}
+            for m in user["memories"]
+        ]
+        r = await client.post("/v1/memories/batch", json={"user_id": uid, "items": items})
+        r.raise_for_status()
+        for m, row in zip(user["memories"], r.json()["memories"], strict=True):
+            labels.key_of[row["id"]] = m["key"]
+    for f in user.get("facts", []):
+        body = {"user_id": uid, "category": f["category"], "key": f["key"], "value": f["value"]}
+        r = await client.put("/v1/facts", json=body)
+        r.raise_for_status()
+        labels.key_of[r.json()["id"]] = f"fact:{f['category']}.{f['key']}"
+    labels.profile_keys = {m["key"] for m in user["memories"] if m["cls"]} | {
+        f"fact:{f['category']}.{f['key']}" for f in user.get("facts", []) if f.get("cls")
+    }
+    return labels
+
+
+async def settled(client: httpx.AsyncClient, uid: str, sid: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = (await client.get(f"/v1/sessions/{sid}", params={"user_id": uid})).json()
+        if status.get("pending_turns") == 0:
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"{uid}/{sid} not extracted")
+
+
+async def ask(
+    client: httpx.AsyncClient, mode: str, uid: str, text: str, top_k: int
+) -> tuple[list, list, dict]:
+    """(profile ids, other ids, cost) of one context block, or of a plain search."""
+    t0 = time.perf_counter()
+    if mode == "search":
+        r = await client.post("/v1/search", json={"user_id": uid, "query": text, "top_k": top_k})
+        r.raise_for_status()
+        ms = (time.perf_counter() - t0) * 1000
+        return [], [x["id"] for x in r.json()["results"]], {"latency_ms": ms}
+    r = await client.post("/v1/context", json={"user_id": uid, "query": text})
+    r.raise_for_status()
+    ms = (time.perf_counter() - t0) * 1000
+    b = r.json()
+    prof = [x["id"] for x in b.get("profile", [])]
+    prof += [f["id"] for f in b["facts"] if str(f.get("why") or "").startswith("profile")]
+    other = [x["id"] for x in b["memories"]]
+    other += [f["id"] for f in b["facts"] if not str(f.get("why") or "").startswith("profile")]
+    cost = {"latency_ms": ms, "tokens": b["tokens"], "profile_tokens": b.get("profile_tokens", 0)}
+    ask.last = b  # type: ignore[attr-defined]  # the body, for calibration
+    return prof, other, cost
+
+
+async def run_variant(
+    server, variant: str, data: dict, sources: list[str], args: argparse.Namespace
+) -> dict:
+    out: dict[str, Any] = {}
+    samples: list[Sample] = []
+    async with httpx.AsyncClient(
+        base_url=server.base_url, headers=server.headers, timeout=120
+    ) as c:
+        labels: dict[tuple[str, str], Labels] = {}
+        for source in sources:
+            for u in data["users"]:
+                uid = f"{source}-{u['id']}"
+                labels[(source, u["id"])] = await load_user(c, u, source, uid)
+        modes = ["search", "context"] if variant == "baseline" else ["context"]
+        for mode in modes:
+            name = "search" if mode == "search" else variant
+            for source in sources:
+                for text in ("warm up", "hello there"):  # load the owners' caches
+                    await ask(c, mode, f"{source}-{data['users'][0]['id']}", text, args.top_k)
+                before = procstat.snapshot(server.pids, server.match)
+                outs, calls = [], 0
+                for i, msg in enumerate(data["messages"]):
+                    lab = labels[(source, msg["user"])]
+                    uid = f"{source}-{msg['user']}"
+                    times = []
+                    for _ in range(args.repeat):  # the same block each time; median latency
+                        prof, other, cost = await ask(c, mode, uid, msg["text"], args.top_k)
+                        times.append(cost["latency_ms"])
+                        calls += 1
+                    cost["latency_ms"] = sorted(times)[len(times) // 2]
+                    o = outcome(lab, msg["needs"], prof, other, **cost)
+                    outs.append((i, msg["user"], o))
+                    if variant == "nogate" and i % 2 == 0 and mode == "context":
+                        samples.append(sample(msg, lab, ask.last))  # type: ignore[attr-defined]
+                after = procstat.snapshot(server.pids, server.match)
+                cpu = sum(procstat.cpu_by_role(before, after, server.classify).values())
+                out[f"{name}/{source}"] = score(outs, labels, source, data) | {
+                    "cpu_ms_per_call": round(cpu * 1000 / max(1, calls), 2)
+                }
+        if variant in ("all", "baseline"):
+            out["classifier"] = await classifier_report(c, data, sources, labels)
+        if samples:
+            out["calibration"] = calibrate(samples, args.max_unneeded)
+            out["calibration"]["samples"] = [asdict(x) for x in samples]
+    return out
+
+
+def sample(msg: dict, lab: Labels, body: dict) -> Sample:
+    """The retrieved candidates of one block (gate off) with their best cosine."""
+    cands = [
+        Candidate(lab.key(m["id"]) or "", m.get("similarity"), m["content"])
+        for m in body["memories"]
+    ]
+    return Sample(msg["text"], frozenset(msg["needs"]), cands)
+
+
+def score(outs: list, labels: dict, source: str, data: dict) -> dict:
+    """Figures per half (calibration: even positions, held-out: odd ones) and overall;
+    keys are qualified by user, so one user's 'city' is not another's."""
+
+    def qualified(seq):
+        res = []
+        for _, user, o in seq:
+            q = lambda keys, u=user: frozenset(f"{u}/{k}" for k in keys)  # noqa: E731
+            res.append(type(o)(q(o.needed), q(o.got), q(o.outside_profile), o.tokens,
+                               o.profile_tokens, o.latency_ms))  # fmt: skip
+        return res
+
+    prof = {f"{u['id']}/{k}" for u in data["users"] for k in labels[(source, u["id"])].profile_keys}
+    detail = [
+        {"i": i, "user": user, "text": data["messages"][i]["text"],
+         "missing": sorted(o.needed - o.got), "unneeded": sorted(o.outside_profile - o.needed)}
+        for i, user, o in outs
+        if o.needed - o.got or o.outside_profile - o.needed
+    ]  # fmt: skip
+    return {
+        "detail": detail,
+        "all": summarise(qualified(outs), prof),
+        "calibration": summarise(qualified([x for x in outs if x[0] % 2 == 0]), prof),
+        "held_out": summarise(qualified([x for x in outs if x[0] % 2 == 1]), prof),
+    }
+
+
+async def classifier_report(c: httpx.AsyncClient, data: dict, sources, labels) -> dict:
+    """Which memories GET /v1/users/{id}/profile holds, against their labels."""
+    out = {}
+    for source in sources:
+        pred, truth = {}, {}
+        for u in data["users"]:
+            lab = labels[(source, u["id"])]
+            r = await c.get(f"/v1/users/{source}-{u['id']}/profile")
+            if r.status_code == 404:
+                return {"error": "no profile route"}
+            r.raise_for_status()
+            classes = {lab.key(m["id"]): m.get("profile_class") for m in r.json()["memories"]}
+            for m in u["memories"]:
+                k = f"{u['id']}/{m['key']}"
+                truth[k] = m["cls"]
+                pred[k] = classes.get(m["key"])
+        out[source] = classifier_scores(pred, truth)
+    return out
+
+
+async def locomo(server, variant: str, queries: int) -> dict:
+    """LoCoMo dev evidence R@10: /v1/search (hybrid) and the context block's memories."""
+    from loadtests.eval_retrieval import evidence_ids, locomo_items, locomo_qa
+
+    convs = json.loads(LOCOMO.read_text())
+    rs, rc = [], []
+    async with httpx.AsyncClient(
+        base_url=server.base_url, headers=server.headers, timeout=300
+    ) as c:
+        for conv in convs:
+            uid = f"locomo-{conv['sample_id']}"
+            items = locomo_items(conv)
+            for i in range(0, len(items), 100):
+                body = {"user_id": uid, "items": items[i : i + 100]}
+                (await c.post("/v1/memories/batch", json=body)).raise_for_status()
+            for q in locomo_qa(conv, queries or None):
+                gold = evidence_ids(q["evidence"])
+                body = {"user_id": uid, "query": q["question"], "top_k": 10}
+                r = await c.post("/v1/search", json=body)
+                got = {x["metadata"].get("dia_id") for x in r.json()["results"]}
+                rs.append(len(gold & got) / len(gold))
+                r = await c.post("/v1/context", json={"user_id": uid, "query": q["question"]})
+                b = r.json()
+                got = {x["metadata"].get("dia_id") for x in b["memories"] + b.get("profile", [])}
+                rc.append(len(gold & got) / len(gold))
+    return {
+        "questions": len(rs),
+        "search_R@10": round(sum(rs) / len(rs), 4),
+        "context_block_recall": round(sum(rc) / len(rc), 4),
+    }
+
+
+def one_variant(variant: str, data: dict, args: argparse.Namespace, tries: int = 3) -> dict:
+    """A fresh service per variant; a start that loses a port race is tried again."""
+    for attempt in range(1, tries + 1):
+        try:
+            return _one_variant(variant, data, args)
+        except RuntimeError as exc:
+            if "exited early" not in str(exc) or attempt == tries:
+                raise
+            print(f"[{variant}] start failed ({str(exc)[:80]}...), again", flush=True)
+    raise AssertionError("unreachable")
+
+
+def _one_variant(variant: str, data: dict, args: argparse.Namespace) -> dict:
+    fake = FakeLLM().start() if "llm" in args.sources else None
+    if fake is not None:
+        fake.add_responder(ScriptedExtractor(data))
+    extra = {"MEMSERVE_LLM_BASE_URL": fake.url} if fake is not None else {}
+    try:
+        cmd = [sys.executable, "-m", "serve_app", "run"]
+        with memserve_server(ROOT, cmd, settings_for(variant, extra)) as server:
+            print(f"[{variant}] service ready in {server.startup_s:.1f}s", flush=True)
+            res = asyncio.run(run_variant(server, variant, data, args.sources, args))
+            if args.locomo_queries >= 0 and variant in ("baseline", "all"):
+                print(f"[{variant}] LoCoMo ...", flush=True)
+                res["locomo"] = asyncio.run(locomo(server, variant, args.locomo_queries))
+            return res
+    finally:
+        if fake is not None:
+            fake.stop()
+
+
+def print_table(report: dict) -> None:
+    cols = ("needed_recall", "unneeded_share", "retrieved_unneeded_share", "profile_tokens_mean",
+            "tokens_mean", "p50_ms", "p95_ms")  # fmt: skip
+    print(f"\n{'variant/source':22} {'half':12} " + " ".join(f"{c[:14]:>14}" for c in cols)
+          + f" {'cpu_ms/call':>12}")  # fmt: skip
+    for variant, res in report["variants"].items():
+        for key, val in res.items():
+            if "/" not in key:
+                continue
+            for half in ("calibration", "held_out", "all"):
+                row = val[half]
+                cells = " ".join(f"{row[c]:>14}" for c in cols)
+                cpu = val["cpu_ms_per_call"] if half == "all" else ""
+                print(f"{key:22} {half:12} {cells} {cpu:>12}")
+        if "classifier" in res:
+            for src, s in res["classifier"].items():
+                print(f"  classifier[{variant}/{src}]: {json.dumps(s)}")
+        if "calibration" in res:
+            print(f"  evidence gate calibration (pick): {json.dumps(res['calibration']['pick'])}")
+        if "locomo" in res:
+            print(f"  LoCoMo[{variant}]: {json.dumps(res['locomo'])}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--variants", default="baseline,profile,split,gate,all")
+    ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--repeat", type=int, default=3, help="calls per message (best kept)")
+    ap.add_argument("--top-k", type=int, default=5, help="plain search's top_k")
+    ap.add_argument("--max-unneeded", type=float, default=0.15, help="calibration's bound")
+    ap.add_argument("--locomo-queries", type=int, default=60, help="per conversation; -1: skip")
+    args = ap.parse_args()
+    args.sources = [s for s in args.sources.split(",") if s]
+    if args.locomo_queries >= 0 and not LOCOMO.exists():
+        ap.error(f"{LOCOMO} is missing (--locomo-queries -1 skips LoCoMo)")
+    data = json.loads(DATA.read_text())
+    report: dict[str, Any] = {"variants": {}, "config": vars(args) | {"data": str(DATA)}}
+    for variant in [v for v in args.variants.split(",") if v]:
+        report["variants"][variant] = one_variant(variant, data, args)
+    print_table(report)
+    print(f"\nwrote {write_json('bench_context', report)}")
+
+
+if __name__ == "__main__":
+    main()

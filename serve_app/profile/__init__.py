@@ -1,0 +1,5 @@
+"""The user profile of a context block: classes given at write time (issue 29)."""
+
+from serve_app.profile.classify import CLASSES, PRIORITY, ProfileClassifier, classify, cue_hits
+
+__all__ = ["CLASSES", "PRIORITY", "ProfileClassifier", "classify", "cue_hits"]

@@ -1,0 +1,60 @@
+"""bench_context's scoring and the gate calibration replay (issue 29), without a service."""
+
+from __future__ import annotations
+
+import json
+
+from loadtests.bench_context import DATA, ScriptedExtractor, settings_for
+from loadtests.context_calibrate import Candidate, Sample, calibrate, replay
+from loadtests.context_metrics import Labels, classifier_scores, outcome, summarise
+
+
+def test_data_set_meets_the_issue():
+    data = json.loads(DATA.read_text())
+    assert len(data["users"]) >= 5
+    assert all(10 <= len(u["memories"]) + len(u["facts"]) <= 40 for u in data["users"])
+    assert len(data["messages"]) >= 60
+    keys = {u["id"]: {m["key"] for m in u["memories"]} for u in data["users"]}
+    for msg in data["messages"]:
+        assert set(msg["needs"]) <= keys[msg["user"]], msg  # every annotation resolves
+    assert sum(1 for m in data["messages"] if not m["needs"]) >= 5  # small talk
+
+
+def test_recall_and_unneeded_share():
+    lab = Labels({"1": "allergy", "2": "diet", "3": "spanish", "4": "city"}, {"allergy", "diet"})
+    o = outcome(lab, ["allergy", "diet"], profile_ids=["1"], other_ids=["3", "1"])
+    assert o.got == {"allergy", "spanish"} and o.outside_profile == {"spanish"}
+    s = summarise([o], {"allergy", "diet"})
+    assert s["needed_recall"] == 0.5
+    assert s["unneeded_share"] == 1.0  # spanish: the one non-profile item, not needed
+    assert s["retrieved_unneeded_share"] == 1.0
+
+
+def test_classifier_scores():
+    s = classifier_scores({"a": "constraint", "b": None, "c": "identity"},
+                          {"a": "constraint", "b": "identity", "c": None})  # fmt: skip
+    assert s["precision"] == 0.5 and s["recall"] == 0.5 and s["class_accuracy"] == 1.0
+
+
+def test_calibration_prefers_recall_under_the_noise_bound():
+    samples = [
+        Sample("recommend a green tea", frozenset({"tea"}),
+               [Candidate("tea", 0.5, "Loves green tea"), Candidate("oslo", 0.3, "Lives in Oslo")]),
+        Sample("any bakeries nearby", frozenset({"bakery"}),
+               [Candidate("bakery", 0.3, "Favourite bakery is Apent")]),
+    ]  # fmt: skip
+    assert replay(samples, 0.45, 0.25)["needed_kept_share"] == 1.0
+    assert replay(samples, 0.25, 0.25)["unneeded_share"] > 0  # oslo gets in
+    pick = calibrate(samples)["pick"]
+    assert pick["needed_kept_share"] == 1.0 and pick["unneeded_share"] == 0.0
+
+
+def test_variants_switch_levers_and_the_scripted_llm_extracts_what_was_said():
+    assert settings_for("baseline", {})["MEMSERVE_CONTEXT_PROFILE"] == "false"
+    assert "MEMSERVE_CONTEXT_PROFILE" not in settings_for("all", {})
+    data = json.loads(DATA.read_text())
+    fake = ScriptedExtractor(data)
+    text = "[1] user: By the way: I'm allergic to peanuts"
+    got = json.loads(fake("extract", [{"role": "user", "content": text}]))
+    assert [m["class"] for m in got["memories"]] == ["constraint"]
+    assert fake("chat", []) is None
