@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_profile_api_service_key_0123456789"
 
@@ -23,13 +22,14 @@ async def api(fresh_db, encoder):
     async with in_process_services(settings, boot.model, fresh_db, encoder,
                                    embedded=embedded) as services:  # fmt: skip
         alice, _ = await services.keys.create("default", "user", user_id="alice")
-        app = create_app(settings, services)
-        clients = {n: bearer_client(app, k) for n, k in (("service", SERVICE), ("alice", alice))}
-        try:
-            yield clients, embedded
-        finally:
-            for c in clients.values():
-                await c.aclose()
+        async with in_process_app(settings, services) as app:
+            pairs = (("service", SERVICE), ("alice", alice))
+            clients = {n: bearer_client(app, k) for n, k in pairs}
+            try:
+                yield clients, embedded
+            finally:
+                for c in clients.values():
+                    await c.aclose()
 
 
 async def add(client, user: str, content: str, **extra) -> dict:
