@@ -27,6 +27,7 @@ from serve_app.services.chat import ChatService
 from serve_app.services.chat_caps import allowed_models
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
+from serve_app.services.events import EventFeed
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
 from serve_app.services.ingest_pipeline import IngestPipeline
@@ -40,6 +41,7 @@ from serve_app.settings import Settings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store.chat_usage import ChatUsageStore
 from serve_app.store.directory import MemoryDirectory
+from serve_app.store.events import EventStore
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.keys import KeyStore
 from serve_app.store.llm_spend import SpendStore
@@ -81,6 +83,7 @@ class Services:
     tenants: TenantService | None = None  # per-tenant settings over the env defaults
     users: UserDirectory | None = None  # the tenant's users and sessions (GET /v1/users)
     spend: SpendMeter | None = None  # LLM use per tenant/end user, budgets (GET /v1/admin/usage)
+    events: EventFeed | None = None  # the change feed (GET /v1/events)
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -207,6 +210,7 @@ async def build_services(
             tenants=tenants,
             users=UserDirectory(pool),
             spend=spend,
+            events=EventFeed(EventStore(pool)),
             _closers=closers,
         )
     except BaseException:

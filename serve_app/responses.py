@@ -268,3 +268,27 @@ class SessionSummary(BaseModel):
 
 class SessionList(BaseModel):
     sessions: list[SessionSummary]
+
+
+# events: GET /v1/events (issue 32)
+class Event(BaseModel):
+    id: UUID  # the event's id (a webhook's ``webhook-id``): the same on every redelivery
+    cursor: str  # pass as ``after`` to read what follows this event
+    type: str  # memory.added | memory.updated | ... (serve_app.store.events.EVENT_TYPES)
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    scope: str | None
+    memory_id: UUID | None
+    version: int | None  # the memory's row version after the change
+    decision: str | None  # reconcile's decision, for extraction-made changes
+    reason: str | None  # the model's reason for it
+    actor: str | None
+    data: dict[str, Any] | None  # fact category/key, import or forget counts
+    content: str | None = None  # only with include_content=true (never after a forget)
+    occurred_at: datetime
+
+
+class EventPage(BaseModel):
+    events: list[Event]
+    next_cursor: str  # ``after`` of the next read (the same cursor again when nothing new)

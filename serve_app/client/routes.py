@@ -30,6 +30,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("DELETE", "/v1/facts"): ("delete_facts",),
     ("GET", "/v1/users"): ("users",),
     ("GET", "/v1/users/{user_id}/sessions"): ("user_sessions",),
+    ("GET", "/v1/events"): ("events",),
     ("GET", "/v1/export"): ("export",),
     ("POST", "/v1/import"): ("import_", "import_all"),
     ("GET", "/v1/admin/keys"): ("list_keys",),

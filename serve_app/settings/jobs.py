@@ -21,6 +21,9 @@ class LifecycleSettings(BaseSettings):
     purge_batch: int = 1000  # rows per purge statement
     purge_max_batches: int = 50  # statements per purge round (the rest waits for the next)
     erasure_keep_s: float = 86400.0  # finished erasure records kept (extraction leases << this)
+    # Events of the feed (GET /v1/events) are kept this long, then pruned by the purger
+    # (purge_batch rows a statement, purge_max_batches statements a round); 0: kept.
+    events_keep_s: float = Field(7 * 86400.0, ge=0)
     # A running forget renews its erasure's lease between chunks (each chunk << this); an
     # erasure left unfinished by a dead replica stops blocking new work after it.
     erasure_lease_s: float = 60.0
