@@ -116,3 +116,42 @@ CREATE TRIGGER facts_events_ins AFTER INSERT ON facts
     REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION memserve_fact_events();
 CREATE TRIGGER facts_events_del AFTER DELETE ON facts
     REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION memserve_fact_events();
+
+-- Webhook subscriptions and their deliveries. A dispatcher copies each subscription's
+-- new feed events into deliveries (its cursor moves in the same transaction), then
+-- sends them: at least once, in order per (subscription, owner). A delivery holds no
+-- content: it is read from its event at send time, so a forget (which deletes the
+-- events, and by cascade their deliveries) leaves nothing of the owner to send.
+CREATE TABLE webhook_subscriptions (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    tenant_id       text NOT NULL,
+    url             text NOT NULL,
+    types           text[] NOT NULL DEFAULT '{}',   -- empty: every type
+    include_content boolean NOT NULL DEFAULT false,
+    secret          text NOT NULL,                  -- whsec_...: shown once, signs bodies
+    enabled         boolean NOT NULL DEFAULT true,
+    cursor_txid     xid8 NOT NULL DEFAULT pg_snapshot_xmin(pg_current_snapshot()),
+    cursor_id       bigint NOT NULL DEFAULT 0,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX webhook_subscriptions_tenant_idx ON webhook_subscriptions (tenant_id, created_at);
+
+CREATE TABLE webhook_deliveries (
+    id              bigserial PRIMARY KEY,
+    subscription_id uuid NOT NULL REFERENCES webhook_subscriptions (id) ON DELETE CASCADE,
+    event_row       bigint NOT NULL REFERENCES memory_events (id) ON DELETE CASCADE,
+    owner           text NOT NULL,                  -- user_id/agent_id: the order key
+    status          text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'dead')),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_at         timestamptz NOT NULL DEFAULT now(),  -- due, or claimed until
+    last_status     integer,                        -- the receiver's HTTP status
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    delivered_at    timestamptz
+);
+CREATE INDEX webhook_deliveries_pending_idx ON webhook_deliveries (subscription_id, owner, id)
+    WHERE status = 'pending';
+CREATE INDEX webhook_deliveries_log_idx ON webhook_deliveries (subscription_id, id DESC);
+CREATE INDEX webhook_deliveries_event_idx ON webhook_deliveries (event_row);
