@@ -292,3 +292,44 @@ class Event(BaseModel):
 class EventPage(BaseModel):
     events: list[Event]
     next_cursor: str  # ``after`` of the next read (the same cursor again when nothing new)
+
+
+# webhooks: /v1/admin/webhooks (issue 32)
+class Webhook(BaseModel):
+    id: UUID
+    url: str
+    types: list[str]  # empty: every type
+    include_content: bool
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookCreated(Webhook):
+    secret: str  # whsec_...: shown this once; verify webhook-signature with it
+
+
+class WebhookList(BaseModel):
+    webhooks: list[Webhook]
+
+
+class WebhookDelivery(BaseModel):
+    id: int
+    event_id: UUID  # the webhook-id the receiver saw
+    type: str
+    owner: str
+    status: str  # pending | delivered | dead
+    attempts: int
+    next_at: datetime
+    last_status: int | None
+    last_error: str | None
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class WebhookDeliveries(BaseModel):
+    deliveries: list[WebhookDelivery]
+
+
+class WebhookReplayed(BaseModel):
+    replayed: int  # dead deliveries set pending again

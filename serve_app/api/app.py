@@ -22,6 +22,7 @@ from serve_app.api import (
     tenants,
     usage,
     users,
+    webhooks,
 )
 from serve_app.api.console import mount_console
 from serve_app.api.deps import principal
@@ -66,6 +67,7 @@ ROUTERS = (
     tenants,
     users,
     usage,
+    webhooks,
     mem0,
 )
 

@@ -48,6 +48,13 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/admin/extraction/dead-letters"): ("dead_letters",),
     ("POST", "/v1/admin/extraction/dead-letters/retry"): ("retry_dead_letters",),
     ("POST", "/v1/admin/consolidate"): ("consolidate",),
+    ("POST", "/v1/admin/webhooks"): ("create_webhook",),
+    ("GET", "/v1/admin/webhooks"): ("webhooks",),
+    ("GET", "/v1/admin/webhooks/{webhook_id}"): ("get_webhook",),
+    ("PATCH", "/v1/admin/webhooks/{webhook_id}"): ("update_webhook",),
+    ("DELETE", "/v1/admin/webhooks/{webhook_id}"): ("delete_webhook",),
+    ("GET", "/v1/admin/webhooks/{webhook_id}/deliveries"): ("webhook_deliveries",),
+    ("POST", "/v1/admin/webhooks/{webhook_id}/replay"): ("replay_webhook",),
 }
 
 # path prefix -> why the client has no methods for it

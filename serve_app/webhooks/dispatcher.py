@@ -18,11 +18,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from psycopg_pool import AsyncConnectionPool
+
 from serve_app.metrics import WebhookMetrics
 from serve_app.periodic import Periodic
 from serve_app.settings import WebhookSettings
 from serve_app.store.webhooks import WebhookStore
 from serve_app.webhooks.sender import Sender
+from serve_app.webhooks.ssrf import TargetGuard
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,15 @@ class Dispatcher:
         self._tasks: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
         self._periodic = Periodic(self.run_once, s.interval_s, log=log,
                                   failed="a webhook dispatch round failed")  # fmt: skip
+
+    @classmethod
+    def from_settings(
+        cls, pool: AsyncConnectionPool, s: WebhookSettings, metrics: WebhookMetrics | None = None
+    ) -> Dispatcher:
+        """The dispatcher an Extractor replica runs (``interval_s`` 0: never started)."""
+        sender = Sender(TargetGuard(s.allowed_networks), timeout_s=s.timeout_s,
+                        max_response_bytes=s.max_response_bytes)  # fmt: skip
+        return cls(WebhookStore(pool), sender, s, metrics=metrics)
 
     def backoff(self, attempts: int) -> float:
         """Seconds before attempt ``attempts + 1``: doubling, capped, half of it jittered."""
