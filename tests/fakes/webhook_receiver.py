@@ -19,6 +19,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = 0.0  # time.time() on arrival (lag measurements)
 
 
 @dataclass
@@ -47,7 +48,9 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with receiver._lock:
-                    receiver.received.append(Received(self.path, dict(self.headers), body))
+                    receiver.received.append(
+                        Received(self.path, dict(self.headers), body, time.time())
+                    )
                 try:
                     if self.path == "/hang":
                         time.sleep(receiver.hang_s)
