@@ -47,13 +47,14 @@ _CLAIM = """
 WITH due AS (
     SELECT d.id FROM webhook_deliveries d
     WHERE d.subscription_id = %(sub)s AND d.status = 'pending' AND d.next_at <= now()
+      AND (%(owner)s::text IS NULL OR d.owner = %(owner)s)
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.subscription_id = d.subscription_id
                       AND p.owner = d.owner AND p.status = 'pending' AND p.id < d.id)
     ORDER BY d.id LIMIT %(n)s FOR UPDATE OF d SKIP LOCKED)
 UPDATE webhook_deliveries d SET next_at = now() + make_interval(secs => %(lease)s)
 FROM due, memory_events e, webhook_subscriptions s
 WHERE d.id = due.id AND e.id = d.event_row AND s.id = d.subscription_id
-RETURNING d.id AS delivery_id, d.attempts, d.subscription_id, s.url, s.secret,
+RETURNING d.id AS delivery_id, d.attempts, d.subscription_id, d.owner, s.url, s.secret,
           s.include_content, e.event_id, e.type, e.user_id, e.agent_id, e.session_id, e.scope,
           e.memory_id, e.version, e.decision, e.reason, e.actor, e.data, e.occurred_at,
           CASE WHEN s.include_content THEN e.content END AS content
@@ -166,12 +167,15 @@ class WebhookStore:
             row = await (await conn.execute(_FAN_OUT, {"id": sub_id, "batch": batch})).fetchone()
             return int(row["queued"])
 
-    async def claim(self, sub_id: uuid.UUID, n: int, lease_s: float) -> list[dict[str, Any]]:
-        """Up to ``n`` due deliveries of the subscription, each the oldest pending one of
-        its owner, leased for ``lease_s`` (with what sending them needs)."""
+    async def claim(
+        self, sub_id: uuid.UUID, n: int, lease_s: float, owner: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Up to ``n`` due deliveries of the subscription (``owner``: of that owner only),
+        each the oldest pending one of its owner, leased for ``lease_s`` (with what
+        sending them needs)."""
+        params = {"sub": sub_id, "n": n, "lease": lease_s, "owner": owner}
         async with self.pool.connection() as conn:
-            cur = await conn.execute(_CLAIM, {"sub": sub_id, "n": n, "lease": lease_s})
-            return await cur.fetchall()
+            return await (await conn.execute(_CLAIM, params)).fetchall()
 
     async def delivered(self, delivery_id: int, status: int) -> None:
         async with self.pool.connection() as conn:
