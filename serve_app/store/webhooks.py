@@ -43,17 +43,23 @@ SELECT (SELECT count(*) FROM ev) AS scanned, (SELECT count(*) FROM ins) AS queue
        (SELECT count(*) FROM moved) AS moved
 """
 
+# Due deliveries, each the oldest pending one of its owner; or (``owner`` given: the
+# caller holds that owner's chain, its earlier ones delivered) the owner's next ``n``.
 _CLAIM = """
 WITH due AS (
     SELECT d.id FROM webhook_deliveries d
     WHERE d.subscription_id = %(sub)s AND d.status = 'pending' AND d.next_at <= now()
       AND (%(owner)s::text IS NULL OR d.owner = %(owner)s)
-      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.subscription_id = d.subscription_id
-                      AND p.owner = d.owner AND p.status = 'pending' AND p.id < d.id)
+      AND (%(owner)s::text IS NOT NULL OR NOT EXISTS (SELECT 1 FROM webhook_deliveries p
+           WHERE p.subscription_id = d.subscription_id AND p.owner = d.owner
+           AND p.status = 'pending' AND p.id < d.id))
     ORDER BY d.id LIMIT %(n)s FOR UPDATE OF d SKIP LOCKED)
 UPDATE webhook_deliveries d SET next_at = now() + make_interval(secs => %(lease)s)
 FROM due, memory_events e, webhook_subscriptions s
 WHERE d.id = due.id AND e.id = d.event_row AND s.id = d.subscription_id
+  AND (%(owner)s::text IS NULL OR (SELECT min(id) FROM due) = (SELECT min(p.id)
+       FROM webhook_deliveries p WHERE p.subscription_id = %(sub)s AND p.owner = %(owner)s
+       AND p.status = 'pending'))  -- a chain starts at the owner's oldest pending, or not
 RETURNING d.id AS delivery_id, d.attempts, d.subscription_id, d.owner, s.url, s.secret,
           s.include_content, e.event_id, e.type, e.user_id, e.agent_id, e.session_id, e.scope,
           e.memory_id, e.version, e.decision, e.reason, e.actor, e.data, e.occurred_at,
@@ -170,12 +176,23 @@ class WebhookStore:
     async def claim(
         self, sub_id: uuid.UUID, n: int, lease_s: float, owner: str | None = None
     ) -> list[dict[str, Any]]:
-        """Up to ``n`` due deliveries of the subscription (``owner``: of that owner only),
-        each the oldest pending one of its owner, leased for ``lease_s`` (with what
-        sending them needs)."""
+        """Up to ``n`` due deliveries of the subscription, each the oldest pending one of
+        its owner; with ``owner`` (whose earlier deliveries the caller has sent), that
+        owner's next ``n`` in order. Leased for ``lease_s``, with what sending needs."""
         params = {"sub": sub_id, "n": n, "lease": lease_s, "owner": owner}
         async with self.pool.connection() as conn:
-            return await (await conn.execute(_CLAIM, params)).fetchall()
+            rows = await (await conn.execute(_CLAIM, params)).fetchall()
+        return sorted(rows, key=lambda r: r["delivery_id"])  # UPDATE ... RETURNING: any order
+
+    async def release(self, delivery_ids: list[int]) -> None:
+        """Claimed but not sent (a chain stopped): due again now, in their order."""
+        if delivery_ids:
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    "UPDATE webhook_deliveries SET next_at = now()"
+                    " WHERE id = ANY(%(ids)s) AND status = 'pending'",
+                    {"ids": delivery_ids},
+                )
 
     async def delivered(self, delivery_id: int, status: int) -> None:
         async with self.pool.connection() as conn:

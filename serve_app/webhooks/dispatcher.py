@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,8 @@ from serve_app.webhooks.sender import Sender
 from serve_app.webhooks.ssrf import TargetGuard
 
 log = logging.getLogger(__name__)
+CHAIN = 20  # deliveries of one owner claimed at a time by a running chain
+BACKLOG_EVERY_S = 5.0  # how often a round measures pending deliveries and lag
 
 
 class Dispatcher:
@@ -39,10 +42,13 @@ class Dispatcher:
         *,
         metrics: WebhookMetrics | None = None,
         jitter: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store, self.sender, self.s = store, sender, s
         self.metrics = metrics or WebhookMetrics()
         self.jitter = jitter  # 0..1, injected so tests can pin the backoff
+        self.clock = clock
+        self._measured = float("-inf")
         self.lease_s = 2 * s.timeout_s + 5  # a claim outlives any send it covers
         self._tasks: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
         self._periodic = Periodic(self.run_once, s.interval_s, log=log,
@@ -81,7 +87,9 @@ class Dispatcher:
                 tasks.add(task)
                 task.add_done_callback(lambda t, s=sub_id: self._done(s, t))
                 started += 1
-        self.metrics.state.update(await self.store.backlog())
+        if self.clock() - self._measured >= BACKLOG_EVERY_S:
+            self._measured = self.clock()
+            self.metrics.state.update(await self.store.backlog())
         return started
 
     def _done(self, sub_id: uuid.UUID, task: asyncio.Task[None]) -> None:
@@ -91,15 +99,21 @@ class Dispatcher:
             if not tasks:
                 del self._tasks[sub_id]
 
-    async def _deliver(self, row: dict[str, Any] | None) -> None:
-        """Send ``row``; on success go on with the same owner's next due delivery (at
-        most ``fanout_batch`` in a row), so an owner's backlog drains without waiting
-        a round per event; a failure leaves the rest to its backoff."""
-        for _ in range(self.s.fanout_batch):
-            if row is None or not await self._send(row):
-                return
-            more = await self.store.claim(row["subscription_id"], 1, self.lease_s, row["owner"])
-            row = more[0] if more else None
+    async def _deliver(self, row: dict[str, Any]) -> None:
+        """Send ``row``; on success go on with the same owner's next due deliveries
+        (``CHAIN`` claimed at a time, at most ``fanout_batch`` in all), so an owner's
+        backlog drains without a round per event; a failure stops the chain there and
+        releases the rest of the claimed run, which follows it in order after its
+        backoff."""
+        run, sent = [row], 0
+        while run and sent < self.s.fanout_batch:
+            for i, r in enumerate(run):
+                if not await self._send(r):
+                    await self.store.release([x["delivery_id"] for x in run[i + 1 :]])
+                    return
+                sent += 1
+            run = await self.store.claim(row["subscription_id"], CHAIN, self.lease_s, row["owner"])
+        await self.store.release([x["delivery_id"] for x in run])
 
     async def _send(self, row: dict[str, Any]) -> bool:
         answer = await self.sender.send(row)
