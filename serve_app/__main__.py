@@ -1,6 +1,5 @@
 """Command line: `python -m serve_app COMMAND`, COMMAND one of run, migrate, create-key,
-tenant, usage, stop-db, mcp, export, import,
-events."""
+tenant, usage, stop-db, mcp, export, import, events."""
 
 from __future__ import annotations
 
