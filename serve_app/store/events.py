@@ -1,9 +1,10 @@
 """``memory_events``: the outbox every change writes in its own transaction.
 
-Memory and fact events are written by triggers (migration 0022) on ``memory_history``
-and ``facts``, so no producer can change memory without its event and a rolled-back
-change leaves none. The few events that are not a row change (``import.completed``,
-``forget.completed``) are written here, by their producer, in its transaction.
+Memory, fact and extraction events are written by triggers (migration 0022) on
+``memory_history``, ``facts`` and ``session_turns``, so no producer can change memory
+without its event and a rolled-back change leaves none. The few events that are not a
+row change (``import.completed``, ``forget.completed``) are written here, by their
+producer, in its transaction.
 
 The feed orders events by ``(txid, id)`` and shows only those of transactions older
 than every transaction still running (``txid < pg_snapshot_xmin``): an event that
@@ -33,6 +34,9 @@ EVENT_TYPES: tuple[str, ...] = (
     "memory.archived",
     "fact.set",
     "fact.deleted",
+    "extraction.completed",
+    "extraction.failed",
+    "extraction.deferred",
     "import.completed",
     "forget.completed",
 )

@@ -155,3 +155,36 @@ CREATE INDEX webhook_deliveries_pending_idx ON webhook_deliveries (subscription_
     WHERE status = 'pending';
 CREATE INDEX webhook_deliveries_log_idx ON webhook_deliveries (subscription_id, id DESC);
 CREATE INDEX webhook_deliveries_event_idx ON webhook_deliveries (event_row);
+
+-- Extraction outcomes, one event per session and statement: extraction.completed (turns
+-- stamped extracted), extraction.failed (dead-lettered), extraction.deferred (a failed
+-- attempt backed off until retry_at). They ride on the turn updates' own transactions.
+CREATE FUNCTION memserve_extraction_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT memserve_events_on() THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO memory_events (tenant_id, type, user_id, agent_id, session_id, data)
+    SELECT c.tenant_id, c.type, c.user_id, max(c.agent_id), c.session_id,
+           jsonb_build_object('turns', count(*), 'attempts', max(c.extract_attempts),
+                              'error', max(c.extract_error), 'retry_at', max(c.retry_at))
+    FROM (
+        SELECT n.tenant_id, n.user_id, n.agent_id, n.extract_attempts, n.extract_error,
+               n.retry_at, coalesce(n.meta ->> 'session_id', n.session_id) AS session_id,
+               CASE WHEN n.dead_at IS NOT NULL THEN 'extraction.failed'
+                    WHEN n.extracted_at IS NOT NULL THEN 'extraction.completed'
+                    ELSE 'extraction.deferred' END AS type
+        FROM new_rows n JOIN old_rows o ON o.id = n.id
+        WHERE (o.extracted_at IS NULL AND n.extracted_at IS NOT NULL)
+           OR (n.extracted_at IS NULL AND n.retry_at IS NOT NULL
+               AND n.retry_at IS DISTINCT FROM o.retry_at
+               AND n.extract_attempts > o.extract_attempts)
+    ) c
+    GROUP BY c.tenant_id, c.user_id, c.session_id, c.type
+    ORDER BY c.tenant_id, c.user_id, c.session_id, c.type;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER session_turns_extraction_events AFTER UPDATE ON session_turns
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION memserve_extraction_events();

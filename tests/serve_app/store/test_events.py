@@ -12,6 +12,7 @@ from serve_app.store import NewMemory, Owner, history
 from serve_app.store.events import Cursor, EventStore
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.guarded import GuardedWriter
+from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
 from tests.serve_app.store.unit_vectors import DIM, vecs
 
@@ -156,3 +157,32 @@ def test_cursor_round_trips_and_refuses_junk():
     for junk in ("x", "1-", "-1", "1-2-3", "1;2", "9" * 50 + "-1", str(uuid.uuid4())):
         with pytest.raises(ValueError):
             Cursor.parse(junk)
+
+
+async def test_extraction_outcomes_are_events_one_per_session(db):
+    turns, events = TurnStore(db), EventStore(db)
+    done, tried, dead = (SessionKey("t1", "alice", s) for s in ("s1", "s2", "s3"))
+    for key in (done, tried, dead):
+        await turns.append(key, [("user", "a"), ("assistant", "b")], agent_id=None, ttl_hours=1)
+
+    async def ids(key: SessionKey) -> list[int]:
+        async with db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM session_turns WHERE session_id = %s", [key.session_id]
+            )
+            return [r["id"] for r in await cur.fetchall()]
+
+    assert await turns.mark_extracted(await ids(done)) == 2
+    await turns.fail(await ids(tried), claim=None, error="LLM 503", max_attempts=3,
+                     retry_after_s=30)  # fmt: skip
+    await turns.fail(await ids(dead), claim=None, error="bad JSON", max_attempts=1,
+                     retry_after_s=30)  # fmt: skip
+    await turns.release(await ids(tried))  # a release changes no outcome: no event
+    got = [(e["type"], e["session_id"], e["data"]["turns"]) for e in await feed(events)]
+    assert got == [
+        ("extraction.completed", "s1", 2),
+        ("extraction.deferred", "s2", 2),
+        ("extraction.failed", "s3", 2),
+    ]
+    failed = (await feed(events, types=["extraction.failed"]))[0]
+    assert failed["data"]["error"] == "bad JSON" and failed["user_id"] == "alice"
