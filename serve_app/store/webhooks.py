@@ -159,10 +159,12 @@ class WebhookStore:
     # ---------- the dispatcher ----------
 
     async def enabled(self, limit: int) -> list[uuid.UUID]:
-        """Enabled subscriptions in id order; a round serves at most ``limit``."""
+        """Up to ``limit`` enabled subscriptions, a random pick when there are more (so
+        none starves behind the first ``limit``), in id order."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT id FROM webhook_subscriptions WHERE enabled ORDER BY id LIMIT %(n)s",
+                "SELECT id FROM (SELECT id FROM webhook_subscriptions WHERE enabled"
+                " ORDER BY random() LIMIT %(n)s) s ORDER BY id",
                 {"n": limit},
             )
             return [r["id"] for r in await cur.fetchall()]
