@@ -38,6 +38,7 @@ from serve_app.metrics import (
     ExtractionMetrics,
     Flusher,
     ReembedMetrics,
+    WebhookMetrics,
     start_pool_metrics,
 )
 from serve_app.model_facts import ModelFacts
@@ -51,6 +52,7 @@ from serve_app.spend.meter import SpendMeter
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import SessionKey
+from serve_app.webhooks.dispatcher import Dispatcher
 
 log = logging.getLogger("ray.serve")
 
@@ -70,7 +72,12 @@ class Extractor:
         self.metrics = ExtractionMetrics()
         reembed_metrics = ReembedMetrics()
         self.consolidation_metrics = ConsolidationMetrics()
-        self.flusher = Flusher([self.metrics, reembed_metrics, self.consolidation_metrics]).start()
+        webhook_metrics = WebhookMetrics()
+        self.flusher = Flusher(
+            [self.metrics, reembed_metrics, self.consolidation_metrics, webhook_metrics]
+        ).start()
+        # Webhook delivery of the event outbox: beside the writes, never in them.
+        self.webhooks = Dispatcher.from_settings(self.pool, settings.webhooks, webhook_metrics)
         self.models = ModelView(
             self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
         )
@@ -104,6 +111,7 @@ class Extractor:
         self.reembed = Reembedder(dsn, self._embed_docs, settings.reembed, reembed_metrics)
         self._reembed_task = asyncio.ensure_future(self.reembed.run())
         self.scheduler.start_scanning(settings.extract.scan_interval_s)
+        self.webhooks.start()
         log.info(
             "extractor ready: %s",
             f"LLM {config.model} at {config.base_url}" if self.llm else "disabled (no LLM)",
@@ -193,6 +201,7 @@ class Extractor:
             "counts": dict(self.pipeline.metrics.counts),
             "model": self.models.active.name,
             "spend": dict(self.spend.metrics.counts),
+            "webhooks": dict(self.webhooks.metrics.counts),
         }
 
     async def spend_upkeep_now(self) -> int:
@@ -200,6 +209,8 @@ class Extractor:
         return await self.spend.maintain()
 
     async def __del__(self) -> None:
+        if getattr(self, "webhooks", None) is not None:
+            await self.webhooks.stop()
         if getattr(self, "_consolidating", None) is not None:
             await self._consolidating.stop()
         if getattr(self, "_spend_upkeep", None) is not None:

@@ -1,11 +1,12 @@
 """Command line: `python -m serve_app COMMAND`, COMMAND one of run, migrate, create-key,
-tenant, usage, stop-db, mcp, export, import."""
+tenant, usage, stop-db, mcp, export, import, events."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 
+from serve_app.cli import events as events_cli
 from serve_app.cli import keys as keys_cli
 from serve_app.cli import portability as portability_cli
 from serve_app.cli import tenants as tenants_cli
@@ -28,6 +29,7 @@ def main() -> None:
     portability_cli.add_parsers(sub)
     tenants_cli.add_parsers(sub)
     usage_cli.add_parsers(sub)
+    events_cli.add_parser(sub)
     args = parser.parse_args()
 
     if args.command == "run":
@@ -54,6 +56,8 @@ def main() -> None:
         tenants_cli.main(args)
     elif args.command == "usage":
         usage_cli.main(args)
+    elif args.command == "events":
+        events_cli.main(args)
 
 
 def _dsn() -> str:

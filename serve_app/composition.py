@@ -28,6 +28,7 @@ from serve_app.services.chat import ChatService
 from serve_app.services.chat_caps import allowed_models
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
+from serve_app.services.events import EventFeed
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
 from serve_app.services.ingest_pipeline import IngestPipeline
@@ -37,16 +38,19 @@ from serve_app.services.memories import Embed, MemoryService, Search
 from serve_app.services.portability import PortabilityService
 from serve_app.services.sessions import SessionService
 from serve_app.services.tenants import TenantService, tenant_service
+from serve_app.services.webhooks import WebhookService
 from serve_app.settings import Settings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store.chat_usage import ChatUsageStore
 from serve_app.store.directory import MemoryDirectory
+from serve_app.store.events import EventStore
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.keys import KeyStore
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.profile import ProfileStore
 from serve_app.store.turns import TurnStore
 from serve_app.store.users import UserDirectory
+from serve_app.store.webhooks import WebhookStore
 
 log = logging.getLogger(__name__)
 Closer = Callable[[], Awaitable[None]]
@@ -83,6 +87,8 @@ class Services:
     tenants: TenantService | None = None  # per-tenant settings over the env defaults
     users: UserDirectory | None = None  # the tenant's users and sessions (GET /v1/users)
     spend: SpendMeter | None = None  # LLM use per tenant/end user, budgets (GET /v1/admin/usage)
+    events: EventFeed | None = None  # the change feed (GET /v1/events)
+    webhooks: WebhookService | None = None  # webhook subscriptions (/v1/admin/webhooks)
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -215,6 +221,8 @@ async def build_services(
             tenants=tenants,
             users=UserDirectory(pool),
             spend=spend,
+            events=EventFeed(EventStore(pool)),
+            webhooks=WebhookService(WebhookStore(pool), settings.webhooks),
             _closers=closers,
         )
     except BaseException:

@@ -94,6 +94,10 @@ EXTRACT_LATENCY_MS = _h(
 REEMBED_ITEMS = _c("reembed_items", _MODEL, "Memories re-embedded into a new model's table.")
 REEMBED_PROGRESS = _g("reembed_progress", _MODEL, "Share of memories in a filling model's table.")
 REEMBED_REMAINING = _g("reembed_remaining", _MODEL, "Memories left to re-embed (estimate).")
+WEBHOOK_QUEUED = _c("webhook_queued", (), "Webhook deliveries queued from the event feed.")
+WEBHOOK_SENT = _c("webhook_sent", _OUTCOME, "Webhook attempts: delivered, failed, dead.")
+WEBHOOK_PENDING = _g("webhook_pending", (), "Webhook deliveries waiting to be sent.")
+WEBHOOK_LAG_S = _g("webhook_lag_s", (), "Age (s) of the oldest pending delivery's event.")
 CHAT_USAGE = _c("chat_usage", ("key_id", "kind"), "Chat proxy use per key: requests, tokens.")
 LLM_TOKENS = _c(
     "llm_tokens",
@@ -390,3 +394,27 @@ class SpendMetrics(MetricSet):
     def budget_event(self, tenant_id: str, group: str, event: str) -> None:
         self.counts[f"budget_{event}_{group}"] += 1
         self.budget.inc((self.tenant(tenant_id), group, event))
+
+
+class WebhookMetrics(MetricSet):
+    """The webhook dispatcher: queued and sent (per outcome), pending and lag per round."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Tally[str] = Tally()
+        self.queued = self.add(LocalCounter(WEBHOOK_QUEUED))
+        self.sent = self.add(LocalCounter(WEBHOOK_SENT))
+        self.state = {"pending": 0.0, "lag_s": 0.0}
+
+    def queue(self, n: int) -> None:
+        if n > 0:
+            self.counts["queued"] += n
+            self.queued.inc((), n)
+
+    def outcome(self, outcome: str) -> None:
+        self.counts[outcome] += 1
+        self.sent.inc((outcome,))
+
+    def gauges(self) -> Iterable[tuple[MetricSpec, Tags, float]]:
+        return [(WEBHOOK_PENDING, (), self.state["pending"]),
+                (WEBHOOK_LAG_S, (), self.state["lag_s"])]  # fmt: skip

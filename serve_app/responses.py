@@ -268,3 +268,68 @@ class SessionSummary(BaseModel):
 
 class SessionList(BaseModel):
     sessions: list[SessionSummary]
+
+
+# events: GET /v1/events (issue 32)
+class Event(BaseModel):
+    id: UUID  # the event's id (a webhook's ``webhook-id``): the same on every redelivery
+    cursor: str  # pass as ``after`` to read what follows this event
+    type: str  # memory.added | memory.updated | ... (serve_app.store.events.EVENT_TYPES)
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    scope: str | None
+    memory_id: UUID | None
+    version: int | None  # the memory's row version after the change
+    decision: str | None  # reconcile's decision, for extraction-made changes
+    reason: str | None  # the model's reason for it
+    actor: str | None
+    data: dict[str, Any] | None  # fact category/key, import or forget counts
+    content: str | None = None  # only with include_content=true (never after a forget)
+    occurred_at: datetime
+
+
+class EventPage(BaseModel):
+    events: list[Event]
+    next_cursor: str  # ``after`` of the next read (the same cursor again when nothing new)
+
+
+# webhooks: /v1/admin/webhooks (issue 32)
+class Webhook(BaseModel):
+    id: UUID
+    url: str
+    types: list[str]  # empty: every type
+    include_content: bool
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookCreated(Webhook):
+    secret: str  # whsec_...: shown this once; verify webhook-signature with it
+
+
+class WebhookList(BaseModel):
+    webhooks: list[Webhook]
+
+
+class WebhookDelivery(BaseModel):
+    id: int
+    event_id: UUID  # the webhook-id the receiver saw
+    type: str
+    owner: str
+    status: str  # pending | delivered | dead
+    attempts: int
+    next_at: datetime
+    last_status: int | None
+    last_error: str | None
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class WebhookDeliveries(BaseModel):
+    deliveries: list[WebhookDelivery]
+
+
+class WebhookReplayed(BaseModel):
+    replayed: int  # dead deliveries set pending again

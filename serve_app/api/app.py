@@ -9,6 +9,7 @@ from serve_app.api import (
     admin,
     chat,
     context,
+    events,
     facts,
     health,
     maintenance,
@@ -21,6 +22,7 @@ from serve_app.api import (
     tenants,
     usage,
     users,
+    webhooks,
 )
 from serve_app.api.console import mount_console
 from serve_app.api.deps import principal
@@ -60,10 +62,12 @@ ROUTERS = (
     maintenance,
     sessions,
     facts,
+    events,
     portability,
     tenants,
     users,
     usage,
+    webhooks,
     mem0,
 )
 

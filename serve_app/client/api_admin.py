@@ -1,5 +1,5 @@
 """``AdminApi``: the admin key's calls (keys, tenant settings and data, embedding models,
-extraction dead letters, consolidation); see ``api``."""
+extraction dead letters, consolidation, webhooks); see ``api``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ from serve_app.responses import (
     Retried,
     SettingsHistory,
     TenantSettingsView,
+    Webhook,
+    WebhookCreated,
+    WebhookDeliveries,
+    WebhookList,
+    WebhookReplayed,
 )
 from serve_app.schemas import ApiKeyCreated, ApiKeyInfo, ApiKeyList, DeletedCount
 
@@ -151,3 +156,64 @@ class AdminApi:
         params = {"group_by": groups, "since": since, "until": until, "user_id": user_id,
                   "top_users": top_users, "limit": limit, "offset": offset}  # fmt: skip
         return with_params("GET", "/v1/admin/usage", params, LlmUsageReport)
+
+    # webhooks
+    @Endpoint
+    @staticmethod
+    def create_webhook(
+        url: str,
+        *,
+        types: list[str] | None = None,
+        include_content: bool | None = None,
+        enabled: bool | None = None,
+    ) -> Call[WebhookCreated]:
+        """Subscribe ``url`` to events (all, or ``types``); the answer's ``secret`` is
+        shown once: keep it to verify ``webhook-signature``."""
+        body = {"url": url, "types": types, "include_content": include_content,
+                "enabled": enabled}  # fmt: skip
+        return with_body("POST", "/v1/admin/webhooks", body, WebhookCreated)
+
+    @Endpoint
+    @staticmethod
+    def webhooks() -> Call[WebhookList]:
+        return Call("GET", "/v1/admin/webhooks", model=WebhookList)
+
+    @Endpoint
+    @staticmethod
+    def get_webhook(webhook_id: UUID | str) -> Call[Webhook]:
+        return Call("GET", f"/v1/admin/webhooks/{webhook_id}", model=Webhook)
+
+    @Endpoint
+    @staticmethod
+    def update_webhook(
+        webhook_id: UUID | str,
+        *,
+        url: str | None = None,
+        types: list[str] | None = None,
+        include_content: bool | None = None,
+        enabled: bool | None = None,
+    ) -> Call[Webhook]:
+        body = {"url": url, "types": types, "include_content": include_content,
+                "enabled": enabled}  # fmt: skip
+        return with_body("PATCH", f"/v1/admin/webhooks/{webhook_id}", body, Webhook)
+
+    @Endpoint
+    @staticmethod
+    def delete_webhook(webhook_id: UUID | str) -> Call[None]:
+        return Call("DELETE", f"/v1/admin/webhooks/{webhook_id}")
+
+    @Endpoint
+    @staticmethod
+    def webhook_deliveries(
+        webhook_id: UUID | str, *, status: str | None = None, limit: int | None = None
+    ) -> Call[WebhookDeliveries]:
+        """The delivery log, newest first (``status``: pending, delivered or dead)."""
+        path = f"/v1/admin/webhooks/{webhook_id}/deliveries"
+        return with_params("GET", path, {"status": status, "limit": limit}, WebhookDeliveries)
+
+    @Endpoint
+    @staticmethod
+    def replay_webhook(webhook_id: UUID | str) -> Call[WebhookReplayed]:
+        """Send the subscription's dead deliveries again."""
+        path = f"/v1/admin/webhooks/{webhook_id}/replay"
+        return Call("POST", path, model=WebhookReplayed)

@@ -13,6 +13,7 @@ from serve_app.client.chunks import ImportData, to_lines
 from serve_app.client.endpoint import Endpoint, Stream
 from serve_app.client.streams import JsonLines, ServerSentEvents
 from serve_app.responses import (
+    EventPage,
     Fact,
     FactList,
     ImportReport,
@@ -151,6 +152,28 @@ class DataApi:
         """The user's profile: what every context block starts with, and why (issue 29)."""
         path = f"/v1/users/{user_id}/profile"
         return with_params("GET", path, {"agent_id": agent_id}, ProfileResponse)
+
+    # events
+    @Endpoint
+    @staticmethod
+    def events(
+        *,
+        after: str | None = None,
+        types: list[str] | None = None,
+        user_id: str | None = None,
+        limit: int | None = None,
+        include_content: bool | None = None,
+    ) -> Call[EventPage]:
+        """Events after ``after`` (a page's ``next_cursor``), oldest first; a user key
+        reads its own user's; ``include_content``: the memory or fact text too."""
+        params = {
+            "after": after,
+            "types": ",".join(types) if types else None,
+            "user_id": user_id,
+            "limit": limit,
+            "include_content": include_content,
+        }
+        return with_params("GET", "/v1/events", params, EventPage)
 
     # the chat proxy (its answers are the upstream's OpenAI JSON: plain dicts)
     chat = Endpoint(chat_call)

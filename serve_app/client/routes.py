@@ -31,6 +31,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/users"): ("users",),
     ("GET", "/v1/users/{user_id}/sessions"): ("user_sessions",),
     ("GET", "/v1/users/{user_id}/profile"): ("user_profile",),
+    ("GET", "/v1/events"): ("events",),
     ("GET", "/v1/export"): ("export",),
     ("POST", "/v1/import"): ("import_", "import_all"),
     ("GET", "/v1/admin/keys"): ("list_keys",),
@@ -48,6 +49,13 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/admin/extraction/dead-letters"): ("dead_letters",),
     ("POST", "/v1/admin/extraction/dead-letters/retry"): ("retry_dead_letters",),
     ("POST", "/v1/admin/consolidate"): ("consolidate",),
+    ("POST", "/v1/admin/webhooks"): ("create_webhook",),
+    ("GET", "/v1/admin/webhooks"): ("webhooks",),
+    ("GET", "/v1/admin/webhooks/{webhook_id}"): ("get_webhook",),
+    ("PATCH", "/v1/admin/webhooks/{webhook_id}"): ("update_webhook",),
+    ("DELETE", "/v1/admin/webhooks/{webhook_id}"): ("delete_webhook",),
+    ("GET", "/v1/admin/webhooks/{webhook_id}/deliveries"): ("webhook_deliveries",),
+    ("POST", "/v1/admin/webhooks/{webhook_id}/replay"): ("replay_webhook",),
 }
 
 # path prefix -> why the client has no methods for it

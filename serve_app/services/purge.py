@@ -1,4 +1,5 @@
-"""Periodic housekeeping: purge expired memories in bounded batches, prune erasure records.
+"""Periodic housekeeping: purge expired memories in bounded batches, prune erasure records
+and events past their retention.
 
 Every Ingress replica runs a :class:`Purger`; a session-level advisory lock lets one
 of them work per round, so replicas never delete the same rows twice.
@@ -13,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.periodic import Periodic
 from serve_app.settings import LifecycleSettings
 from serve_app.store import erasure
+from serve_app.store.events import EventStore
 from serve_app.store.forget import ForgetStore
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,8 @@ class Purger:
             self.run_once, s.purge_interval_s, log=log, failed="purging expired memories failed"
         )
         self.purged = 0
+        self.events = EventStore(pool)
+        self.pruned_events = 0
 
     async def run_once(self) -> int:
         """One round: expired memories (bounded) and old erasure records; -1: another
@@ -41,6 +45,11 @@ class Purger:
                     batch=self.s.purge_batch, max_batches=self.s.purge_max_batches, conn=conn
                 )  # on the connection that holds the lock: one pool slot, not two
                 await erasure.prune(conn, self.s.erasure_keep_s)
+                if self.s.events_keep_s > 0:
+                    self.pruned_events += await self.events.prune(
+                        conn, self.s.events_keep_s, batch=self.s.purge_batch,
+                        max_batches=self.s.purge_max_batches,
+                    )  # fmt: skip
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": _LOCK})
         self.purged += n

@@ -25,6 +25,7 @@ from serve_app.settings.jobs import (
     LLMSettings,
     QuotaSettings,
     ReembedSettings,
+    WebhookSettings,
 )
 from serve_app.settings.retrieval import (
     CacheSettings,
@@ -63,6 +64,7 @@ __all__ = [
     "ServingSettings",
     "Settings",
     "SpendSettings",
+    "WebhookSettings",
     "get_settings",
 ]
 
@@ -99,6 +101,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)
     spend: SpendSettings = Field(default_factory=SpendSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
 
     @property
     def models_dir(self) -> Path:

@@ -21,6 +21,9 @@ class LifecycleSettings(BaseSettings):
     purge_batch: int = 1000  # rows per purge statement
     purge_max_batches: int = 50  # statements per purge round (the rest waits for the next)
     erasure_keep_s: float = 86400.0  # finished erasure records kept (extraction leases << this)
+    # Events of the feed (GET /v1/events) are kept this long, then pruned by the purger
+    # (purge_batch rows a statement, purge_max_batches statements a round); 0: kept.
+    events_keep_s: float = Field(7 * 86400.0, ge=0)
     # A running forget renews its erasure's lease between chunks (each chunk << this); an
     # erasure left unfinished by a dead replica stops blocking new work after it.
     erasure_lease_s: float = 60.0
@@ -155,3 +158,23 @@ class ReembedSettings(BaseSettings):
     poll_s: float = 5.0  # replicas re-read the model registry this often (NOTIFY is at once)
     settle_s: float = 30.0  # after a switch: repair passes for replicas that had not switched
     margin_s: float = 30.0  # longest write transaction the repair watermark allows for
+
+
+class WebhookSettings(BaseSettings):
+    """Webhook delivery of the event outbox (issue 32): the dispatcher in the Extractor tier."""
+
+    model_config = group("MEMSERVE_WEBHOOKS_")
+
+    interval_s: float = 1.0  # how often a dispatcher fans out and claims deliveries; 0: off
+    max_subscriptions: int = Field(10, ge=1)  # per tenant
+    subscriptions_per_round: int = Field(100, ge=1)  # subscriptions a round serves at most
+    fanout_batch: int = Field(500, ge=1)  # events a subscription takes from the feed a round
+    in_flight_per_subscription: int = Field(8, ge=1)  # concurrent deliveries (distinct owners)
+    timeout_s: float = Field(10.0, gt=0)  # a whole request: connect, send, answer
+    max_response_bytes: int = Field(65536, ge=0)  # read of an answer's body, at most
+    max_attempts: int = Field(8, ge=1)  # then the delivery is dead (replay: admin API)
+    backoff_s: float = Field(2.0, gt=0)  # first retry after ~this; doubles each attempt
+    max_backoff_s: float = Field(3600.0, gt=0)
+    # Delivery to private, loopback, link-local or reserved addresses is refused (SSRF)
+    # unless the address is in one of these networks (CIDR), e.g. ["127.0.0.1/32"].
+    allowed_networks: list[str] = Field(default_factory=list)

@@ -23,12 +23,13 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.store import events
 from serve_app.store.erasure import Erasure
 from serve_app.store.turns import INFER_PREFIX
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
-KINDS = ("memories", "vectors", "history", "facts", "turns", "sessions")
+KINDS = ("memories", "vectors", "history", "facts", "turns", "sessions", "events")
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ class ForgetStore:
                                            scope.session_id, lease_s=self.lease_s)  # fmt: skip
                 await self._erase(conn, scope, held, counts)
                 await held.finish(conn)
+                await self._announce(conn, scope, counts)
         finally:
             if held is not None:
                 await held.close(self.pool)  # failed or cancelled: finish it all the same
@@ -160,7 +162,23 @@ class ForgetStore:
         await self._memories(conn, held, scope, counts)
         counts["history"] += await self._history(conn, held, scope)
         counts["facts"] = await self._facts(conn, held, scope)
+        counts["events"] = await self._events(conn, held, scope)
         await self._bump_scope(conn, scope)
+
+    async def _events(self, conn: AsyncConnection, held: Erasure, scope: Scope) -> int:
+        """The scope's events (content and all, delivered or not), except earlier
+        ``forget.completed`` notices, which carry none."""
+        where, params = scope.where(("user_id", "agent_id", "session_id"))
+        where = sql.SQL("{} AND type <> 'forget.completed'").format(where)
+        await held.heartbeat(conn)
+        return await events.EventStore(self.pool).forget(conn, where, params, batch=self.batch)
+
+    async def _announce(self, conn: AsyncConnection, scope: Scope, counts: dict[str, int]) -> None:
+        """One ``forget.completed`` (no content), once the forget has finished."""
+        await events.emit(
+            conn, scope.tenant_id, "forget.completed", user_id=scope.user_id,
+            agent_id=scope.agent_id, session_id=scope.session_id, data=dict(counts),
+        )  # fmt: skip
 
     async def _memories(
         self, conn: AsyncConnection, held: Erasure, scope: Scope, counts: dict[str, int]
@@ -185,12 +203,18 @@ class ForgetStore:
         key: str,
         where: sql.Composable,
         params: dict[str, Any],
+        *,
+        quiet: bool = False,
     ) -> int:
+        """``quiet``: the deletes emit no events (a forget announces itself once)."""
         query, total = _rows_chunk(table, key, where), 0
         while True:
             await held.heartbeat(conn)
-            cur = await conn.execute(query, {**params, "batch": self.batch})
-            n = (await cur.fetchone())["n"]
+            async with conn.transaction():
+                if quiet:
+                    await conn.execute(events.QUIET)
+                cur = await conn.execute(query, {**params, "batch": self.batch})
+                n = (await cur.fetchone())["n"]
             total += n
             if n < self.batch:
                 return total
@@ -214,7 +238,7 @@ class ForgetStore:
         if scope.agent_id is not None:
             return 0  # facts belong to the user, not to an agent
         where, params = scope.where(("user_id", "session_id"))
-        return await self._rows(conn, held, "facts", "id", where, params)
+        return await self._rows(conn, held, "facts", "id", where, params, quiet=True)
 
     async def _bump_scope(self, conn: AsyncConnection, scope: Scope) -> None:
         """Bump (and NOTIFY) the scope's owners even if no memory was left to delete."""

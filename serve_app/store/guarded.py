@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.profile.classify import ProfileClassifier
 from serve_app.settings import Settings
-from serve_app.store import erasure, imports, quota, supersede
+from serve_app.store import erasure, events, imports, quota, supersede
 from serve_app.store.facts import FactStore
 from serve_app.store.memories import BATCH_GUARD, MemoryStore
 from serve_app.store.memory_index import using
@@ -348,7 +348,7 @@ class GuardedWriter:
         owner: Owner,
         memories: Sequence[imports.ImportedMemory],
         vectors: np.ndarray,
-        events: Sequence[imports.ImportedEvent],
+        history_rows: Sequence[imports.ImportedEvent],
         facts: Sequence[imports.ImportedFact],
         *,
         actor: str | None,
@@ -376,7 +376,9 @@ class GuardedWriter:
             ids = [r["id"] for r in rows]
             new_ids = {m.source_id: i for m, i in zip(memories, ids, strict=True) if m.source_id}
             await imports.restamp_memories(conn, owner.tenant_id, ids, list(memories), new_ids)
-            history = await imports.replay_history(conn, owner, new_ids, list(events))
+            await conn.execute(events.QUIET)  # replayed history is the source's past
+            history = await imports.replay_history(conn, owner, new_ids, list(history_rows))
+            await conn.execute(events.LOUD)
             fact_ids: dict[str, uuid.UUID] = {}
             for f in (f for f in facts if f.active):
                 outcome = await self.upsert_fact(
@@ -394,13 +396,13 @@ class GuardedWriter:
             # Re-checked (forgets since the transaction began) as the ingest pipeline does:
             if not await self.guard_passes(conn, owner, [*(m.item for m in memories), *facts]):
                 raise ForgetInProgress(owner)
+            imported = {"memories": len(ids), "facts": sum(outcomes.values()),
+                        "fact_versions": versions, "history": history}  # fmt: skip
+            await events.emit(
+                conn, owner.tenant_id, "import.completed", user_id=owner.user_id, data=imported
+            )
         return {
-            "imported": {
-                "memories": len(ids),
-                "facts": sum(outcomes.values()),
-                "fact_versions": versions,
-                "history": history,
-            },  # fmt: skip
+            "imported": imported,
             "facts": outcomes,
             "memory_ids": [str(i) for i in ids],
         }

@@ -45,6 +45,9 @@ E2E_LLM_ENV = {
     "MEMSERVE_LIFECYCLE_ACCESS_FLUSH_S": "0.5",
     # test_forget_faults.py: a dead replica's erasure stops blocking after 3 s.
     "MEMSERVE_LIFECYCLE_ERASURE_LEASE_S": "3",
+    # test_webhooks.py: deliveries to a receiver on this machine, rounds every 0.2 s.
+    "MEMSERVE_WEBHOOKS_ALLOWED_NETWORKS": '["127.0.0.1/32"]',
+    "MEMSERVE_WEBHOOKS_INTERVAL_S": "0.2",
 }
 
 

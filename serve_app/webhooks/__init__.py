@@ -1,0 +1,1 @@
+"""Webhook delivery of the event outbox: SSRF guard, signed sender, dispatcher loop."""
