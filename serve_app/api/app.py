@@ -11,6 +11,7 @@ from serve_app.api import (
     context,
     facts,
     health,
+    identity,
     maintenance,
     mem0,
     memories,
@@ -65,6 +66,7 @@ ROUTERS = (
     users,
     usage,
     mem0,
+    identity,
 )
 
 

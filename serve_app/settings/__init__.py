@@ -37,6 +37,7 @@ from serve_app.settings.serving import (
     AuthSettings,
     ChatSettings,
     DatabaseSettings,
+    IdentitySettings,
     IngestSettings,
     LimitSettings,
     ServingSettings,
@@ -52,6 +53,7 @@ __all__ = [
     "DatabaseSettings",
     "EmbedSettings",
     "ExtractSettings",
+    "IdentitySettings",
     "IngestSettings",
     "LLMSettings",
     "LifecycleSettings",
@@ -97,6 +99,7 @@ class Settings(BaseSettings):
     context: ContextSettings = Field(default_factory=ContextSettings)
     reembed: ReembedSettings = Field(default_factory=ReembedSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    identity: IdentitySettings = Field(default_factory=IdentitySettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)
     spend: SpendSettings = Field(default_factory=SpendSettings)
 
