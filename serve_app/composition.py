@@ -21,7 +21,7 @@ from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
 from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
-from serve_app.identity import token_verifier
+from serve_app.identity.wiring import token_verifier
 from serve_app.metrics import IngestMetrics, start_pool_metrics
 from serve_app.services.auth import Authenticator, authenticator, key_store
 from serve_app.services.chat import ChatService

@@ -3,34 +3,6 @@ tenant's trusted issuers act as user keys (issue 30; docs/identity.md).
 
 ``issuers`` is the settings group, ``jwks`` fetches and caches public keys safely,
 ``verifier`` turns a token into a ``Principal``. Built once per Ingress replica by
-the composition root (:func:`token_verifier`).
+the composition root (``wiring.token_verifier``).
 """
 
-from __future__ import annotations
-
-from psycopg_pool import AsyncConnectionPool
-
-from serve_app.identity.jwks import JwksCache, JwksFetcher
-from serve_app.identity.verifier import TokenVerifier
-from serve_app.services.tenants import TenantService
-from serve_app.settings import IdentitySettings
-from serve_app.store.issuers import IssuerIndex
-
-
-def token_verifier(
-    pool: AsyncConnectionPool, tenants: TenantService, s: IdentitySettings
-) -> TokenVerifier:
-    """The replica's verifier; its JWKS client is closed by ``verifier.jwks.fetcher.aclose``.
-
-    What it caches from the tenants' settings is trusted only while their listener is
-    healthy, and dropped whenever a tenant's settings change."""
-    cache = tenants.cache
-    verifier = TokenVerifier(
-        IssuerIndex(pool),
-        tenants.effective,
-        JwksCache(JwksFetcher(s), s),
-        s,
-        trusted=(lambda: cache.enabled) if cache is not None else (lambda: False),
-    )
-    tenants.on_change.append(verifier.forget)
-    return verifier

@@ -45,6 +45,9 @@ E2E_LLM_ENV = {
     "MEMSERVE_LIFECYCLE_ACCESS_FLUSH_S": "0.5",
     # test_forget_faults.py: a dead replica's erasure stops blocking after 3 s.
     "MEMSERVE_LIFECYCLE_ERASURE_LEASE_S": "3",
+    # test_identity.py and tests/security: the local token issuer listens on 127.0.0.1.
+    "MEMSERVE_IDENTITY_ALLOW_PRIVATE_JWKS": "true",
+    "MEMSERVE_IDENTITY_FETCH_TIMEOUT_S": "1",
 }
 
 
