@@ -209,7 +209,8 @@ def test_a_token_naming_tenant_b_in_any_claim_acts_in_tenant_a_only(sec_service,
         assert r.status_code == 200
         assert SECRET not in r.text and r.json()["results"] == []
         mine = c.post("/v1/memories", json={"content": "written with a B-naming token"})
-        assert mine.status_code == 201 and mine.json()["tenant_id"] == a
+        assert mine.status_code == 201 and mine.json()["user_id"] == "victim"
+        assert c.get("/mem0/v1/ping/").json()["org_id"] == a  # the caller's tenant is A
     CASES["token: tenant B named in claims (acts in A)"] += 2
     b_admin = sec_service.add_key("msk_" + secrets.token_hex(16), b, "service")
     with http(sec_service, b_admin) as c:
@@ -270,7 +271,9 @@ def test_keys_rotated_mid_run(sec_service, world):
             lambda t: _refused(sec_service, "JWKS random kid flood", t), tokens)]  # fmt: skip
     assert set(codes) == {401}
     elapsed = time.monotonic() - started
-    # No fetch beyond the rate limit (MEMSERVE_IDENTITY_REFRESH_MIN_INTERVAL_S=1 here).
-    assert flaky.requests - before <= elapsed / 1.0 + 2, (flaky.requests - before, elapsed)
+    # No fetch beyond the rate limit (MEMSERVE_IDENTITY_REFRESH_MIN_INTERVAL_S=1 here) per
+    # Ingress replica (at most 2 in serve_config.yaml): not one fetch per random kid.
+    fetched = flaky.requests - before
+    assert fetched <= 2 * (elapsed / 1.0 + 1) and fetched < len(tokens), (fetched, elapsed)
     # The old kid is gone from the refetched keys: a token signed with it is refused now.
     assert _refused(sec_service, "signed by a withdrawn key", old).status_code == 401
