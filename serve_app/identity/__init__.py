@@ -5,4 +5,3 @@ tenant's trusted issuers act as user keys (issue 30; docs/identity.md).
 ``verifier`` turns a token into a ``Principal``. Built once per Ingress replica by
 the composition root (``wiring.token_verifier``).
 """
-

@@ -179,6 +179,8 @@ class JwksCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self.fetches = 0  # outbound fetches attempted (tests, the bench)
         self.failures = 0
+        # Bumped when a refetch drops a key: tokens verified with it are checked again.
+        self.generation = 0
 
     async def key(
         self, jwks_url: str | None, inline: dict[str, Any] | None, kid: str | None, alg: str
@@ -211,8 +213,10 @@ class JwksCache:
         entry.tried_at = self.clock()
         self.fetches += 1
         try:
-            entry.keys = await self.fetcher.fetch(url)
-            entry.fetched_at = self.clock()
+            keys = await self.fetcher.fetch(url)
+            if {(k.kid, k.kty) for k in entry.keys} - {(k.kid, k.kty) for k in keys}:
+                self.generation += 1  # a key was withdrawn
+            entry.keys, entry.fetched_at = keys, self.clock()
         except FetchRefused as exc:
             self.failures += 1
             log.warning("JWKS fetch failed, keeping %d cached keys: %s", len(entry.keys), exc)

@@ -10,8 +10,9 @@ bound to that user (rate-limit bucket per issuer and user, quotas, isolation); a
 read-only scope is carried on the principal.
 
 Verified tokens are remembered by their SHA-256 until their ``exp`` (at most
-``verified_ttl_s``, dropped when the tenant's settings change), so a repeated token
-costs a hash; a token never seen costs one signature check.
+``verified_ttl_s``, dropped when the tenant's settings change or a JWKS refetch
+withdraws a key), so a repeated token costs a hash; a token never seen costs one
+signature check.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def issuer_ref(issuer: str) -> str:
 class _Verified:
     principal: Principal
     until: float  # monotonic time the entry stops being used
+    generation: int  # the JWKS cache's generation when verified (a withdrawn key: stale)
 
 
 class TokenVerifier:
@@ -108,7 +110,7 @@ class TokenVerifier:
         hit = self._verified.get(digest)
         if hit is None or not self.trusted():
             return None
-        if time.monotonic() >= hit.until:
+        if time.monotonic() >= hit.until or hit.generation != self.jwks.generation:
             del self._verified[digest]
             return None
         return hit.principal
@@ -211,7 +213,8 @@ class TokenVerifier:
         if left <= 0:
             return
         digest = hashlib.sha256(token.encode()).digest()
-        self._verified[digest] = _Verified(principal, time.monotonic() + left)
+        until = time.monotonic() + left
+        self._verified[digest] = _Verified(principal, until, self.jwks.generation)
         while len(self._verified) > self.s.verified_cache_max:
             self._verified.popitem(last=False)
 

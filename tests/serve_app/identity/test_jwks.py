@@ -115,3 +115,20 @@ async def test_unknown_kids_refetch_at_most_once_per_interval(issuer):
         assert cache.failures == 1
     finally:
         await cache.fetcher.aclose()
+
+
+async def test_a_withdrawn_key_moves_the_generation_on(issuer):
+    clock = Clock()
+    s = _settings(refresh_min_interval_s=1.0)
+    cache = JwksCache(JwksFetcher(s), s, clock=clock)
+    try:
+        old = issuer.kid("RS256")
+        assert await cache.key(issuer.jwks_url, None, old, "RS256") is not None
+        assert cache.generation == 0
+        issuer.rotate()
+        clock.now += 2
+        assert await cache.key(issuer.jwks_url, None, issuer.kid("RS256"), "RS256") is not None
+        assert cache.generation == 1
+        assert await cache.key(issuer.jwks_url, None, old, "RS256") is None
+    finally:
+        await cache.fetcher.aclose()
