@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -92,11 +94,19 @@ class Clock:
         return self.now
 
 
-async def test_unknown_kids_refetch_at_most_once_per_interval(issuer):
-    clock = Clock()
-    s = _settings(refresh_min_interval_s=30.0)
+@asynccontextmanager
+async def jwks_cache(clock: Clock, interval_s: float) -> AsyncIterator[JwksCache]:
+    s = _settings(refresh_min_interval_s=interval_s)
     cache = JwksCache(JwksFetcher(s), s, clock=clock)
     try:
+        yield cache
+    finally:
+        await cache.fetcher.aclose()
+
+
+async def test_unknown_kids_refetch_at_most_once_per_interval(issuer):
+    clock = Clock()
+    async with jwks_cache(clock, 30.0) as cache:
         kid = issuer.kid("RS256")
         assert await cache.key(issuer.jwks_url, None, kid, "RS256") is not None
         for n in range(200):  # a flood of random kids
@@ -113,15 +123,11 @@ async def test_unknown_kids_refetch_at_most_once_per_interval(issuer):
         clock.now += 10_000
         assert await cache.key(issuer.jwks_url, None, new, "RS256") is not None
         assert cache.failures == 1
-    finally:
-        await cache.fetcher.aclose()
 
 
 async def test_a_withdrawn_key_moves_the_generation_on(issuer):
     clock = Clock()
-    s = _settings(refresh_min_interval_s=1.0)
-    cache = JwksCache(JwksFetcher(s), s, clock=clock)
-    try:
+    async with jwks_cache(clock, 1.0) as cache:
         old = issuer.kid("RS256")
         assert await cache.key(issuer.jwks_url, None, old, "RS256") is not None
         assert cache.generation == 0
@@ -130,5 +136,3 @@ async def test_a_withdrawn_key_moves_the_generation_on(issuer):
         assert await cache.key(issuer.jwks_url, None, issuer.kid("RS256"), "RS256") is not None
         assert cache.generation == 1
         assert await cache.key(issuer.jwks_url, None, old, "RS256") is None
-    finally:
-        await cache.fetcher.aclose()
