@@ -21,7 +21,6 @@ import base64
 import binascii
 import hashlib
 import json
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jwt
+import re2
 
 from serve_app.auth import TOKEN_PREFIX, Principal
 from serve_app.identity.issuers import ASYMMETRIC, Issuer
@@ -37,8 +37,8 @@ from serve_app.settings import IdentitySettings
 from serve_app.store.issuers import IssuerIndex
 from serve_app.tenancy import Effective
 
-_USER = re.compile(r"^[A-Za-z0-9_.:\-][A-Za-z0-9_.:@\-]{0,127}$")  # schemas.Identifier, no '@'
-_KID = re.compile(r"^[A-Za-z0-9_.:=+/\-]{1,256}$")
+_USER = re2.compile(r"^[A-Za-z0-9_.:\-][A-Za-z0-9_.:@\-]{0,127}$")  # schemas.Identifier, no '@'
+_KID = re2.compile(r"^[A-Za-z0-9_.:=+/\-]{1,256}$")
 MAX_AUDIENCES = 16
 
 
