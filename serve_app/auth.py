@@ -2,7 +2,9 @@
 
 The identity comes from the API key only: a service key acts for any user of
 its tenant and must name one; a user key is bound to its user and may not name
-another. The tenant is never taken from the request.
+another. A signed token of a tenant's trusted issuer (serve_app/identity/) acts as
+a user key bound to the user it names, possibly read-only. The tenant is never
+taken from the request.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 from serve_app.errors import ApiError
 from serve_app.store.records import Owner
 
+TOKEN_PREFIX = "token:"  # key_id of a token's principal: token:<issuer ref> (no api_keys row)
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -20,6 +24,12 @@ class Principal:
     role: str  # admin | service | user
     user_id: str | None = None
     rate_limit_per_s: float | None = None  # the key's own rate (work units/s per end user)
+    read_only: bool = False  # a token with a read-only scope: no write, forget or import
+
+    @property
+    def via_token(self) -> bool:
+        """Signed in with a token (no API key row: nothing is counted against a key)."""
+        return self.key_id.startswith(TOKEN_PREFIX)
 
     @property
     def actor(self) -> str:

@@ -21,6 +21,7 @@ from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
 from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
+from serve_app.identity.wiring import token_verifier
 from serve_app.metrics import IngestMetrics, start_pool_metrics
 from serve_app.profile.classify import ProfileClassifier
 from serve_app.services.auth import Authenticator, authenticator, key_store
@@ -122,6 +123,8 @@ async def build_services(
             pool, dsn, settings, allowed_models(settings.chat, settings.llm.model)
         )
         closers.append(tenant_listener.stop)
+        tokens = token_verifier(pool, tenants, settings.identity)  # JWTs of trusted issuers
+        closers.append(tokens.jwks.fetcher.aclose)
 
         lifecycle = build_lifecycle(pool, settings, model.table_slug)
         closers.extend(lifecycle.closers)
@@ -206,7 +209,7 @@ async def build_services(
             closers.append(maintenance.consolidator.llm.close)
         return Services(
             settings=settings,
-            auth=authenticator(keys, settings.auth),
+            auth=authenticator(keys, settings.auth, tokens),
             keys=keys,
             memories=memories,
             sessions=sessions,

@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
 )
 
+from serve_app.identity.issuers import Identity, Issuer
 from serve_app.ratelimit import MIN_RATE_PER_S
 from serve_app.schemas import MemoryType
 from serve_app.settings import Settings
@@ -141,6 +142,7 @@ class TenantSettings(_Group):
     chat_models: list[ModelName] | None = Field(default=None, min_length=1, max_length=64)
     extraction: Guidance = Field(default_factory=Guidance)
     budgets: Budgets = Field(default_factory=Budgets)
+    identity: Identity = Field(default_factory=Identity)  # trusted token issuers (JWT)
 
 
 def canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -208,6 +210,7 @@ def environment(settings: Settings, chat_models: Iterable[str] = ()) -> dict[str
             }
             for g in GROUPS
         },
+        "identity": {},  # issuers are the tenant's own: the environment names none
     }
 
 
@@ -245,6 +248,7 @@ class Effective:
     chat_models: frozenset[str]
     guidance: ExtractionGuidance
     budgets: Mapping[str, Limits] = field(default_factory=dict)  # group -> its budgets
+    issuers: tuple[Issuer, ...] = ()  # trusted token issuers (serve_app/identity/)
 
     def expires_at(self, memory_type: str, now: datetime | None = None) -> datetime | None:
         """When a new memory of this type expires by default (None: never)."""
@@ -274,4 +278,5 @@ def resolve(overrides: Mapping[str, Any], env: Mapping[str, Any]) -> Effective:
             name: Limits(b.tenant_daily or 0, b.tenant_monthly or 0, b.user_daily or 0)
             for name, b in (("background", doc.budgets.background), ("chat", doc.budgets.chat))
         },
+        issuers=tuple(doc.identity.issuers or ()),
     )

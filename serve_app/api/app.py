@@ -12,6 +12,7 @@ from serve_app.api import (
     events,
     facts,
     health,
+    identity,
     maintenance,
     mem0,
     memories,
@@ -69,6 +70,7 @@ ROUTERS = (
     usage,
     webhooks,
     mem0,
+    identity,
 )
 
 

@@ -122,7 +122,7 @@ async def chat_completions(
         query=users[-1].text() if users else "",
         history=[(m.role, m.text()) for m in body.messages[:-1] if m.role in ("user", "assistant")],
         stream=body.stream,
-        key_id=caller.key_id,
+        key_id="" if caller.via_token else caller.key_id,  # use is counted per API key
         occurred_at=occurred_at,
     )
     return await services.chat.complete(call)
@@ -131,6 +131,8 @@ async def chat_completions(
 @router.get("/chat/usage", response_model=UsageResponse)
 async def chat_usage(caller: Caller, services: Svc) -> UsageResponse:
     """The chat proxy's use per day: the calling key's, or every key of the tenant (admin)."""
+    if caller.via_token:  # a token has no key to count against
+        return UsageResponse(usage=[])
     key_id = None if caller.role == "admin" else caller.key_id
     rows = await services.chat.usage.report(caller.tenant_id, key_id)
     return UsageResponse(usage=[UsageRow(**r) for r in rows])

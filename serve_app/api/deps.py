@@ -55,10 +55,25 @@ async def request_work(request: Request) -> tuple[str | None, float]:
     return user, work_units(body, len(raw))
 
 
+# What a read-only token may call besides GET: reads that take their query in a body.
+READ_ONLY_POSTS = frozenset(
+    {"/v1/search", "/v1/context", "/mem0/v3/memories/search/", "/mem0/v3/memories/"}
+)
+
+
+def check_may_write(request: Request, caller: Principal) -> None:
+    """403 when a read-only caller asks for anything but a read."""
+    if not caller.read_only or request.method in ("GET", "HEAD"):
+        return
+    if getattr(request.scope.get("route"), "path", None) not in READ_ONLY_POSTS:
+        raise ApiError(403, "forbidden", "a read-only token may not write, forget or import")
+
+
 async def principal(request: Request, services: Svc) -> Principal:
     """The caller the stranger gate authenticated (before the body was read), charged
     for the work its request asks for."""
     caller = authenticated(request.scope)
+    check_may_write(request, caller)
     user, units = await request_work(request)
     # Admin keys are charged at the environment's rates (or their own), never at the rates
     # their tenant set: a tenant that throttled itself can always reach its settings again.

@@ -55,6 +55,10 @@ class StrangerGate:
         try:
             caller = await auth.principal(_authorization(scope), client[0] if client else None)
         except ApiError as refusal:
+            if refusal.status == 401 and _is_mcp(scope):  # MCP clients discover sign-in
+                public_url = auth.tokens.s.public_url if auth.tokens is not None else None
+                challenge = f'Bearer resource_metadata="{metadata_url(scope, public_url)}"'
+                refusal.headers = {**(refusal.headers or {}), "WWW-Authenticate": challenge}
             if auth.stranger_delay_s > 0:
                 await asyncio.sleep(auth.stranger_delay_s)
             await response_for(refusal)(scope, receive, send)
@@ -95,6 +99,30 @@ def public_routes(
 
 def _calls(dependant, needs_key: Callable) -> bool:
     return any(d.call is needs_key or _calls(d, needs_key) for d in dependant.dependencies)
+
+
+MCP_PATH = "/mcp"
+METADATA_PATH = "/.well-known/oauth-protected-resource"  # RFC 9728
+
+
+def _is_mcp(scope: Scope) -> bool:
+    path = scope.get("path", "")
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
+
+
+def base_url(scope: Scope, public_url: str | None) -> str:
+    """The service's URL as its callers see it: the operator's, else the request's."""
+    if public_url:
+        return public_url.rstrip("/")
+    host = next((v.decode("latin-1") for k, v in scope.get("headers") or () if k == b"host"), "")
+    server = scope.get("server") or ("localhost", None)
+    host = host or (f"{server[0]}:{server[1]}" if server[1] else server[0])
+    return f"{scope.get('scheme', 'http')}://{host}"
+
+
+def metadata_url(scope: Scope, public_url: str | None) -> str:
+    """Where the protected resource metadata of ``/mcp`` is (RFC 9728, section 3.1)."""
+    return base_url(scope, public_url) + METADATA_PATH + MCP_PATH
 
 
 def _authorization(scope: Scope) -> str | None:

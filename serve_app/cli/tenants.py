@@ -15,6 +15,7 @@ from typing import Any
 
 import re2
 
+from serve_app.cli import issuers as issuers_cli
 from serve_app.settings import get_settings
 
 # A tenant id travels in keys, logs and NOTIFY payloads: plain and short.
@@ -26,9 +27,13 @@ def add_parsers(sub: Any) -> None:
     actions = tenant.add_subparsers(dest="tenant_command", required=True)
     create = actions.add_parser("create", help="create a tenant; print its admin key (once)")
     create.add_argument("name", help="the tenant id (letters, digits, '_', '.', '-')")
+    issuers_cli.add_parser(actions)
 
 
 def main(args: argparse.Namespace) -> None:
+    if args.tenant_command == "issuers":
+        issuers_cli.main(args)
+        return
     if not NAME.match(args.name):
         raise SystemExit(f"invalid tenant name {args.name!r}: 1-64 of A-Z a-z 0-9 _ . -")
     key = asyncio.run(create(args.name))

@@ -63,6 +63,7 @@ EXCLUDED: dict[str, str] = {
     "/mem0/": "mem0's platform API: use mem0's own client with host=<service>/mem0",
     "/mcp": "the Model Context Protocol: an MCP client speaks it (tools call this client)",
     "/console": "static files of the browser console, not an API",
+    "/.well-known/": "OAuth discovery for MCP clients (RFC 9728), not an API of the client",
 }
 
 

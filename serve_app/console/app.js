@@ -11,11 +11,11 @@ let who = null; // {role, tenant, user_id} of the key
 function loginView() {
   const input = h("input", {
     type: "password", id: "key", name: "key", autocomplete: "off", required: true,
-    placeholder: "msk_…", "aria-label": "API key",
+    placeholder: "msk_… or a sign-in token", "aria-label": "API key or token",
   });
   const form = h("form", { class: "card login", id: "login" },
     h("h1", { text: "Memory console" }),
-    h("p", { class: "muted", text: "Paste an API key. It stays in this tab (sessionStorage) and is sent only to this service's API." }),
+    h("p", { class: "muted", text: "Paste an API key, or a sign-in token (JWT) from your identity provider. It stays in this tab (sessionStorage) and is sent only to this service's API." }),
     input, h("button", { type: "submit" }, "Open"));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();

@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.auth import Principal, bearer_token
 from serve_app.db.listener import NotifyListener
 from serve_app.errors import ApiError
+from serve_app.identity.verifier import Refused, TokenVerifier, looks_like_jwt
 from serve_app.ratelimit import RateLimiter, retry_after_header
 from serve_app.settings import AuthSettings
 from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
@@ -38,8 +39,10 @@ class Authenticator:
         key_limiter: RateLimiter | None = None,
         bad_keys: RateLimiter | None = None,
         stranger_delay_s: float = 0.0,
+        tokens: TokenVerifier | None = None,
     ) -> None:
         self.keys = keys
+        self.tokens = tokens  # signed tokens of the tenants' trusted issuers (JWT)
         self.stranger_delay_s = stranger_delay_s  # held before an early refusal is sent
         self.limiter = limiter  # per (key, end user)
         self.key_limiter = key_limiter  # aggregate per key (optional)
@@ -59,6 +62,12 @@ class Authenticator:
         except ApiError as refusal:
             self._guard(address)
             raise self._stranger(address, "no_key", refusal.message) from None
+        if self.tokens is not None and looks_like_jwt(token):
+            try:
+                return await self.tokens.verify(token, lambda: self._guard(address))
+            except Refused as exc:  # charged and held like an unknown key
+                self.refused[f"token_{exc.reason}"] += 1
+                raise self._stranger(address, "bad_token", "invalid or untrusted token") from None
         row = await self.keys.lookup(token, lambda: self._guard(address))
         if row is None:
             raise self._stranger(address, "unknown_key", "invalid or revoked API key")
@@ -100,7 +109,9 @@ class Authenticator:
             raise _too_many("too many requests for this user of the API key; retry later", wait)
         if self.key_limiter is not None:
             per_key = tenant.rate_per_key if tenant is not None else None
-            wait = self.key_limiter.acquire(caller.key_id, per_key, units)
+            # A user key serves one user; a token's issuer serves many, each its own "key".
+            whose = bucket if caller.role == "user" else caller.key_id
+            wait = self.key_limiter.acquire(whose, per_key, units)
             if wait > 0:
                 self.refused["key_rate"] += 1
                 raise _too_many("too many requests for this API key; retry later", wait)
@@ -124,7 +135,9 @@ def key_store(
     return KeyStore(pool, cache), listener
 
 
-def authenticator(keys: KeyStore, s: AuthSettings) -> Authenticator:
+def authenticator(
+    keys: KeyStore, s: AuthSettings, tokens: TokenVerifier | None = None
+) -> Authenticator:
     """The replica's authenticator with its three kinds of buckets from the settings."""
     bounded = {"max_keys": s.rate_limit_max_keys}
     key_burst = s.key_rate_limit_burst or int(2 * s.key_rate_limit_per_s)
@@ -139,4 +152,5 @@ def authenticator(keys: KeyStore, s: AuthSettings) -> Authenticator:
             else None
         ),
         stranger_delay_s=s.stranger_delay_s,
+        tokens=tokens,
     )

@@ -11,11 +11,12 @@ nothing is cached: every read goes to the database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
 from fastapi.exceptions import RequestValidationError
+from psycopg.errors import UniqueViolation
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
@@ -56,6 +57,16 @@ class TenantService:
         self.env = environment(settings, chat_models)
         TenantSettings.model_validate(self.env)  # a bad environment fails at start-up
         self.default = resolve({}, self.env)
+        # Called with a tenant id whenever its settings change (this replica's change or a
+        # notification; "" for all): the token verifier drops what it derived from them.
+        self.on_change: list[Callable[[str], None]] = []
+
+    def changed(self, tenant_id: str) -> None:
+        """Forget what is cached of ``tenant_id`` ("": of every tenant)."""
+        if self.cache is not None:
+            self.cache.drop(tenant_id) if tenant_id else self.cache.clear()
+        for hook in self.on_change:
+            hook(tenant_id)
 
     # ---------- what consumers read ----------
 
@@ -135,8 +146,12 @@ class TenantService:
             )
         except SettingsConflict as exc:
             raise ApiError(409, "conflict", str(exc)) from None
-        if self.cache is not None:
-            self.cache.drop(tenant_id)  # here at once; other replicas via NOTIFY
+        except UniqueViolation:  # trusted_issuers' key: the pair is another tenant's
+            raise ApiError(
+                409, "issuer_taken", "an issuer and audience of identity.issuers is trusted"
+                " by another tenant (issuer + audience select the tenant: pick another audience)"
+            ) from None
+        self.changed(tenant_id)  # here at once; other replicas via NOTIFY
         return await self.read(tenant_id)
 
     async def history(
@@ -163,15 +178,16 @@ def tenant_service(
     """The replica's tenant settings with their cache, kept honest by a started listener."""
     s = settings.auth
     cache = KeyCache(s.cache_ttl_s, s.cache_max_keys)
+    service = TenantService(TenantStore(pool), settings, chat_models, cache)
     listener = NotifyListener(
         dsn,
         TENANTS_CHANNEL,
         # (a tenant id that looks like a new key's payload is dropped with everything)
-        lambda tenant: cache.clear() if tenant.startswith(NEW_KEY) else cache.drop(tenant),
-        on_connect=cache.clear,
+        lambda tenant: service.changed("" if tenant.startswith(NEW_KEY) else tenant),
+        on_connect=lambda: service.changed(""),
         ping_s=s.listener_ping_s,
         stale_s=s.listener_stale_s,
     )
     cache.trusted = listener.healthy
     listener.start()
-    return TenantService(TenantStore(pool), settings, chat_models, cache), listener
+    return service, listener

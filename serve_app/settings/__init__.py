@@ -38,6 +38,7 @@ from serve_app.settings.serving import (
     AuthSettings,
     ChatSettings,
     DatabaseSettings,
+    IdentitySettings,
     IngestSettings,
     LimitSettings,
     ServingSettings,
@@ -53,6 +54,7 @@ __all__ = [
     "DatabaseSettings",
     "EmbedSettings",
     "ExtractSettings",
+    "IdentitySettings",
     "IngestSettings",
     "LLMSettings",
     "LifecycleSettings",
@@ -99,6 +101,7 @@ class Settings(BaseSettings):
     context: ContextSettings = Field(default_factory=ContextSettings)
     reembed: ReembedSettings = Field(default_factory=ReembedSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    identity: IdentitySettings = Field(default_factory=IdentitySettings)
     chat: ChatSettings = Field(default_factory=ChatSettings)
     spend: SpendSettings = Field(default_factory=SpendSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)

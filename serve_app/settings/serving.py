@@ -118,6 +118,32 @@ class AuthSettings(BaseSettings):
     )
 
 
+class IdentitySettings(BaseSettings):
+    """Tokens (JWTs) from a tenant's trusted issuers (serve_app/identity/)."""
+
+    model_config = group("MEMSERVE_IDENTITY_")
+
+    # JWKS URLs that resolve to private, loopback or link-local addresses are refused
+    # (SSRF: a tenant admin must not make replicas call the cluster's insides); on for
+    # an IdP inside the operator's network (Keycloak next to memserve) and for tests.
+    allow_private_jwks: bool = False
+    fetch_timeout_s: float = Field(3.0, gt=0, le=60)  # whole fetch: resolve, connect, read
+    jwks_max_bytes: int = Field(256 * 1024, ge=1024)  # an answer longer than this is refused
+    jwks_ttl_s: float = Field(600.0, ge=0)  # keys are refetched after this (old kept on error)
+    # A token whose kid is not in the cached keys refetches at most this often per JWKS.
+    refresh_min_interval_s: float = Field(30.0, ge=0)
+    max_concurrent_fetches: int = Field(8, ge=1)  # outbound JWKS fetches per replica
+    max_token_chars: int = Field(8192, ge=256)  # longer is refused before parsing
+    # Verified tokens remembered per replica (until their exp, at most verified_ttl_s):
+    # a repeated token costs a hash, like a cached API key.
+    verified_cache_max: int = Field(100_000, ge=0)
+    verified_ttl_s: float = Field(60.0, ge=0)
+    issuers_cache_max: int = Field(10_000, ge=1)  # JWKS sets and issuer lookups kept
+    # The service's public base URL (https://memory.example.com) in the OAuth protected
+    # resource metadata of /mcp; unset: taken from each request's scheme and Host.
+    public_url: str | None = None
+
+
 class ChatSettings(BaseSettings):
     """Caps of the chat proxy: what a caller may spend of the operator's upstream key."""
 

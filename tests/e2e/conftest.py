@@ -48,6 +48,10 @@ E2E_LLM_ENV = {
     # test_webhooks.py: deliveries to a receiver on this machine, rounds every 0.2 s.
     "MEMSERVE_WEBHOOKS_ALLOWED_NETWORKS": '["127.0.0.1/32"]',
     "MEMSERVE_WEBHOOKS_INTERVAL_S": "0.2",
+    # test_identity.py and tests/security: the local token issuer listens on 127.0.0.1.
+    "MEMSERVE_IDENTITY_ALLOW_PRIVATE_JWKS": "true",
+    "MEMSERVE_IDENTITY_FETCH_TIMEOUT_S": "1",
+    "MEMSERVE_IDENTITY_REFRESH_MIN_INTERVAL_S": "1",
 }
 
 

@@ -383,3 +383,36 @@ def test_the_first_settings_change_of_a_new_tenant(browser, service, shots):
     assert view["version"] == 1 and view["settings"] == {"quotas": {"max_memories_per_user": 77}}
     shots.take(page, "18-admin-settings-changed")
     c.close()
+
+
+def test_a_sign_in_token_opens_its_users_console_and_admin_sees_the_issuers(
+    browser, service, shots
+):
+    from tests.fakes.jwt_issuer import LocalIssuer
+
+    issuer = LocalIssuer().start()
+    try:
+        tenant, me = "ct_" + secrets.token_hex(4), "tu_" + secrets.token_hex(4)
+        admin_key = service.add_key("msk_" + secrets.token_hex(16), tenant, "admin")
+        with client_for(service, admin_key) as a:
+            r = a.patch("/v1/admin/tenant/settings",
+                        json={"identity": {"issuers": [issuer.config("console")]}})  # fmt: skip
+            assert r.status_code == 200, r.text
+        token = issuer.token(me, "console")
+        with client_for(service, token) as t:
+            assert (
+                t.post("/v1/memories", json={"content": f"token note of {me}"}).status_code == 201
+            )
+        c = Console(browser, service.base_url, token)
+        expect(c.page.locator("#timeline")).to_contain_text(f"token note of {me}")
+        expect(c.page.locator("#who")).to_contain_text(f"user · {tenant} · {me}")
+        shots.take(c.page, "12-token-user-view")
+        c.close()
+        c = Console(browser, service.base_url, admin_key)
+        page = c.go("admin/settings")
+        expect(page.locator("#issuers")).to_contain_text(issuer.issuer)
+        expect(page.locator("#issuers")).to_contain_text("console")
+        shots.take(page, "13-admin-trusted-issuers")
+        c.close()
+    finally:
+        issuer.stop()

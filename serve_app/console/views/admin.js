@@ -123,6 +123,26 @@ async function modelsView(body) {
   ], models, { id: "models" }));
 }
 
+// The tenant's trusted token issuers (identity.issuers; docs/identity.md): whose sign-in
+// tokens act as this tenant's users. Changed with the merge patch below.
+function issuersTable(issuers) {
+  const intro = h("h3", { text: "Trusted issuers (sign-in tokens)" });
+  if (!issuers.length) {
+    return h("div", {}, intro, h("p", { class: "muted", id: "no-issuers", text: 'None: only API keys sign in. Add one with {"identity": {"issuers": [{"issuer": …, "audiences": […], "jwks_url": …}]}}.' }));
+  }
+  const access = (i) => i.scope_claim ? `${i.scope_claim}: write ${(i.write_scopes || []).join(" ") || "—"}, read ${(i.read_scopes || []).join(" ") || "—"}` : "read-write";
+  return h("div", {}, intro, table([
+    ["Issuer", (i) => h("code", { text: i.issuer })],
+    ["Audiences", (i) => i.audiences.join(", ")],
+    ["Keys", (i) => i.jwks_url ? h("code", { text: i.jwks_url }) : `${i.jwks.keys.length} inline`],
+    ["Algorithms", (i) => (i.algorithms || ["RS256", "ES256", "EdDSA"]).join(" ")],
+    ["User claim", (i) => i.user_claim || "sub"],
+    ["Access", access],
+    ["Max lifetime", (i) => `${i.max_lifetime_s || 86400} s`],
+    ["MCP sign-in", (i) => i.advertise ? badge("advertised", "active") : "—"],
+  ], issuers, { id: "issuers" }));
+}
+
 async function settingsView(body) {
   let view;
   try {
@@ -141,6 +161,7 @@ async function settingsView(body) {
     }, "Settings changed.");
   });
   body.append(h("p", { class: "muted", text: `version ${view.version} · updated ${when(view.updated_at)} by ${view.updated_by || "—"}` }),
+    issuersTable((view.settings.identity || {}).issuers || []),
     h("h3", { text: "This tenant's own values" }), h("pre", { class: "block", id: "settings-own", text: JSON.stringify(view.settings, null, 2) }),
     h("h3", { text: "In effect (environment defaults where unset)" }), h("pre", { class: "block", id: "settings-effective", text: JSON.stringify(view.effective, null, 2) }),
     form);

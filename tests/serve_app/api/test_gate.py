@@ -141,7 +141,13 @@ def operations(app) -> list[tuple[str, str]]:
     return ops
 
 
-PUBLIC = {("GET", "/healthz"), ("GET", "/readyz")}
+PUBLIC = {
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    # OAuth protected resource metadata (RFC 9728): how MCP clients find where to sign in
+    ("GET", "/.well-known/oauth-protected-resource"),
+    ("GET", "/.well-known/oauth-protected-resource/mcp"),
+}
 
 
 async def test_every_route_refuses_a_stranger_before_reading_the_body(app):
@@ -173,6 +179,14 @@ async def test_public_routes_answer_without_a_key(app):
         assert (await c.get("/readyz")).status_code == 200
         assert (await c.get("/openapi.json")).status_code == 200
         assert (await c.get("/docs")).status_code == 200
+        meta = await c.get("/.well-known/oauth-protected-resource/mcp")
+        assert meta.status_code == 200 and meta.json()["resource"] == "http://t/mcp"
+        assert meta.json()["authorization_servers"] == []  # no tenant advertises one
+        r = await c.post("/mcp", json={})
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"] == (
+            'Bearer resource_metadata="http://t/.well-known/oauth-protected-resource/mcp"'
+        )
 
 
 async def test_a_known_key_still_gets_its_body_read(app):

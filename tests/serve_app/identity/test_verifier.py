@@ -1,0 +1,120 @@
+"""The token verifier on its own: the issuer index is a plain stand-in (the real one is
+SQL over migration 0020, exercised by the e2e and security suites), keys are inline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import jwt
+import pytest
+
+from serve_app.identity.jwks import JwksCache, JwksFetcher
+from serve_app.identity.verifier import Refused, TokenVerifier
+from serve_app.settings import IdentitySettings
+from serve_app.tenancy import Effective, resolve
+from tests.fakes.jwt_issuer import LocalIssuer
+
+
+class Index:
+    """(issuer, audience) -> tenant, as ``trusted_issuers`` holds them."""
+
+    def __init__(self, pairs: dict[tuple[str, str], str]) -> None:
+        self.pairs = pairs
+        self.asked = 0
+
+    async def tenants(self, issuer: str, audiences: Sequence[str]) -> list[str]:
+        self.asked += 1
+        return sorted({t for (i, a), t in self.pairs.items() if i == issuer and a in audiences})
+
+    async def advertised(self) -> list[str]:
+        return []
+
+
+@pytest.fixture
+def issuer():
+    server = LocalIssuer()  # never started: its keys are inline
+    yield server
+    server.server.server_close()
+
+
+@pytest.fixture
+def verifier(issuer):
+    entries = {
+        "acme": [{"issuer": issuer.issuer, "audiences": ["acme"], "jwks": issuer.jwks(),
+                  "max_lifetime_s": 3600},
+                 {"issuer": issuer.issuer, "audiences": ["acme-ro"], "jwks": issuer.jwks(),
+                  "scope_claim": "scope", "write_scopes": ["w"], "read_scopes": ["r"]}],
+        "beta": [{"issuer": issuer.issuer, "audiences": ["beta"], "jwks": issuer.jwks()}],
+    }  # fmt: skip
+    settings = {t: resolve({"identity": {"issuers": e}}, {}) for t, e in entries.items()}
+
+    async def effective(tenant: str) -> Effective:
+        return settings[tenant]
+
+    pairs = {(issuer.issuer, a): t for t, e in entries.items() for i in e for a in i["audiences"]}
+    s = IdentitySettings()
+    return TokenVerifier(Index(pairs), effective, JwksCache(JwksFetcher(s), s), s)
+
+
+def _nothing() -> None:
+    pass
+
+
+async def test_a_valid_token_is_a_user_of_the_tenant_its_issuer_and_audience_name(verifier, issuer):
+    for alg in ("RS256", "ES256", "EdDSA"):
+        p = await verifier.verify(issuer.token("ann", "acme", alg=alg, tenant="beta"), _nothing)
+        assert (p.tenant_id, p.role, p.user_id, p.read_only) == ("acme", "user", "ann", False)
+        assert p.via_token and p.actor.startswith("user:token:")
+    p = await verifier.verify(issuer.token("ann", "acme-ro", scope="openid r"), _nothing)
+    assert p.read_only
+
+
+async def test_a_verified_token_is_remembered_until_settings_change(verifier, issuer):
+    token = issuer.token("ann", "acme")
+    await verifier.verify(token, _nothing)
+    asked = verifier.index.asked
+    assert verifier.cached(token) is not None
+    await verifier.verify(token, lambda: pytest.fail("a cached token costs no lookup"))
+    verifier.forget("acme")
+    assert verifier.cached(token) is None
+    await verifier.verify(token, _nothing)
+    assert verifier.index.asked == asked + 1
+
+
+def _refusals(issuer: LocalIssuer) -> dict[str, str]:
+    now = int(time.time())
+    good = issuer.claims("ann", "acme")
+    return {
+        "algorithm": jwt.encode(good, "s" * 32, algorithm="HS256"),
+        "malformed": "a.b.c",
+        "issuer": issuer.sign({**good, "iss": "https://other"}),
+        "ambiguous_tenant": issuer.sign({**good, "aud": ["acme", "beta"]}),
+        "lifetime": issuer.sign({**good, "exp": now + 7200}),
+        "ImmatureSignatureError": issuer.sign({**good, "iat": now + 600, "exp": now + 900}),
+        "ExpiredSignatureError": issuer.sign({**good, "iat": now - 900, "exp": now - 600}),
+        "MissingRequiredClaimError": issuer.sign({k: v for k, v in good.items() if k != "iat"}),
+        "user_claim": issuer.sign({**good, "sub": "@org"}),
+        "scope": issuer.sign({**issuer.claims("ann", "acme-ro"), "scope": "openid"}),
+        "unknown_key": issuer.sign(good, kid="nope"),
+        "kid": issuer.sign(good, kid="../x y"),
+    }
+
+
+async def test_each_refusal_names_its_reason(verifier, issuer):
+    for reason, token in _refusals(issuer).items():
+        with pytest.raises(Refused) as refused:
+            await verifier.verify(token, _nothing)
+        assert refused.value.reason == reason, (reason, refused.value.reason)
+
+
+async def test_the_stranger_budget_is_asked_before_any_lookup(verifier, issuer):
+    class OutOfBudget(Exception):
+        pass
+
+    def spent() -> None:
+        raise OutOfBudget
+
+    with pytest.raises(OutOfBudget):
+        await verifier.verify(issuer.token("ann", "acme"), spent)
+    assert verifier.index.asked == 0
