@@ -148,8 +148,10 @@ class TenantService:
             raise ApiError(409, "conflict", str(exc)) from None
         except UniqueViolation:  # trusted_issuers' key: the pair is another tenant's
             raise ApiError(
-                409, "issuer_taken", "an issuer and audience of identity.issuers is trusted"
-                " by another tenant (issuer + audience select the tenant: pick another audience)"
+                409,
+                "issuer_taken",
+                "an issuer and audience of identity.issuers is trusted"
+                " by another tenant (issuer + audience select the tenant: pick another audience)",
             ) from None
         self.changed(tenant_id)  # here at once; other replicas via NOTIFY
         return await self.read(tenant_id)

@@ -39,11 +39,19 @@ def realm(service, issuer):
     with client_for(service, admin_key) as admin:
         r = admin.patch(
             "/v1/admin/tenant/settings",
-            json={"identity": {"issuers": [
-                issuer.config(audience, advertise=True),
-                issuer.config(audience + "-ro", scope_claim="scope",
-                              write_scopes=["memory:write"], read_scopes=["memory:read"]),
-            ]}},  # fmt: skip
+            json={
+                "identity": {
+                    "issuers": [
+                        issuer.config(audience, advertise=True),
+                        issuer.config(
+                            audience + "-ro",
+                            scope_claim="scope",
+                            write_scopes=["memory:write"],
+                            read_scopes=["memory:read"],
+                        ),
+                    ]
+                }
+            },  # fmt: skip
         )
         assert r.status_code == 200, r.text
         yield tenant, audience, admin, service_key
