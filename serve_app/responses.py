@@ -1,4 +1,4 @@
-"""Response models of the routes beyond memories and search (those are in schemas.py).
+"""Response models of the routes beyond memories and search (those are in serve_app.schemas).
 
 They live here, not in their route modules, so the Python client (serve_app/client)
 reads answers into the very models the routes declare without importing FastAPI,

@@ -36,6 +36,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.consolidation.lease import Lease, LeaseLost
+from serve_app.consolidation.pairs import groups, near_pairs, unit_vectors
 from serve_app.consolidation.prompts import DIGEST_SYSTEM, INSIGHT_SYSTEM, memories_prompt
 from serve_app.consolidation.store import ConsolidationStore
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
@@ -57,62 +58,6 @@ Embed = Callable[..., Awaitable[np.ndarray]]
 
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 1)
-
-
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
-
-
-def near_pairs(
-    vectors: np.ndarray, threshold: float, max_neighbours: int, block: int = 1024
-) -> list[tuple[int, int]]:
-    """Index pairs (i < j) with cosine >= ``threshold``, each item paired with at most its
-    ``max_neighbours`` nearest: at most ``n * max_neighbours`` pairs, where every pair
-    above the threshold would be n^2/2 for n near-identical memories (2000 of them:
-    400 MB of tuples). Groups of near-duplicates stay connected through each member's
-    nearest; a cluster takes its seed's nearest. Blocked, so memory stays bounded; CPU
-    work in numpy, meant for a worker thread (:func:`asyncio.to_thread`)."""
-    unit = _unit(np.asarray(vectors, dtype=np.float32))
-    n = len(unit)
-    k = min(max_neighbours, n - 1)
-    if k < 1:
-        return []
-    found: list[np.ndarray] = []
-    for start in range(0, n, block):
-        sims = unit[start : start + block] @ unit.T
-        rows = np.arange(start, start + len(sims))
-        sims[rows - start, rows] = -np.inf  # not its own neighbour
-        hits = sims >= threshold
-        many = hits.sum(axis=1) > k  # only these need the (costlier) top-k selection
-        r, b = np.nonzero(hits[~many])
-        a = rows[~many][r]
-        if many.any():
-            top = np.argpartition(sims[many], n - k, axis=1)[:, n - k :]  # k largest a row
-            keep = np.take_along_axis(sims[many], top, axis=1) >= threshold
-            a = np.concatenate([a, np.repeat(rows[many], k)[keep.ravel()]])
-            b = np.concatenate([b, top[keep]])
-        found.append(np.minimum(a, b).astype(np.int64) * n + np.maximum(a, b))
-    keys = np.unique(np.concatenate(found))  # a pair found from both ends counts once
-    return list(zip((keys // n).tolist(), (keys % n).tolist(), strict=True))
-
-
-def groups(n: int, pairs: Sequence[tuple[int, int]]) -> list[list[int]]:
-    """Connected components of size >= 2 (union-find)."""
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        parent[find(a)] = find(b)
-    out: dict[int, list[int]] = {}
-    for i in range(n):
-        out.setdefault(find(i), []).append(i)
-    return [g for g in out.values() if len(g) > 1]
 
 
 class Consolidator:
@@ -304,7 +249,8 @@ class Consolidator:
 
     def _neighbours(self, pool: list[dict[str, Any]]) -> tuple[np.ndarray, dict[int, list[int]]]:
         """Unit vectors and each memory's related ones (runs in a worker thread)."""
-        vectors = _unit(np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in pool]))
+        stacked = np.stack([np.asarray(r["embedding"], dtype=np.float32) for r in pool])
+        vectors = unit_vectors(stacked)
         k = max(self.s.max_neighbours, self.s.max_cluster)
         neighbours: dict[int, list[int]] = {}
         for a, b in near_pairs(vectors, self.s.cluster_similarity, k):  # one blocked pass

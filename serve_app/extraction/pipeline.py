@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
@@ -41,10 +38,7 @@ from serve_app.extraction.junk import (
     CONTEXT_OPEN,
     Turn,
     clean_turns,
-    normal_forms,
-    restates,
     said_at,
-    sentences,
     substantive,
     turn_of,
 )
@@ -57,7 +51,9 @@ from serve_app.extraction.prompts import (
     chunk_turns,
     extraction_user_prompt,
 )
+from serve_app.extraction.raw_turns import raw_turn_memories
 from serve_app.extraction.reconcile import Known, Reconciler, prompt_parts
+from serve_app.extraction.restatements import Embed, drop_restatements
 from serve_app.extraction.writer import ACTOR, MemoryWriter
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
@@ -74,10 +70,6 @@ log = logging.getLogger(__name__)
 __all__ = ["ACTOR", "INFER_PREFIX", "ExtractionPipeline", "Outcome"]
 # Failures that may be the batch's own fault (count an attempt, then dead-letter).
 COUNTED = frozenset({"http_4xx", "timeout", "bad_output", "db_error"})
-
-
-class Embed(Protocol):
-    async def __call__(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray: ...
 
 
 class ExtractionPipeline:
@@ -367,54 +359,13 @@ class ExtractionPipeline:
 
     async def _drop_restatements(self, owner: Owner, turns: list[Turn]) -> tuple[list[Turn], int]:
         """Remove assistant sentences that restate memories the user already has."""
-        pieces = [(i, sentences(t.content)) for i, t in enumerate(turns) if t.role == "assistant"]
-        if not pieces:
-            return turns, 0
-        known = await self.index.recent_contents(owner)
-        flat = [s for _, ss in pieces for s in ss]
-        if not flat or not known:
-            return turns, 0
-        vectors = await self.embed(flat, is_query=False)
         threshold = self.settings.extract.restatement_similarity
-        forms = normal_forms(known)
-        junk = {s for s in flat if restates(s, forms)}
-        rest = [i for i, s in enumerate(flat) if s not in junk]
-        best = await self.index.best_similarities(owner, [vectors[i] for i in rest])
-        junk.update(
-            flat[i]
-            for i, sim in zip(rest, best, strict=True)
-            if sim is not None and sim >= threshold
-        )
-        if not junk:
-            return turns, 0
-        out = list(turns)
-        for i, ss in pieces:
-            kept = [s for s in ss if s not in junk]
-            out[i] = replace(turns[i], content=" ".join(kept))
-        return [t for t in out if t.content], len(junk)
+        return await drop_restatements(self.index, self.embed, threshold, owner, turns)
 
     # ---------- no LLM: raw turns become searchable episodic memories ----------
 
     async def _store_raw(self, key: SessionKey, rows: list[dict], out: Outcome) -> None:
-        fresh: dict[str, tuple[dict, Turn]] = {}
-        for r in rows:
-            for t in clean_turns([turn_of(r)]):
-                if t.role == "user":
-                    fresh.setdefault(dedupe_hash(t.content), (r, t))
-        items = [
-            NewMemory(
-                content=t.content,
-                type="episodic",
-                scope="session",
-                agent_id=r["agent_id"],
-                session_id=key.session_id,
-                metadata={"session_id": key.session_id, "turn_index": t.turn_index},
-                importance=0.3,
-                source="turn",
-                valid_from=t.occurred_at,
-            )
-            for r, t in fresh.values()
-        ]
+        items = raw_turn_memories(key, rows)
         added: list[NewMemory] = []
         if items:
             vectors = await self.embed([i.content for i in items], is_query=False)

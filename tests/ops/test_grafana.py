@@ -1,4 +1,4 @@
-"""docs/grafana/memserve.json queries only metrics that serve_app/metrics.py defines.
+"""docs/grafana/memserve.json queries only metrics that serve_app/metrics defines.
 
 The names come from the code (every ``MetricSpec`` in the module), with the suffixes
 Ray's Prometheus export gives each kind, so renaming or dropping a metric fails here.
@@ -60,7 +60,7 @@ def test_every_series_in_the_dashboard_exists_in_code(expr):
     assert names, f"query names no memserve metric: {expr}"
     known = exported()
     for name in names:
-        assert name in known, f"{name} is not defined in serve_app/metrics.py ({expr})"
+        assert name in known, f"{name} is not defined in serve_app/metrics ({expr})"
         labels = set(re.findall(r"by \(([^)]*)\)", expr))
         used = {lab.strip() for group in labels for lab in group.split(",") if lab.strip()}
         allowed = set(known[name].tag_keys) | COMMON_LABELS

@@ -1,4 +1,5 @@
-"""Request and response bodies of the HTTP API (DESIGN §8 is the contract).
+"""Memories and search: the shared field types and validators of every request body,
+and the memory, search, history and error shapes (DESIGN §8 is the contract).
 
 Validation happens here, before anything touches the database, so bad input is
 a 4xx that changes nothing. Limits come from settings.
@@ -14,7 +15,6 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from serve_app.ratelimit import MIN_RATE_PER_S
 from serve_app.settings import get_settings
 
 Identifier = Annotated[
@@ -311,109 +311,3 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
-
-
-# --- context, chat proxy, admin keys (issue 6) ---
-
-
-class ChatMessage(StrictModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str = Field(max_length=100_000)
-
-    @field_validator("content")
-    @classmethod
-    def _no_nul(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("content must not contain NUL characters")
-        return value
-
-
-class ContextRequest(StrictModel):
-    user_id: Identifier | None = None
-    query: str
-    session_id: Identifier | None = None
-    agent_id: Identifier | None = None
-    history: list[ChatMessage] | None = None
-    token_budget: int | None = Field(default=None, ge=1)
-    top_k: int | None = Field(default=None, ge=1)
-
-    _query = field_validator("query")(check_content)
-
-    _history = field_validator("history")(
-        at_most("history_items", "at most {limit} history messages", size=True)
-    )
-    _budget = field_validator("token_budget")(
-        at_most("context_token_budget", "token_budget must be at most {limit}")
-    )
-
-    _top_k = field_validator("top_k")(at_most("top_k", "top_k must be at most {limit}"))
-
-
-class ContextFact(BaseModel):
-    id: UUID
-    category: str
-    key: str
-    value: str
-    confidence: float
-    importance: float
-    updated_at: datetime
-    why: str | None = None  # why it is in the block ("profile: constraint", ...)
-
-
-class ContextMemory(ScoredMemory):
-    why: str | None = None  # the evidence that admitted it ("similar to the message ...")
-
-
-class ProfileMemory(Memory):
-    """A memory of the user's profile (issue 29): always in the context block."""
-
-    profile_class: str | None = None  # instruction | constraint | identity
-    pinned: bool | None = None  # the owner's override (null: the class decides)
-    why: str | None = None
-
-
-class ContextResponse(BaseModel):
-    context: str
-    profile: list[ProfileMemory] = Field(default_factory=list)  # shown first, always
-    memories: list[ContextMemory]  # retrieved for this message (profile ones not repeated)
-    facts: list[ContextFact]
-    search_query: str | None = None  # the (expanded) query searched; null: search skipped
-    parts: list[str] = Field(default_factory=list)  # the message's parts searched
-    tokens: int = 0  # approximate tokens of `context`
-    profile_tokens: int = 0  # of which the profile section (counted in the budget)
-
-
-class ProfileResponse(BaseModel):
-    """GET /v1/users/{user_id}/profile: what every context block of the user starts with
-    (before the token cap), and why each item is there."""
-
-    user_id: str
-    memories: list[ProfileMemory]
-    facts: list[ContextFact]
-
-
-class ApiKeyCreate(StrictModel):
-    role: Literal["service", "user"]
-    user_id: Identifier | None = None
-    name: str | None = Field(default=None, min_length=1, max_length=128)
-    rate_limit_per_s: float | None = Field(default=None, ge=MIN_RATE_PER_S, le=1_000_000)
-
-
-class ApiKeyInfo(BaseModel):
-    id: UUID
-    tenant_id: str
-    role: str
-    user_id: str | None
-    prefix: str
-    name: str | None
-    rate_limit_per_s: float | None = None
-    created_at: datetime
-    revoked_at: datetime | None
-
-
-class ApiKeyCreated(ApiKeyInfo):
-    key: str  # shown once
-
-
-class ApiKeyList(BaseModel):
-    keys: list[ApiKeyInfo]

@@ -1,0 +1,96 @@
+"""Request and response bodies of the HTTP API (DESIGN §8 is the contract).
+
+Validation happens here, before anything touches the database, so bad input is
+a 4xx that changes nothing. Limits come from settings. One module per area:
+:mod:`~serve_app.schemas.memories` (shared field types and validators, memories,
+search, history, errors), :mod:`~serve_app.schemas.context` (context, chat messages,
+profile), :mod:`~serve_app.schemas.keys` (admin API keys). Import from here:
+``from serve_app.schemas import MemoryCreate``.
+"""
+
+from __future__ import annotations
+
+from serve_app.schemas.context import (
+    ChatMessage,
+    ContextFact,
+    ContextMemory,
+    ContextRequest,
+    ContextResponse,
+    ProfileMemory,
+    ProfileResponse,
+)
+from serve_app.schemas.keys import ApiKeyCreate, ApiKeyCreated, ApiKeyInfo, ApiKeyList
+from serve_app.schemas.memories import (
+    MAX_FUTURE_S,
+    MAX_ROW_VERSION,
+    NO_NUL,
+    DeletedCount,
+    ErrorBody,
+    ErrorResponse,
+    ExplainedMemory,
+    HistoryEvent,
+    HistoryResponse,
+    Identifier,
+    Memory,
+    MemoryBatch,
+    MemoryBatchCreate,
+    MemoryCreate,
+    MemoryFields,
+    MemoryList,
+    MemoryPatch,
+    MemoryType,
+    Scope,
+    ScoreBreakdown,
+    ScoredMemory,
+    SearchFilters,
+    SearchRequest,
+    SearchResponse,
+    StrictModel,
+    at_most,
+    check_content,
+    event_time,
+    said_time,
+)
+
+__all__ = [
+    "ApiKeyCreate",
+    "ApiKeyCreated",
+    "ApiKeyInfo",
+    "ApiKeyList",
+    "ChatMessage",
+    "ContextFact",
+    "ContextMemory",
+    "ContextRequest",
+    "ContextResponse",
+    "DeletedCount",
+    "ErrorBody",
+    "ErrorResponse",
+    "ExplainedMemory",
+    "HistoryEvent",
+    "HistoryResponse",
+    "Identifier",
+    "MAX_FUTURE_S",
+    "MAX_ROW_VERSION",
+    "Memory",
+    "MemoryBatch",
+    "MemoryBatchCreate",
+    "MemoryCreate",
+    "MemoryFields",
+    "MemoryList",
+    "MemoryPatch",
+    "MemoryType",
+    "NO_NUL",
+    "ProfileMemory",
+    "ProfileResponse",
+    "Scope",
+    "ScoreBreakdown",
+    "ScoredMemory",
+    "SearchFilters",
+    "SearchRequest",
+    "SearchResponse",
+    "StrictModel",
+    "at_most",
+    "check_content",
+    "event_time",
+    "said_time",
+]
