@@ -162,6 +162,21 @@ CALLS: list[tuple] = [
     ("llm_usage", (), {"group_by": ["day", "user"], "since": "2026-11-01", "top_users": 5},
      ("GET", "/v1/admin/usage", {"group_by": "day,user", "since": "2026-11-01",
                                  "top_users": "5"}, None)),
+    ("events", (), {"after": "c1", "types": ["memory.added", "fact.set"], "user_id": "u1",
+                    "limit": 5, "include_content": True},
+     ("GET", "/v1/events", {"after": "c1", "types": "memory.added,fact.set", "user_id": "u1",
+                            "limit": "5", "include_content": "true"}, None)),
+    ("create_webhook", ("http://h/x",), {"types": ["memory.added"], "include_content": True},
+     ("POST", "/v1/admin/webhooks", {}, {"url": "http://h/x", "types": ["memory.added"],
+                                         "include_content": True})),
+    ("webhooks", (), {}, ("GET", "/v1/admin/webhooks", {}, None)),
+    ("get_webhook", ("w1",), {}, ("GET", "/v1/admin/webhooks/w1", {}, None)),
+    ("update_webhook", ("w1",), {"enabled": False},
+     ("PATCH", "/v1/admin/webhooks/w1", {}, {"enabled": False})),
+    ("delete_webhook", ("w1",), {}, ("DELETE", "/v1/admin/webhooks/w1", {}, None)),
+    ("webhook_deliveries", ("w1",), {"status": "dead", "limit": 3},
+     ("GET", "/v1/admin/webhooks/w1/deliveries", {"status": "dead", "limit": "3"}, None)),
+    ("replay_webhook", ("w1",), {}, ("POST", "/v1/admin/webhooks/w1/replay", {}, None)),
 ]  # fmt: skip
 STREAMED = {"export", "chat_stream", "import_all"}  # see test_streams.py
 

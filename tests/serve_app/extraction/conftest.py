@@ -97,7 +97,7 @@ class Harness:
 
 @pytest.fixture
 async def make_harness(fresh_db, encoder):
-    pools, clients = [], []
+    pools, clients, meters = [], [], []
     ensure_table(fresh_db, encoder.spec.table_slug, encoder.spec.dim)
 
     async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
@@ -112,6 +112,7 @@ async def make_harness(fresh_db, encoder):
         if spend:
             budgets = spend if callable(spend) else None
             meter = SpendMeter(SpendStore(pool), settings.spend, budgets)
+            meters.append(meter)
         llm = LLMClient(settings.llm, meter=meter) if settings.llm.base_url else None
         if llm:
             clients.append(llm)
@@ -119,6 +120,8 @@ async def make_harness(fresh_db, encoder):
         return Harness(pipeline, pool)
 
     yield make
+    for m in meters:  # its metrics Flusher, started by the first metered call
+        await m.aclose()
     for c in clients:
         await c.close()
     for p in pools:
