@@ -70,8 +70,22 @@ async def no_task_left_at_session_end() -> AsyncIterator[None]:
         pytest.fail(message, pytrace=False)
 
 
-@pytest_asyncio.fixture(autouse=True, loop_scope="session")
-async def no_task_left_by_test(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+# Fixtures that drive Playwright's sync API: it runs its own event loop in the main
+# thread, where no async fixture can then be set up (``Runner.run()`` refuses).
+SYNC_LOOP_FIXTURES = frozenset({"browser"})
+
+
+@pytest.fixture(autouse=True)
+def no_task_left_by_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The per-test leak check (``task_leak_check``), for every test but those on a sync
+    loop of their own (``SYNC_LOOP_FIXTURES``), which start no task on the session's."""
+    if SYNC_LOOP_FIXTURES.isdisjoint(request.fixturenames):
+        request.getfixturevalue("task_leak_check")
+    yield
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def task_leak_check(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """Fails a test (at teardown) that leaves a task running, and stops that task, so one
     leak is one named error instead of a loop spinning under some later test."""
     before = asyncio.all_tasks()

@@ -32,6 +32,7 @@ CONFTEST = """\
 from tests.conftest import (  # noqa: F401  the root conftest's guards, as in the suite
     no_task_left_at_session_end,
     no_task_left_by_test,
+    task_leak_check,
     pytest_collection_modifyitems,
     pytest_timeout_set_timer,
 )
