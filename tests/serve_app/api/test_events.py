@@ -8,11 +8,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.client import AsyncMemserveClient
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_events_api_service_key_0123456789"
 
@@ -24,18 +23,18 @@ async def api(fresh_db, encoder):
     async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
         alice, _ = await services.keys.create("default", "user", user_id="alice")
         other, _ = await services.keys.create("acme", "service")
-        app = create_app(settings, services)
-        clients = {
-            name: bearer_client(app, key)
-            for name, key in (("service", SERVICE), ("alice", alice), ("acme", other))
-        }
-        clients["app"] = app
-        try:
-            yield clients
-        finally:
-            for name, c in clients.items():
-                if name != "app":
-                    await c.aclose()
+        async with in_process_app(settings, services) as app:
+            clients = {
+                name: bearer_client(app, key)
+                for name, key in (("service", SERVICE), ("alice", alice), ("acme", other))
+            }
+            clients["app"] = app
+            try:
+                yield clients
+            finally:
+                for name, c in clients.items():
+                    if name != "app":
+                        await c.aclose()
 
 
 async def remember(client, user: str, *texts: str) -> None:

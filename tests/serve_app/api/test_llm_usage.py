@@ -12,7 +12,6 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.cli import usage as usage_cli
 from serve_app.client import AsyncMemserveClient
@@ -20,7 +19,7 @@ from serve_app.metrics import SpendMetrics
 from serve_app.settings import Settings
 from serve_app.store.llm_spend import CallTag, Limits, Spent
 from tests.fakes.llm_server import FakeLLM
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_llm_usage_service_key_0123456789"
 ADMIN = "msk_llm_usage_admin_key_0123456789ab"
@@ -44,16 +43,16 @@ async def api(fresh_db, encoder, llm):
         keys = {"admin": ADMIN, "service": SERVICE}
         keys["acme_admin"], _ = await services.keys.create("acme", "admin")
         keys["acme_service"], _ = await services.keys.create("acme", "service")
-        app = create_app(settings, services)
-        clients = {name: bearer_client(app, key) for name, key in keys.items()}
-        typed = AsyncMemserveClient("http://t", keys["acme_admin"],
-                                    transport=httpx.ASGITransport(app=app))  # fmt: skip
-        try:
-            yield clients, typed, services
-        finally:
-            await typed.aclose()
-            for c in clients.values():
-                await c.aclose()
+        async with in_process_app(settings, services) as app:
+            clients = {name: bearer_client(app, key) for name, key in keys.items()}
+            typed = AsyncMemserveClient("http://t", keys["acme_admin"],
+                                        transport=httpx.ASGITransport(app=app))  # fmt: skip
+            try:
+                yield clients, typed, services
+            finally:
+                await typed.aclose()
+                for c in clients.values():
+                    await c.aclose()
 
 
 async def chat(c: httpx.AsyncClient, user: str) -> httpx.Response:

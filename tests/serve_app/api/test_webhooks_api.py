@@ -11,14 +11,13 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.client import AsyncMemserveClient, Forbidden, InvalidRequest, NotFound
 from serve_app.settings import Settings
 from serve_app.store.webhooks import WebhookStore
 from serve_app.webhooks.dispatcher import Dispatcher
 from tests.fakes.webhook_receiver import Receiver
-from tests.serve_app.inprocess import in_process_services
+from tests.serve_app.inprocess import in_process_app, in_process_services
 
 SERVICE = "msk_webhooks_api_service_key_0123456789"
 
@@ -33,16 +32,16 @@ async def api(fresh_db, encoder):
     async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
         admin, _ = await services.keys.create("default", "admin")
         other, _ = await services.keys.create("acme", "admin")
-        app = create_app(settings, services)
+        async with in_process_app(settings, services) as app:
 
-        def client(key: str) -> AsyncMemserveClient:
-            return AsyncMemserveClient("http://t", key, transport=httpx.ASGITransport(app=app))
+            def client(key: str) -> AsyncMemserveClient:
+                return AsyncMemserveClient("http://t", key, transport=httpx.ASGITransport(app=app))
 
-        async with client(admin) as a, client(SERVICE) as s, client(other) as o:
-            try:
-                yield a, s, o, services, settings, receiver
-            finally:
-                receiver.stop()
+            async with client(admin) as a, client(SERVICE) as s, client(other) as o:
+                try:
+                    yield a, s, o, services, settings, receiver
+                finally:
+                    receiver.stop()
 
 
 async def test_webhook_admin_lifecycle(api):

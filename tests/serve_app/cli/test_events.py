@@ -10,11 +10,10 @@ import sys
 
 import uvicorn
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from tests.conftest import REPO
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 KEY = "msk_events_cli_test_key_0123456789"
 
@@ -32,8 +31,10 @@ async def cli(url: str, *args: str) -> tuple[int, str, str]:
 async def test_events_cli_prints_the_feed_and_resumes(fresh_db, encoder):
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
-        app = create_app(settings, services)
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+    ):
         async with bearer_client(app, KEY) as c:
             body = {"user_id": "alice", "items": [{"content": t, "infer": False}
                                                   for t in ("a", "b", "c")]}  # fmt: skip

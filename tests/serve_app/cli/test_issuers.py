@@ -8,12 +8,11 @@ import os
 import subprocess
 import sys
 
-from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.jwt_issuer import LocalIssuer
-from tests.serve_app.inprocess import bearer_client, in_process_services
+from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 
 def issuers_cli(dsn: str, *args: str) -> subprocess.CompletedProcess:
@@ -39,8 +38,10 @@ async def test_issuers_are_added_listed_and_removed(fresh_db, encoder):
 
     settings = Settings(database_url=fresh_db, bootstrap_key="msk_cli_test_bootstrap_0123456789")
     boot = bootstrap(settings, fresh_db)
-    async with in_process_services(settings, boot.model, fresh_db, encoder) as services:
-        app = create_app(settings, services)
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+    ):
         async with bearer_client(app, issuer.token("ann", "cli")) as c:
             r = await c.post("/v1/memories", json={"content": "I like figs"})
             assert r.status_code == 201 and r.json()["user_id"] == "ann", r.text
