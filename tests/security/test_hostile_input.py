@@ -18,7 +18,13 @@ from tests.hostile_input import cases, row_counts, verdict
 from tests.security.conftest import CASES, SERVER_ERRORS, http
 
 pytestmark = pytest.mark.e2e
-PUBLIC = {("GET", "/healthz"), ("GET", "/readyz")}
+# Public by design: probes, and the MCP sign-in discovery document (RFC 9728).
+PUBLIC = {
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/.well-known/oauth-protected-resource"),
+    ("GET", "/.well-known/oauth-protected-resource/mcp"),
+}
 
 
 @pytest.fixture(scope="module")

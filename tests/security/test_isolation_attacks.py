@@ -228,13 +228,15 @@ def acting_user(key: Key, claimed: str | None, path: str) -> str | None:
 
 
 def visible_text(r) -> str:
-    """The response without echoes of the attacker's own input (the searched query)."""
+    """The response without echoes of the attacker's own input (the searched query, and
+    a context call's ``parts``: that query split into its sentences and clauses)."""
     try:
         data = r.json()
     except ValueError:
         return r.text
     if isinstance(data, dict):
         data.pop("search_query", None)
+        data.pop("parts", None)
     return json.dumps(data)
 
 
