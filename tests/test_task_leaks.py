@@ -201,7 +201,7 @@ def test_no_test_patches_a_global_of_asyncio_or_time() -> None:
 
 
 def test_the_patch_check_sees_the_old_reembed_test() -> None:
-    old = 'monkeypatch.setattr(worker_mod.asyncio, "sleep", record)'
+    old = "monkeypatch.setattr(worker_mod.asyncio, 'sleep', record)"
     assert _GLOBAL_PATCH.search(old)
     assert _GLOBAL_PATCH.search('monkeypatch.setattr("asyncio.sleep", fake)')
     assert not _GLOBAL_PATCH.search('monkeypatch.setattr(quota, "exceeded", room_again)')
