@@ -198,6 +198,8 @@ def test_operator_flows_with_a_service_key(browser, service, keys, api, user, sh
     ctx = api.post("/v1/context", json={"user_id": uid, "query": "Where do I live?"}).json()
     expect(page.locator("#context-block")).to_have_text(ctx["context"])  # the exact block
     expect(page.locator("#context .badge.tokens")).to_have_text(f"{ctx['tokens']} tokens")
+    profile_tokens = f"profile {ctx.get('profile_tokens') or 0} tokens"
+    expect(page.locator("#context .badge.profile-tokens")).to_have_text(profile_tokens)
     shots.take(page, "07-context-preview")
 
     # Actions: edit, archive, delete through the timeline; the API sees each.

@@ -54,7 +54,7 @@ export async function contextView(body, who, user) {
         ...got.memories.map((m) => ({ text: m.content, why: m.why || "retrieved" })),
       ];
       clear(out).append(
-        h("p", {}, badge(`${got.tokens} tokens`, "tokens"), badge(`profile ${got.profile_tokens || 0}`, "tokens"),
+        h("p", {}, badge(`${got.tokens} tokens`, "tokens"), badge(`profile ${got.profile_tokens || 0} tokens`, "profile-tokens"),
           ` ${(got.profile || []).length} profile, ${got.memories.length} memories, ${got.facts.length} facts`),
         h("pre", { class: "block", id: "context-block", text: got.context }),
         items.length ? table([["Item", (i) => h("p", { class: "content", text: i.text })],
