@@ -83,6 +83,11 @@ class NotifyListener:
                 raise
             except Exception as exc:  # outage: keep trying
                 self.connected.clear()
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # stop() cancelled us and psycopg turned the cancel into an error (a
+                    # connect or read on a frozen backend): stop, do not retry for ever.
+                    raise asyncio.CancelledError from exc
                 log.warning("listener on %s disconnected (%s); retrying", self.channel, exc)
                 await asyncio.sleep(self.retry_s)
 

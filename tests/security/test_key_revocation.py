@@ -28,7 +28,10 @@ async def keys(fresh_db):
     try:
         yield store, listener, fresh_db
     finally:
-        await listener.stop()
+        # A listener whose backend was frozen unwinds once it answers again; on a loaded
+        # box that can take longer than stop's shutdown default of 5 s, and an abandoned
+        # task is a leak (tests/task_leaks.py): wait for it here.
+        await listener.stop(timeout_s=60)
         await pool.close()
 
 
