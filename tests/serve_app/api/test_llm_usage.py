@@ -18,18 +18,10 @@ from serve_app.client import AsyncMemserveClient
 from serve_app.metrics import SpendMetrics
 from serve_app.settings import Settings
 from serve_app.store.llm_spend import CallTag, Limits, Spent
-from tests.fakes.llm_server import FakeLLM
 from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_llm_usage_service_key_0123456789"
 ADMIN = "msk_llm_usage_admin_key_0123456789ab"
-
-
-@pytest.fixture
-def llm():
-    fake = FakeLLM().start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture

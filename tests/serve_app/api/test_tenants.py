@@ -11,19 +11,11 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.fakes.llm_server import FakeLLM
 from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_tenant_api_service_key_0123456789"
 ADMIN = "msk_tenant_api_admin_key_0123456789ab"
 URL = "/v1/admin/tenant/settings"
-
-
-@pytest.fixture
-def llm():
-    fake = FakeLLM().start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture
