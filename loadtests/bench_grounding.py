@@ -148,10 +148,11 @@ class MemoLLM(LLMClient):
     answers: dict[tuple[str, str], str] = {}
     calls = 0
 
-    async def complete_json(self, system: str, user: str) -> str:
+    async def complete_json(self, system: str, user: str, **options: Any) -> str:
+        """``options``: the client's own (``tag``, ``max_tokens``), passed through."""
         if (system, user) not in self.answers:
             MemoLLM.calls += 1
-            self.answers[(system, user)] = await super().complete_json(system, user)
+            self.answers[(system, user)] = await super().complete_json(system, user, **options)
         return self.answers[(system, user)]
 
 
