@@ -8,6 +8,7 @@ stand for two Extractor replicas.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import defaultdict
 from datetime import UTC, datetime, time, timedelta
 
@@ -271,3 +272,34 @@ async def test_deferred_work_resumes_when_the_window_rolls_over(make_harness, fa
     assert (await h.pipeline.process_session(later)).turns_extracted == 1
     days = await h.rows("SELECT day, sum(calls)::int AS n FROM llm_usage_daily GROUP BY day")
     assert sorted(r["n"] for r in days) == [1, 1] and len(days) == 2
+
+
+async def test_a_timed_out_attempt_and_its_retry_are_both_counted(make_harness, fake_llm):
+    """The provider answers (and bills) a request the client gave up on, then the retry:
+    each attempt has its own intent, so the timed-out one is counted too (at its
+    reservation: its answer never arrived), not only the retry that succeeded."""
+    settings = settings_for(fake_llm.url, llm={"max_retries": 1, "timeout_s": 0.3})
+    h = await make_harness(settings, spend=True)
+    slow = iter([0.8])  # the first request is answered after the client's timeout
+
+    def hold(kind, messages) -> None:
+        threading.Event().wait(next(slow, 0.0))
+
+    fake_llm.on_request = hold
+    tag = CallTag("acme", "u1", "extract")
+    assert await h.pipeline.llm.complete_json("system", "user text", tag=tag, max_tokens=50)
+    while fake_llm.served()["calls"] < 2:  # the abandoned request is served late
+        await asyncio.sleep(0.05)
+    first, retry = (c["usage"] for c in fake_llm.calls())
+    rows = await h.rows(
+        "SELECT outcome, prompt_tokens, completion_tokens, estimated FROM llm_calls ORDER BY id"
+    )
+    est = count_tokens("system") + count_tokens("user text")
+    assert est == first["prompt_tokens"]
+    assert [tuple(r.values()) for r in rows] == [
+        ("timeout", est, 50, True),  # 50 >= what it was billed for
+        ("ok", retry["prompt_tokens"], retry["completion_tokens"], False),
+    ]
+    assert first["completion_tokens"] <= 50
+    [day] = await h.rows("SELECT calls, errors, estimated_calls FROM llm_usage_daily")
+    assert (day["calls"], day["errors"], day["estimated_calls"]) == (2, 1, 1)
