@@ -8,7 +8,7 @@ one fast refusal per call instead of a pile of hanging requests.
 With a :class:`SpendMeter`, a call tagged with its tenant, end user and purpose is
 metered (serve_app/spend/meter.py): admitted against the budgets before anything is
 sent (:class:`OverBudget` propagates: the caller defers its work), its ``usage`` (or
-an estimate) recorded after.
+an estimate) recorded after; each retry attempt is metered as a call of its own.
 """
 
 from __future__ import annotations
