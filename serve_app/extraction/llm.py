@@ -22,7 +22,7 @@ import httpx
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
 from serve_app.settings import LLMSettings
 from serve_app.spend.meter import SpendMeter, Ticket, prompt_tokens, spent_from
-from serve_app.store.llm_spend import CallTag, OverBudget, Spent
+from serve_app.store.llm_spend import CallTag, Spent
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ class LLMClient:
             return None
         try:
             return await self.meter.begin(ticket.tag, ticket.model, ticket.est_prompt, max_tokens)
-        except OverBudget:
-            self.breaker.failure()  # the attempts so far failed; the retry is not sent
+        except Exception:  # over budget, or the intent could not be written: not sent
+            self.breaker.failure()  # the verdict of the attempts so far (a trial slot freed)
             raise
 
     async def _finish(self, ticket: Ticket | None, spent: Spent) -> None:

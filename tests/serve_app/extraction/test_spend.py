@@ -19,7 +19,7 @@ from serve_app.extraction.llm import LLMUnavailable
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
 from serve_app.services.sessions import SessionService
-from serve_app.store.llm_spend import CallTag, Limits
+from serve_app.store.llm_spend import CallTag, Limits, OverBudget
 from serve_app.store.turns import SessionKey
 from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
@@ -303,3 +303,23 @@ async def test_a_timed_out_attempt_and_its_retry_are_both_counted(make_harness, 
     assert first["completion_tokens"] <= 50
     [day] = await h.rows("SELECT calls, errors, estimated_calls FROM llm_usage_daily")
     assert (day["calls"], day["errors"], day["estimated_calls"]) == (2, 1, 1)
+
+
+async def test_a_retry_over_budget_is_not_sent(make_harness, fake_llm):
+    """A retry is admitted like a call: the timed-out attempt spent the budget, so the
+    retry raises OverBudget (the caller defers) and the breaker counts the failure."""
+    budgets = {"acme": {"background": Limits(tenant_daily=1)}}
+    settings = settings_for(fake_llm.url, llm={"max_retries": 2, "timeout_s": 0.3})
+    h = await make_harness(settings, spend=fixed(budgets))
+    llm = h.pipeline.llm
+    fake_llm.set_mode("delay", delay_s=0.6)
+    with pytest.raises(OverBudget):
+        await llm.complete_json("system", "user text", tag=CallTag("acme", "u1", "extract"),
+                                max_tokens=50)  # fmt: skip
+    while fake_llm.served()["calls"] < 1:  # let the abandoned request finish
+        await asyncio.sleep(0.05)
+    rows = await h.rows("SELECT outcome FROM llm_calls ORDER BY id")
+    assert [r["outcome"] for r in rows] == ["timeout"] and len(fake_llm.calls()) == 1
+    llm.breaker.failure()
+    llm.breaker.failure()  # with the retried call's: three in a row
+    assert llm.breaker.state == "open"
