@@ -192,9 +192,11 @@ async def build_services(
         )
         closers.append(chat.aclose)
         directory = MemoryDirectory(pool)
+        documents = document_service(pool, writer, backends.embed, settings, model)
         portability = PortabilityService(
-            memories, writer, directory, max_records=settings.limits.import_records
-        )
+            memories, writer, directory, max_records=settings.limits.import_records,
+            documents=documents,
+        )  # fmt: skip
         maintenance = MaintenanceService(
             TurnStore(pool),
             trigger,
@@ -228,7 +230,7 @@ async def build_services(
             spend=spend,
             events=EventFeed(EventStore(pool)),
             webhooks=WebhookService(WebhookStore(pool), settings.webhooks),
-            documents=document_service(pool, writer, backends.embed, settings, model),
+            documents=documents,
             _closers=closers,
         )
     except BaseException:

@@ -86,10 +86,15 @@ async def _from_form(request: Request) -> DocumentInput:
             fields["metadata"] = json.loads(meta)
         except ValueError:
             raise ApiError(422, "invalid_request", "metadata must be a JSON object") from None
-    ctype = form.get("content_type") or (upload.content_type or "").split(";")[0].strip()
-    if ctype not in CONTENT_TYPES:
-        name = (upload.filename or "").lower()
-        ctype = next((t for s, t in _BY_SUFFIX.items() if name.endswith(s)), "text/plain")
+    # The form's content_type, else the file name's suffix (clients send .md and .html
+    # as text/plain or octet-stream), else the part's declared type, else plain text.
+    name = (upload.filename or "").lower()
+    declared = (upload.content_type or "").split(";")[0].strip().lower()
+    ctype = (
+        form.get("content_type")
+        or next((t for s, t in _BY_SUFFIX.items() if name.endswith(s)), None)
+        or (declared if declared in CONTENT_TYPES else "text/plain")
+    )
     try:
         return DocumentInput(**fields, data=data, content_type=ctype)
     except ValidationError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from serve_app.schemas.memories import (
     NO_NUL,
@@ -123,3 +123,28 @@ class DocumentDeleted(StrictModel):
     document_id: str
     deleted: bool
     chunks: int
+
+
+class ExportedChunk(StrictModel):
+    """A chunk as an export carries it (the text as it was cut, and where it came from)."""
+
+    chunk_index: int = Field(ge=0)
+    content: str = Field(min_length=1, max_length=64_000, pattern=NO_NUL)
+    char_start: int = Field(ge=0)
+    char_end: int = Field(ge=0)
+    heading_path: list[str] = Field(default_factory=list, max_length=16)
+
+
+class ExportedDocument(DocumentFields):
+    """``{"kind": "document", ...}`` of an export: a user's document with its chunks; an
+    import stores the chunks as they are (re-embedded), not re-chunked."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # an export's head fields
+
+    kind: Literal["document"] = "document"
+    document_id: Identifier
+    scope: Literal["user"] = "user"
+    content_type: ContentType = "text/plain"
+    content_sha256: str = Field(default="", max_length=64)
+    chars: int = Field(default=0, ge=0)
+    chunks: list[ExportedChunk] = Field(min_length=1, max_length=100_000)

@@ -35,7 +35,7 @@ from serve_app.documents.chunking import Chunk, ChunkSizes, chunk, load_tokenize
 from serve_app.documents.parse import DocumentRefused, Limits, parse
 from serve_app.errors import ApiError
 from serve_app.model_facts import ModelFacts
-from serve_app.schemas.documents import DocumentInput
+from serve_app.schemas.documents import DocumentInput, ExportedDocument
 from serve_app.services.memories import SHARED_WRITERS, Embed
 from serve_app.services.write_errors import write_errors
 from serve_app.settings import DocumentSettings, Settings
@@ -168,6 +168,38 @@ class DocumentService:
         ]
         return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
 
+    async def restore(self, owner: Owner, doc: ExportedDocument, actor: str) -> dict[str, Any]:
+        """An imported user document (an export's record): its chunks as they were cut,
+        re-embedded, as a new version of its id (one transaction, as a post)."""
+        caller = Principal(actor, owner.tenant_id, "user", user_id=owner.user_id)
+        chunks = [
+            Chunk(c.chunk_index, c.content, c.char_start, c.char_end, tuple(c.heading_path), 0)
+            for c in sorted(doc.chunks, key=lambda c: c.chunk_index)
+        ]
+        head = {
+            "document_id": doc.document_id, "owner": owner.user_id, "scope": "user",
+            "agent_id": None, "user_id": owner.user_id, "title": doc.title,
+            "source_url": doc.source_url, "content_type": doc.content_type,
+            "metadata": doc.metadata, "tags": doc.tags,
+            "content_sha256": doc.content_sha256
+            or hashlib.sha256("".join(c.text for c in chunks).encode()).hexdigest(),
+            "chars": doc.chars or sum(len(c.text) for c in chunks), "chunk_count": len(chunks),
+        }  # fmt: skip
+        async with self._turns:
+            vectors = await self._embed([c.text for c in chunks])
+        with write_errors():
+            return await self._swap(caller, owner, head, chunks, vectors, actor=actor)
+
+    async def check_restorable(self, owner: Owner, docs: list[ExportedDocument]) -> None:
+        """409 unless every id is free or already ``owner``'s (ids are per tenant): an
+        import checks this before it writes anything."""
+        for doc in docs:
+            head = await self.store.head(owner.tenant_id, doc.document_id)
+            if head is not None and head["owner"] != owner.user_id:
+                raise ApiError(
+                    409, "conflict", f"document_id {doc.document_id!r} is taken in this tenant"
+                )
+
     async def _swap(
         self,
         caller: Principal,
@@ -175,9 +207,12 @@ class DocumentService:
         head: dict[str, Any],
         chunks: list[Chunk],
         vectors: np.ndarray,
+        *,
+        actor: str | None = None,
     ) -> dict[str, Any]:
         """Replace the document's chunks and head in one transaction."""
         tenant, document_id = caller.tenant_id, head["document_id"]
+        actor = actor or caller.actor
         async with self.pool.connection() as conn, conn.transaction():
             old = await self.store.lock(conn, tenant, document_id)
             if old is not None and not self._writable(caller, old):
@@ -186,12 +221,12 @@ class DocumentService:
                 raise ApiError(409, "conflict", f"document_id {document_id!r} is taken")
             version = 1 if old is None else old["version"] + 1
             await conn.execute(events.QUIET)  # one document event, not one per chunk
-            await self.store.remove_chunks(conn, tenant, document_id, caller.actor)
+            await self.store.remove_chunks(conn, tenant, document_id, actor)
             items = [self._chunk_row(head, version, c) for c in chunks]
-            rows = await self.writer.add(owner, items, vectors, actor=caller.actor, conn=conn)
+            rows = await self.writer.add(owner, items, vectors, actor=actor, conn=conn)
             if len(rows) != len(items):
                 raise ForgetInProgress(owner)
-            saved = await self.store.save_head(conn, tenant, head, caller.actor)
+            saved = await self.store.save_head(conn, tenant, head, actor)
             await conn.execute(events.LOUD)
             await events.emit(
                 conn, tenant, "document.ingested", user_id=owner.user_id,
