@@ -35,7 +35,7 @@ from serve_app.documents.chunking import Chunk, ChunkSizes, chunk, load_tokenize
 from serve_app.documents.parse import DocumentRefused, Limits, parse
 from serve_app.errors import ApiError
 from serve_app.model_facts import ModelFacts
-from serve_app.schemas.documents import DocumentInput, ExportedDocument
+from serve_app.schemas.documents import DocumentInput, DocumentOut, ExportedDocument
 from serve_app.services.memories import SHARED_WRITERS, Embed
 from serve_app.services.write_errors import write_errors
 from serve_app.settings import DocumentSettings, Settings
@@ -121,7 +121,7 @@ class DocumentService:
 
     async def ingest(
         self, principal: Principal, doc: DocumentInput, *, charge: Charge | None = None
-    ) -> dict[str, Any]:
+    ) -> DocumentOut:
         """Store ``doc`` as the new version of its id (a new document without one);
         ``charge``: spends one rate unit per chunk before anything is embedded."""
         owner = self._owner(principal, doc)
@@ -147,7 +147,9 @@ class DocumentService:
             "chunk_count": len(chunks),
         }
         with write_errors():
-            return await self._swap(principal, owner, head, chunks, vectors)
+            return DocumentOut.model_validate(
+                await self._swap(principal, owner, head, chunks, vectors)
+            )
 
     def _prepare(self, doc: DocumentInput) -> tuple[str, list[Chunk], str | None]:
         """Parse and chunk (CPU work: runs in a worker thread)."""
@@ -168,7 +170,7 @@ class DocumentService:
         ]
         return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
 
-    async def restore(self, owner: Owner, doc: ExportedDocument, actor: str) -> dict[str, Any]:
+    async def restore(self, owner: Owner, doc: ExportedDocument, actor: str) -> DocumentOut:
         """An imported user document (an export's record): its chunks as they were cut,
         re-embedded, as a new version of its id (one transaction, as a post)."""
         caller = Principal(actor, owner.tenant_id, "user", user_id=owner.user_id)
@@ -188,7 +190,8 @@ class DocumentService:
         async with self._turns:
             vectors = await self._embed([c.text for c in chunks])
         with write_errors():
-            return await self._swap(caller, owner, head, chunks, vectors, actor=actor)
+            saved = await self._swap(caller, owner, head, chunks, vectors, actor=actor)
+        return DocumentOut.model_validate(saved)
 
     async def check_restorable(self, owner: Owner, docs: list[ExportedDocument]) -> None:
         """409 unless every id is free or already ``owner``'s (ids are per tenant): an
