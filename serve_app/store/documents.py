@@ -19,10 +19,10 @@ from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.store import events, history
-from serve_app.store.memory_writes import log_and_bump
+from serve_app.store import events
+from serve_app.store.memory_writes import delete_statement
 from serve_app.store.records import column_list
-from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED
+from serve_app.store.versions import CHANGES_CHANNEL
 
 __all__ = ["CHUNK_TYPE", "DOCUMENT_COLUMNS", "DocumentStore"]
 
@@ -55,21 +55,6 @@ _CHUNKS_OF = sql.SQL(
 )
 
 
-def _delete_chunks(where: sql.Composable) -> sql.Composed:
-    """Delete matching chunk rows (vectors cascade), blank and log their history, bump
-    their owners (every cache refuses its copy): one statement."""
-    return sql.SQL(
-        "WITH gone AS (DELETE FROM memory_items WHERE {where} RETURNING id, user_id, owner),"
-        " {forget}, {log}"
-        " SELECT (SELECT count(*) FROM gone) AS deleted, {notified} AS notified"
-    ).format(
-        where=where,
-        forget=history.forget_cte("forgotten", sql.SQL("SELECT id FROM gone")),
-        log=log_and_bump("gone", "DELETE", "NULL"),
-        notified=NOTIFIED,
-    )
-
-
 class DocumentStore:
     """Heads, versions and chunk lookups of a tenant's documents."""
 
@@ -93,7 +78,7 @@ class DocumentStore:
     ) -> int:
         """Delete the document's chunks (all of its versions) in ``conn``'s transaction."""
         cur = await conn.execute(
-            _delete_chunks(_CHUNKS_OF),
+            delete_statement(_CHUNKS_OF),
             {
                 "tenant_id": tenant_id,
                 "document_id": document_id,
