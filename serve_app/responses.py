@@ -150,6 +150,7 @@ class ImportCounts(BaseModel):
     facts: int
     fact_versions: int
     history: int
+    documents: int = 0  # the user's documents (issue 33), each a new version of its id
 
 
 class ImportReport(BaseModel):

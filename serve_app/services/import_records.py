@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from serve_app.errors import ApiError
 from serve_app.schemas import NO_NUL, Identifier, MemoryFields
+from serve_app.schemas.documents import ExportedDocument
+from serve_app.settings import get_settings
 from serve_app.store import NewMemory
 from serve_app.store.imports import ImportedEvent, ImportedFact, ImportedMemory
 
@@ -92,6 +94,7 @@ class ImportBatch:
     memories: list[ImportedMemory] = field(default_factory=list)
     events: list[ImportedEvent] = field(default_factory=list)
     facts: list[ImportedFact] = field(default_factory=list)
+    documents: list[ExportedDocument] = field(default_factory=list)  # the user's documents
     skipped: dict[str, int] = field(default_factory=dict)
     records: int = 0
 
@@ -206,6 +209,11 @@ def _add(batch: ImportBatch, record: dict[str, Any], now: datetime) -> None:
         )
     elif kind == "fact":
         batch.facts.append(_fact(record))
+    elif kind == "document":
+        doc = ExportedDocument.model_validate({**record, "user_id": None})
+        if len(doc.chunks) > get_settings().documents.max_chunks:
+            raise ValueError(f"a document has at most {get_settings().documents.max_chunks} chunks")
+        batch.documents.append(doc)
     elif kind == "memory" or (kind is None and isinstance(record.get("memory"), str)):
         memory = _memory(record, now)
         if memory is None:

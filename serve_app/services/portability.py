@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from serve_app.services.documents import DocumentService
 from serve_app.services.import_records import ImportBatch, parse
 from serve_app.services.memories import MemoryService
 from serve_app.services.write_errors import write_errors
@@ -55,7 +56,10 @@ class PortabilityService:
         max_records: int,
         embed_batch: int = 256,
         page: int = 500,
+        documents: DocumentService | None = None,
     ) -> None:
+        """``documents``: carries the user's documents (issue 33); None: not exported."""
+        self.documents = documents
         self.memories = memories
         self.writer = writer
         self.facts = writer.facts  # reads (export)
@@ -82,6 +86,10 @@ class PortabilityService:
                 yield dumps({"kind": "memory", **row})
             if cursor is None:
                 break
+        if self.documents is not None and owner.user_id is not None:
+            async for record in self._documents(owner):
+                counts["documents"] = counts.get("documents", 0) + 1
+                yield dumps(record)
         after = None
         while True:
             rows = await self.facts.list(owner, include_inactive=True, limit=self.page, after=after)
@@ -97,10 +105,36 @@ class PortabilityService:
             yield dumps({"kind": "history", **row})
         yield dumps({"kind": "end", **counts})
 
+    async def _documents(self, owner: Owner) -> AsyncIterator[dict[str, Any]]:
+        """The user's own documents (scope user), each with all its chunks."""
+        assert self.documents is not None and owner.user_id is not None
+        store, after = self.documents.store, None
+        while True:
+            heads = await store.list(owner.tenant_id, [owner.user_id], after=after, limit=100)
+            for head in heads:
+                chunks, last = [], -1
+                while True:
+                    rows = await store.chunks(owner.tenant_id, head["document_id"], after=last,
+                                              limit=self.page)  # fmt: skip
+                    chunks += [{"chunk_index": r["data"]["chunk_index"], "content": r["content"],
+                                "char_start": r["data"]["char_start"],
+                                "char_end": r["data"]["char_end"],
+                                "heading_path": r["data"].get("heading_path") or []}
+                               for r in rows]  # fmt: skip
+                    if len(rows) < self.page:
+                        break
+                    last = rows[-1]["data"]["chunk_index"]
+                yield {"kind": "document", **head, "chunks": chunks}
+            if len(heads) < 100:
+                return
+            after = (heads[-1]["updated_at"].isoformat(), heads[-1]["document_id"])
+
     async def load(self, owner: Owner, batch: ImportBatch, actor: str) -> dict[str, Any]:
         """Write a parsed batch for ``owner``: all of it in one transaction, or nothing.
 
         Vectors are computed first (chunks of ``embed_batch``, no transaction open)."""
+        if batch.documents and self.documents is not None and owner.user_id is not None:
+            await self.documents.check_restorable(owner, batch.documents)  # before any write
         texts = [m.item.content for m in batch.memories]
         vectors = np.zeros((0, 0), dtype=np.float32)
         if texts:
@@ -112,4 +146,14 @@ class PortabilityService:
             out = await self.writer.import_batch(
                 owner, batch.memories, vectors, batch.events, batch.facts, actor=actor
             )
-        return {**out, "skipped": dict(batch.skipped)}
+        skipped = dict(batch.skipped)
+        if batch.documents and (self.documents is None or owner.user_id is None):
+            skipped["document"] = len(batch.documents)
+        elif batch.documents:
+            # Each document in its own transaction, after the memories' (not all or
+            # nothing with them): a document is replaced whole, like a re-post.
+            assert self.documents is not None
+            for doc in batch.documents:
+                await self.documents.restore(owner, doc, actor)
+            out["imported"] = {**out["imported"], "documents": len(batch.documents)}
+        return {**out, "skipped": skipped}

@@ -25,7 +25,11 @@ from serve_app.store import erasure, history, quota, supersede
 from serve_app.store.cursor import InvalidCursor, decode_cursor, encode_cursor
 from serve_app.store.forget import Scope
 from serve_app.store.memory_index import VersionConflict, using
-from serve_app.store.memory_writes import add_params, add_statement, log_and_bump
+from serve_app.store.memory_writes import (
+    add_params,
+    add_statement,
+    delete_statement,
+)
 from serve_app.store.records import (
     MEMORY_COLUMNS,
     NewMemory,
@@ -252,16 +256,7 @@ class MemoryStore:
         self, where: sql.Composable, params: dict[str, Any], actor: str | None
     ) -> int:
         """Delete matching items (vectors cascade), forget and log them, bump: one statement."""
-        query = sql.SQL(
-            "WITH gone AS (DELETE FROM memory_items WHERE {where} RETURNING id, user_id, owner),"
-            " {forget}, {log}"
-            " SELECT (SELECT count(*) FROM gone) AS deleted, {notified} AS notified"
-        ).format(
-            where=where,
-            forget=history.forget_cte("forgotten", sql.SQL("SELECT id FROM gone")),
-            log=log_and_bump("gone", "DELETE", "NULL"),
-            notified=NOTIFIED,
-        )
+        query = delete_statement(where)
         async with self.pool.connection() as conn:
             cur = await conn.execute(query, {**params, "actor": actor, "channel": CHANGES_CHANNEL})
             return (await cur.fetchone())["deleted"]
@@ -306,6 +301,8 @@ class MemoryStore:
             "limit": limit + 1,
             "as_of": as_of,
         }
+        if type is None:  # a document's chunks are knowledge, listed with their document
+            where.append(sql.SQL("type <> 'document_chunk'"))
         filters = {"type": type, "agent_id": agent_id, "session_id": session_id, "status": status}
         for column, value in filters.items():
             if value is not None:

@@ -95,6 +95,22 @@ def add_statement(
     )
 
 
+def delete_statement(where: sql.Composable) -> sql.Composed:
+    """Delete the ``memory_items`` matching ``where`` (vectors cascade), blank and log
+    their history, bump their owners: one statement (binds ``tenant_id``, ``actor``,
+    ``channel``); answers ``deleted`` and ``notified``."""
+    return sql.SQL(
+        "WITH gone AS (DELETE FROM memory_items WHERE {where} RETURNING id, user_id, owner),"
+        " {forget}, {log}"
+        " SELECT (SELECT count(*) FROM gone) AS deleted, {notified} AS notified"
+    ).format(
+        where=where,
+        forget=history.forget_cte("forgotten", sql.SQL("SELECT id FROM gone")),
+        log=log_and_bump("gone", "DELETE", "NULL"),
+        notified=NOTIFIED,
+    )
+
+
 def log_and_bump(
     rows: str,
     event: str,

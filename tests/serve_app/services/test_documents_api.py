@@ -1,0 +1,88 @@
+"""/v1/documents through the composition root without Ray (real Postgres, the real ONNX
+encoder, the HTTP routes over an in-process ASGI transport): multipart uploads, bounds,
+chunks out of the memory listings, and export/import carrying a user's documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serve_app.bootstrap import bootstrap
+from serve_app.settings import Settings
+from tests.serve_app.documents.test_parse_chunking import pdf_bytes
+from tests.serve_app.inprocess import in_process_api
+
+KEY = "msk_documents_test_key_0123456789"
+NOTES = "# Trip\n\n## Hotel\n\nThe Adlon, room 301.\n\n## Train\n\nICE 1003 at 09:30.\n"
+
+
+@pytest.fixture
+async def stack(fresh_db, encoder):
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    settings = settings.with_(documents={"max_bytes": 4096, "max_pdf_pages": 2})
+    boot = bootstrap(settings, fresh_db)
+    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY) as (c, services):
+        yield c, services
+
+
+async def test_uploads_bounds_and_listings(stack):
+    c, _ = stack
+    r = await c.post(
+        "/v1/documents",
+        files={"file": ("faq.pdf", pdf_bytes(["Refunds take five days."]), "application/pdf")},
+        data={"document_id": "faq", "tags": "billing,policy", "metadata": '{"v": 1}'},
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["content_type"] == "application/pdf" and r.json()["tags"] == [
+        "billing",
+        "policy",
+    ]
+    md = await c.post("/v1/documents", files={"file": ("notes.md", NOTES.encode(), "text/plain")},
+                      data={"scope": "user", "user_id": "ann"})  # fmt: skip
+    assert md.status_code == 201, md.text
+    assert md.json()["content_type"] == "text/markdown" and md.json()["chunk_count"] == 2
+    too_big = await c.post("/v1/documents", files={"file": ("big.txt", b"x " * 4000, "text/plain")})
+    assert too_big.status_code == 413, too_big.text
+    three = pdf_bytes(["a", "b", "c"])
+    pages = await c.post("/v1/documents", files={"file": ("p.pdf", three, "application/pdf")})
+    assert pages.status_code == 413, pages.text
+    locked = pdf_bytes(["x"], password="pw")
+    enc = await c.post("/v1/documents", files={"file": ("l.pdf", locked, "application/pdf")})
+    assert enc.status_code == 422 and "encrypted" in enc.text
+    bad = await c.post("/v1/documents", json={"text": "x", "scope": "agent"})
+    assert bad.status_code == 422, bad.text
+    # chunks are knowledge, not memories: not in the memory listings
+    listed = await c.get("/v1/memories", params={"user_id": "ann"})
+    assert listed.status_code == 200 and listed.json()["memories"] == []
+    assert (await c.get("/v1/memories")).json()["memories"] == []
+    docs = (await c.get("/v1/documents", params={"user_id": "ann"})).json()["documents"]
+    assert [d["document_id"] for d in docs] == [md.json()["document_id"]]
+
+
+async def test_export_import_carries_a_users_documents(stack):
+    c, _ = stack
+    r = await c.post("/v1/documents", json={"document_id": "trip", "text": NOTES,
+                                            "content_type": "text/markdown", "scope": "user",
+                                            "user_id": "ann", "tags": ["travel"]})  # fmt: skip
+    assert r.status_code == 201, r.text
+    await c.post("/v1/documents", json={"document_id": "org-doc", "text": "Shared."})
+    export = await c.get("/v1/export", params={"user_id": "ann"})
+    records = [json.loads(x) for x in export.text.splitlines()]
+    docs = [x for x in records if x["kind"] == "document"]
+    assert [d["document_id"] for d in docs] == ["trip"]  # the user's own, not the org's
+    assert [ch["content"] for ch in docs[0]["chunks"]] == [
+        "The Adlon, room 301.",
+        "ICE 1003 at 09:30.",
+    ]
+    assert records[-1]["documents"] == 1
+    taken = await c.post("/v1/import", params={"user_id": "ben"}, content=export.text)
+    assert taken.status_code == 409, taken.text  # ids are per tenant: "trip" is ann's
+    assert (await c.get("/v1/export", params={"user_id": "ben"})).text.count('"kind":"memory"') == 0
+    assert (await c.delete("/v1/documents/trip")).status_code == 200
+    r = await c.post("/v1/import", params={"user_id": "ben"}, content=export.text)
+    assert r.status_code == 200, r.text
+    assert r.json()["imported"]["documents"] == 1
+    got = (await c.get("/v1/documents/trip")).json()
+    assert got["document"]["owner"] == "ben" and got["document"]["tags"] == ["travel"]
+    assert [ch["heading_path"] for ch in got["chunks"]] == [["Trip", "Hotel"], ["Trip", "Train"]]
