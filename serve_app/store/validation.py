@@ -15,8 +15,8 @@ from typing import Any
 from serve_app.store.records import NewMemory
 
 MEMORY_TYPES = frozenset(
-    {"semantic", "fact", "preference", "procedural", "episodic", "insight"}
-)  # = serve_app.schemas.MemoryType
+    {"semantic", "fact", "preference", "procedural", "episodic", "insight", "document_chunk"}
+)  # = serve_app.schemas.MemoryType, and issue 33's chunks (written by documents, not the API)
 SCOPES = frozenset({"user", "session", "agent", "org"})
 STATUSES = frozenset({"active", "archived"})
 ID_CHARS = 128
