@@ -73,7 +73,6 @@ ROUTERS = (
     webhooks,
     mem0,
     identity,
-    documents,
 )
 
 
