@@ -29,6 +29,7 @@ from serve_app.services.chat import ChatService
 from serve_app.services.chat_caps import allowed_models
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
+from serve_app.services.documents import DocumentService, document_service
 from serve_app.services.events import EventFeed
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService, Probe
@@ -90,6 +91,7 @@ class Services:
     spend: SpendMeter | None = None  # LLM use per tenant/end user, budgets (GET /v1/admin/usage)
     events: EventFeed | None = None  # the change feed (GET /v1/events)
     webhooks: WebhookService | None = None  # webhook subscriptions (/v1/admin/webhooks)
+    documents: DocumentService | None = None  # the knowledge base (/v1/documents)
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -228,6 +230,7 @@ async def build_services(
             spend=spend,
             events=EventFeed(EventStore(pool)),
             webhooks=WebhookService(WebhookStore(pool), settings.webhooks),
+            documents=document_service(pool, writer, backends.embed, settings, model),
             _closers=closers,
         )
     except BaseException:

@@ -9,6 +9,7 @@ from serve_app.api import (
     admin,
     chat,
     context,
+    documents,
     events,
     facts,
     health,
@@ -57,6 +58,7 @@ ROUTERS = (
     memories,
     search,
     context,
+    documents,
     chat,
     admin,
     models_admin,
@@ -91,7 +93,11 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     install_handlers(app)
     console = mount_console(app)  # /console: static files, no key (the page asks for one)
     app.add_middleware(InputGuard)  # NUL, lone surrogates, deep nesting: 422 for every route
-    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.body_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.limits.body_bytes,
+        paths={"/v1/documents": settings.documents.max_bytes},  # uploads: their own bound
+    )
     app.add_middleware(
         StrangerGate,
         authenticator=lambda: _authenticator(app),

@@ -32,7 +32,7 @@ Svc = Annotated[Services, Depends(get_services)]
 
 # Routes that parse their body off the event loop and charge their own work by what it
 # holds (import: one unit per record); their body is not read here.
-SELF_CHARGED = frozenset({"/v1/import"})
+SELF_CHARGED = frozenset({"/v1/import", "/v1/documents"})  # documents: a unit per chunk
 
 
 async def request_work(request: Request) -> tuple[str | None, float]:

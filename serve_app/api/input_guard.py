@@ -48,6 +48,9 @@ class InputGuard:
         if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
             await _refuse("the path and query must not contain NUL")(scope, receive, send)
             return
+        if _upload(scope):  # a file's bytes are not JSON text: the route checks its fields
+            await self.app(scope, receive, send)
+            return
         messages: list[Message] = []
         while True:  # bounded: the body limit in front of this layer counts every byte
             message = await receive()
@@ -67,6 +70,18 @@ class InputGuard:
             return next(replay, None) or await receive()
 
         await self.app(scope, replayed, send)
+
+
+# Routes that take a multipart file upload (binary: a PDF holds NUL bytes); their form
+# fields are validated by the route (serve_app/api/documents.py), the file by its parser.
+UPLOAD_PATHS = frozenset({"/v1/documents"})
+
+
+def _upload(scope: Scope) -> bool:
+    if scope.get("path") not in UPLOAD_PATHS:
+        return False
+    ctype = next((v for k, v in scope.get("headers") or () if k == b"content-type"), b"")
+    return ctype.lower().startswith(b"multipart/form-data")
 
 
 def body_problem(body: bytes) -> str | None:

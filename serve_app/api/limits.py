@@ -16,13 +16,19 @@ from serve_app.errors import error_response
 class BodySizeLimit:
     """Reject bodies over ``max_bytes`` with 413, by header or while streaming."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, paths: dict[str, int] | None = None) -> None:
+        """``paths``: a route's own limit (document uploads), instead of ``max_bytes``."""
         self.app = app
         self.max_bytes = max_bytes
+        self.paths = paths or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        limit = self.paths.get(scope.get("path", ""), self.max_bytes)
+        if limit != self.max_bytes:
+            await BodySizeLimit(self.app, limit)(scope, receive, send)
             return
         length = next((v for k, v in scope.get("headers") or () if k == b"content-length"), None)
         if length is not None:

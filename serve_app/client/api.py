@@ -17,6 +17,7 @@ from uuid import UUID
 
 from serve_app.client.api_admin import AdminApi
 from serve_app.client.api_data import DataApi
+from serve_app.client.api_documents import DocumentsApi
 from serve_app.client.call import (
     Call,
     Message,
@@ -40,7 +41,7 @@ from serve_app.schemas import (
 Json = dict[str, Any]
 
 
-class Api(DataApi, AdminApi):
+class Api(DataApi, DocumentsApi, AdminApi):
     """The API's calls, independent of sync/async transport."""
 
     # memories

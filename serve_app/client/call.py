@@ -37,11 +37,17 @@ class Call(Generic[T]):
     content: bytes | None = None  # a raw body (JSON Lines), instead of ``json``
     by_status: Mapping[int, type[BaseModel]] | None = None  # another model per status
     lines: Callable[[], LineReader] | None = None  # streamed: read line by line
+    # A multipart upload (document files): its file parts and form fields
+    files: dict[str, Any] | None = None
+    form: dict[str, Any] | None = None
 
     def request(self) -> dict[str, Any]:
         """The keyword arguments of ``httpx.Client.request`` / ``.stream``."""
-        return {"params": self.params, "json": self.json, "content": self.content,
-                "headers": self.headers}  # fmt: skip
+        out = {"params": self.params, "json": self.json, "content": self.content,
+               "headers": self.headers}  # fmt: skip
+        if self.files is not None:
+            out.update(files=self.files, data=self.form)
+        return out
 
     def read(self, r: httpx.Response) -> T:
         """The typed result of a 2xx answer; a ``MemserveError`` for any other."""

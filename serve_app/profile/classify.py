@@ -85,8 +85,10 @@ def classify(
 ) -> str | None:
     """The profile class of a memory, or None. ``similarity``: class -> best cosine to its
     prototypes (None: no embedding; then cues decide alone)."""
-    if mem_type == "episodic":
-        return None  # events and plans are retrieved when relevant, not always shown
+    if mem_type in ("episodic", "document_chunk"):
+        # events and plans are retrieved when relevant, not always shown; a document's
+        # chunks are the tenant's knowledge, never a user's profile (issue 33)
+        return None
     hits = cue_hits(text)
     best, best_score = None, 0.0
     for c in CLASSES:
@@ -145,6 +147,9 @@ class ProfileClassifier:
         protos = await self.prototypes()
         out: list[str | None] = []
         for i, (text, mem_type) in enumerate(zip(texts, types, strict=True)):
+            if mem_type == "document_chunk":  # knowledge, not a memory: no profile class
+                out.append(None)
+                continue
             sims = None
             if protos is not None:
                 v = np.asarray(vectors[i], dtype=np.float32)

@@ -18,6 +18,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from serve_app.settings.base import default_data_dir
+from serve_app.settings.documents import DocumentSettings
 from serve_app.settings.jobs import (
     ConsolidateSettings,
     ExtractSettings,
@@ -52,6 +53,7 @@ __all__ = [
     "ConsolidateSettings",
     "ContextSettings",
     "DatabaseSettings",
+    "DocumentSettings",
     "EmbedSettings",
     "ExtractSettings",
     "IdentitySettings",
@@ -105,6 +107,7 @@ class Settings(BaseSettings):
     chat: ChatSettings = Field(default_factory=ChatSettings)
     spend: SpendSettings = Field(default_factory=SpendSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
 
     @property
     def models_dir(self) -> Path:

@@ -24,12 +24,13 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store import events
+from serve_app.store.documents import DocumentStore
 from serve_app.store.erasure import Erasure
 from serve_app.store.turns import INFER_PREFIX
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
-KINDS = ("memories", "vectors", "history", "facts", "turns", "sessions", "events")
+KINDS = ("memories", "vectors", "history", "facts", "turns", "sessions", "events", "documents")
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ class ForgetStore:
         where, params = scope.turns_where()
         counts["turns"] = await self._rows(conn, held, "session_turns", "id", where, params)
         counts["sessions"] = await self._sessions(conn, scope)
-        await self._memories(conn, held, scope, counts)
+        await self._memories(conn, held, scope, counts)  # document chunks too
+        counts["documents"] = await self._documents(conn, scope)
         counts["history"] += await self._history(conn, held, scope)
         counts["facts"] = await self._facts(conn, held, scope)
         counts["events"] = await self._events(conn, held, scope)
@@ -218,6 +220,14 @@ class ForgetStore:
             total += n
             if n < self.batch:
                 return total
+
+    async def _documents(self, conn: AsyncConnection, scope: Scope) -> int:
+        """The heads and versions of the scope's documents (issue 33): a user's own (not
+        when one agent or session of theirs is forgotten), or all of a tenant's; their
+        chunks went with the memories."""
+        if scope.agent_id is not None or scope.session_id is not None:
+            return 0
+        return await DocumentStore.erase_owner(conn, scope.tenant_id, scope.user_id)
 
     async def _sessions(self, conn: AsyncConnection, scope: Scope) -> int:
         where, params = scope.where(("user_id", "agent_id", "session_id"))

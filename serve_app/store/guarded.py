@@ -35,10 +35,11 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.profile.classify import ProfileClassifier
 from serve_app.settings import Settings
 from serve_app.store import erasure, imports, quota, supersede
+from serve_app.store.documents import DocumentStore
 from serve_app.store.facts import FactStore
 from serve_app.store.memories import BATCH_GUARD, MemoryStore
 from serve_app.store.memory_index import using
-from serve_app.store.records import NewMemory, Owner
+from serve_app.store.records import NewMemory, Owner, owner_key
 from serve_app.store.validation import (
     ID_CHARS,
     ValidationError,
@@ -286,9 +287,17 @@ class GuardedWriter:
         session_id: str | None = None,
         actor: str | None = None,
     ) -> int:
-        return await self.memories._raw_delete_scope(
+        n = await self.memories._raw_delete_scope(
             owner, agent_id=agent_id, session_id=session_id, actor=actor
         )
+        if owner.user_id is None and agent_id is not None and session_id is None:
+            # An agent's shared memories went, its documents' chunks with them (issue 33):
+            # their heads and versions go too.
+            async with self.pool.connection() as conn:
+                await DocumentStore.erase_owner(
+                    conn, owner.tenant_id, owner_key(None, "agent", agent_id)
+                )
+        return n
 
     # ---------- facts ----------
 

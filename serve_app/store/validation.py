@@ -15,8 +15,9 @@ from typing import Any
 from serve_app.store.records import NewMemory
 
 MEMORY_TYPES = frozenset(
-    {"semantic", "fact", "preference", "procedural", "episodic", "insight", "document_chunk"}
-)  # = serve_app.schemas.MemoryType, and issue 33's chunks (written by documents, not the API)
+    {"semantic", "fact", "preference", "procedural", "episodic", "insight"}
+    | {"document_chunk"}  # a document's chunk (issue 33): the documents service writes it
+)  # = serve_app.schemas.MemoryType, plus the chunks the API never takes as a type
 SCOPES = frozenset({"user", "session", "agent", "org"})
 STATUSES = frozenset({"active", "archived"})
 ID_CHARS = 128

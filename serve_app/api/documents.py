@@ -1,0 +1,166 @@
+"""/v1/documents: the knowledge base (issue 33): post (JSON text or a file upload), list,
+get with its chunks, delete. Who may do what: serve_app/services/documents.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from serve_app.api.deps import Caller, Svc
+from serve_app.errors import ApiError
+from serve_app.schemas import Identifier
+from serve_app.schemas.documents import (
+    CONTENT_TYPES,
+    DocumentCreate,
+    DocumentDeleted,
+    DocumentDetail,
+    DocumentInput,
+    DocumentList,
+    DocumentOut,
+    DocumentScope,
+)
+from serve_app.services.documents import DocumentService
+
+router = APIRouter(prefix="/v1/documents", tags=["documents"])
+
+# Form fields of a multipart post besides ``file`` (``tags``: repeated or comma-separated;
+# ``metadata``: a JSON object).
+_FORM_FIELDS = ("document_id", "title", "source_url", "scope", "agent_id", "user_id")
+_BY_SUFFIX = {
+    ".pdf": "application/pdf",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".txt": "text/plain",
+}
+_UPLOAD_SCHEMA = {
+    "requestBody": {
+        "content": {
+            "application/json": {"schema": DocumentCreate.model_json_schema()},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "content_type": {"type": "string", "enum": list(CONTENT_TYPES)},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                        "metadata": {"type": "string", "description": "a JSON object"},
+                        **{f: {"type": "string"} for f in _FORM_FIELDS},
+                    },
+                }
+            },
+        },
+        "required": True,
+    }
+}
+
+
+def _service(services: Any) -> DocumentService:
+    if services.documents is None:
+        raise ApiError(503, "unavailable", "documents are not served by this replica")
+    return services.documents
+
+
+def _invalid(exc: ValidationError) -> RequestValidationError:
+    return RequestValidationError(exc.errors(include_url=False, include_context=False))
+
+
+async def _from_form(request: Request) -> DocumentInput:
+    form = await request.form(max_files=1, max_fields=64)
+    upload = form.get("file")
+    if upload is None or isinstance(upload, str):
+        raise ApiError(422, "invalid_request", "a multipart post needs a 'file' part")
+    data = await upload.read()
+    fields: dict[str, Any] = {f: form.get(f) for f in _FORM_FIELDS if form.get(f) not in (None, "")}
+    tags = [t for v in form.getlist("tags") if isinstance(v, str) for t in v.split(",")]
+    fields["tags"] = [t.strip() for t in tags if t.strip()]
+    meta = form.get("metadata")
+    if isinstance(meta, str) and meta:
+        try:
+            fields["metadata"] = json.loads(meta)
+        except ValueError:
+            raise ApiError(422, "invalid_request", "metadata must be a JSON object") from None
+    ctype = form.get("content_type") or (upload.content_type or "").split(";")[0].strip()
+    if ctype not in CONTENT_TYPES:
+        name = (upload.filename or "").lower()
+        ctype = next((t for s, t in _BY_SUFFIX.items() if name.endswith(s)), "text/plain")
+    try:
+        return DocumentInput(**fields, data=data, content_type=ctype)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+@router.post("", status_code=201, response_model=DocumentOut, openapi_extra=_UPLOAD_SCHEMA)
+async def post_document(request: Request, caller: Caller, services: Svc):
+    """A document (JSON ``text``, or a multipart ``file``: text, Markdown, HTML, PDF)
+    into scope org, agent or user. Re-posting a ``document_id`` replaces its chunks in one
+    transaction (the version goes up; the old version's row is kept). 413 over the
+    document bounds (``MEMSERVE_DOC_*``), 422 for a file that cannot be read."""
+    docs = _service(services)
+    ctype = request.headers.get("content-type", "").lower()
+    if ctype.startswith("multipart/form-data"):
+        doc = await _from_form(request)
+    else:
+        try:
+            body = DocumentCreate.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        doc = DocumentInput(**body.model_dump())
+    user = doc.user_id
+    tenant = (
+        None
+        if services.tenants is None or caller.role == "admin"
+        else await services.tenants.effective(caller.tenant_id)
+    )
+    return await docs.ingest(
+        caller, doc, charge=lambda units: services.auth.charge(caller, user, units, tenant)
+    )
+
+
+@router.get("", response_model=DocumentList)
+async def list_documents(
+    caller: Caller,
+    services: Svc,
+    scope: DocumentScope | None = None,
+    agent_id: Identifier | None = None,
+    user_id: Identifier | None = None,
+    tag: Annotated[str | None, Query(max_length=64, pattern=r"^[^\x00]*$")] = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+):
+    """The documents the caller may read, newest first: a user key sees its tenant's org
+    documents, its own, and an agent's with that ``agent_id``."""
+    return await _service(services).list(
+        caller, scope=scope, agent_id=agent_id, user_id=user_id, tag=tag, cursor=cursor, limit=limit
+    )
+
+
+@router.get("/{document_id}", response_model=DocumentDetail)
+async def get_document(
+    document_id: Identifier,
+    caller: Caller,
+    services: Svc,
+    agent_id: Identifier | None = None,
+    cursor: Annotated[str | None, Query(pattern=r"^-?[0-9]{1,9}$")] = None,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+):
+    """The document and a page of its chunks in order (``cursor``: the last page's
+    ``next_cursor``)."""
+    after = int(cursor) if cursor is not None else -1
+    return await _service(services).get(
+        caller, document_id, agent_id=agent_id, after=after, limit=limit
+    )
+
+
+@router.delete("/{document_id}", response_model=DocumentDeleted)
+async def delete_document(
+    document_id: Identifier, caller: Caller, services: Svc, agent_id: Identifier | None = None
+):
+    """Delete the document, its chunks (and their vectors) and its version rows."""
+    return await _service(services).delete(caller, document_id, agent_id=agent_id)

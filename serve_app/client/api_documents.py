@@ -1,0 +1,87 @@
+"""``DocumentsApi``: the knowledge base's documents (``/v1/documents``; see ``api``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from serve_app.client.call import Call, clean, with_params
+from serve_app.client.endpoint import Endpoint
+from serve_app.schemas.documents import DocumentDeleted, DocumentDetail, DocumentList, DocumentOut
+
+
+class DocumentsApi:
+    """Post (text or a file), list, read and delete documents."""
+
+    @Endpoint
+    @staticmethod
+    def add_document(
+        text: str, *, content_type: str = "text/plain", **fields: Any
+    ) -> Call[DocumentOut]:
+        """A document's text (``content_type`` text/plain, text/markdown or text/html).
+        ``fields``: document_id (re-posting one replaces it), title, source_url, metadata,
+        tags, scope ("org" by default, "agent" with agent_id, "user" with user_id)."""
+        body = clean({**fields, "text": text, "content_type": content_type})
+        return Call("POST", "/v1/documents", json=body, model=DocumentOut)
+
+    @Endpoint
+    @staticmethod
+    def upload_document(
+        file: str | Path | bytes,
+        *,
+        filename: str | None = None,
+        content_type: str | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> Call[DocumentOut]:
+        """A file (a path or its bytes: PDF, Markdown, HTML, text) as a multipart post;
+        the type is ``content_type`` or guessed by the service from the file name."""
+        if isinstance(file, bytes):
+            data, name = file, filename or "document"
+        else:
+            data, name = Path(file).read_bytes(), filename or Path(file).name
+        form: dict[str, Any] = {k: str(v) for k, v in clean(fields).items()}
+        if content_type is not None:
+            form["content_type"] = content_type
+        if tags:
+            form["tags"] = list(tags)
+        if metadata is not None:
+            form["metadata"] = json.dumps(metadata)
+        files = {"file": (name, data, content_type or "application/octet-stream")}
+        return Call("POST", "/v1/documents", files=files, form=form, model=DocumentOut)
+
+    @Endpoint
+    @staticmethod
+    def documents(
+        *,
+        scope: str | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        tag: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> Call[DocumentList]:
+        params = {"scope": scope, "agent_id": agent_id, "user_id": user_id, "tag": tag,
+                  "cursor": cursor, "limit": limit}  # fmt: skip
+        return with_params("GET", "/v1/documents", params, DocumentList)
+
+    @Endpoint
+    @staticmethod
+    def document(
+        document_id: str,
+        *,
+        agent_id: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> Call[DocumentDetail]:
+        """The document and a page of its chunks (``cursor``: the last ``next_cursor``)."""
+        params = {"agent_id": agent_id, "cursor": cursor, "limit": limit}
+        return with_params("GET", f"/v1/documents/{document_id}", params, DocumentDetail)
+
+    @Endpoint
+    @staticmethod
+    def delete_document(document_id: str, *, agent_id: str | None = None) -> Call[DocumentDeleted]:
+        params = {"agent_id": agent_id}
+        return with_params("DELETE", f"/v1/documents/{document_id}", params, DocumentDeleted)
