@@ -81,6 +81,7 @@ class DocumentOut(StrictModel):
 
     document_id: str
     version: int
+    owner: str  # '@org', '@agent:<id>' or the user id (the chunks' owner)
     title: str | None = None
     source_url: str | None = None
     scope: DocumentScope

@@ -76,9 +76,10 @@ class DocumentService:
         embed: Embed,
         tokenizer: Tokenizer,
         settings: DocumentSettings,
-        sizes: ChunkSizes,
+        sizes: ChunkSizes | Callable[[], ChunkSizes],
     ) -> None:
-        """``sizes``: chunk sizes the active model allows (:func:`chunking.sizes_for`)."""
+        """``sizes``: chunk sizes the active model allows (:func:`chunking.sizes_for`), or
+        what gives them on the first document (the model's spec is read then)."""
         self.pool = pool
         self.store = DocumentStore(pool)
         self.writer = writer
@@ -152,7 +153,8 @@ class DocumentService:
         """Parse and chunk (CPU work: runs in a worker thread)."""
         try:
             parsed = parse(doc.content_type, text=doc.text, data=doc.data, limits=self.limits)
-            chunks = chunk(parsed, self.tokenizer(), self.sizes, self.settings.max_chunks)
+            sizes = self.sizes if isinstance(self.sizes, ChunkSizes) else self.sizes()
+            chunks = chunk(parsed, self.tokenizer(), sizes, self.settings.max_chunks)
         except DocumentRefused as exc:
             code = "payload_too_large" if exc.status == 413 else "invalid_document"
             raise ApiError(exc.status, code, str(exc)) from None
@@ -326,16 +328,14 @@ def document_service(
     in the worker thread) and the chunk sizes its window allows."""
     from models.resolve import get_spec
 
-    spec = get_spec(model.ref, settings.models_dir)
     d = settings.documents
-    sizes = sizes_for(
-        spec.max_tokens, d.chunk_tokens, d.overlap_tokens, settings.limits.content_chars
-    )
+
+    def sizes() -> ChunkSizes:
+        spec = get_spec(model.ref, settings.models_dir)
+        return sizes_for(
+            spec.max_tokens, d.chunk_tokens, d.overlap_tokens, settings.limits.content_chars
+        )
+
     return DocumentService(
-        pool,
-        writer,
-        embed,
-        lambda: load_tokenizer(model.ref, settings.models_dir),
-        d,
-        sizes,
+        pool, writer, embed, lambda: load_tokenizer(model.ref, settings.models_dir), d, sizes
     )

@@ -69,6 +69,7 @@ class MemoryDirectory:
             sql.SQL(_LIVE),
             sql.SQL(valid()),
             sql.SQL("user_id IS NULL" if owner.user_id is None else "user_id = %(user_id)s"),
+            sql.SQL("type <> 'document_chunk'"),  # knowledge, listed with its document
         ]
         params: dict[str, Any] = {
             "tenant_id": owner.tenant_id,

@@ -306,6 +306,8 @@ class MemoryStore:
             "limit": limit + 1,
             "as_of": as_of,
         }
+        if type is None:  # a document's chunks are knowledge, listed with their document
+            where.append(sql.SQL("type <> 'document_chunk'"))
         filters = {"type": type, "agent_id": agent_id, "session_id": session_id, "status": status}
         for column, value in filters.items():
             if value is not None:

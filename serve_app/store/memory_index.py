@@ -64,7 +64,11 @@ NEAREST_SQL = (
     "WITH mine AS MATERIALIZED (SELECT {cols}, v.embedding <=> %(vec)s AS distance"
     " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
     " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
-    " AND i.status = 'active' AND " + live("i.") + " AND " + valid("i.") + "{tf})"
+    " AND i.status = 'active' AND i.type <> 'document_chunk' AND "
+    + live("i.")
+    + " AND "
+    + valid("i.")
+    + "{tf})"
     " SELECT *, 1 - distance AS similarity FROM mine ORDER BY distance LIMIT %(k)s"
 )
 
@@ -74,14 +78,19 @@ BEST_SQL = (
     "WITH mine AS MATERIALIZED (SELECT v.embedding"
     " FROM memory_items i JOIN {v} v ON v.item_id = i.id"
     " WHERE i.tenant_id = %(tenant_id)s AND i.user_id = %(user_id)s"
-    " AND i.status = 'active' AND " + live("i.") + " AND " + valid("i.") + ")"
+    " AND i.status = 'active' AND i.type <> 'document_chunk' AND "
+    + live("i.")
+    + " AND "
+    + valid("i.")
+    + ")"
     " SELECT q.ord, 1 - (SELECT min(m.embedding <=> q.vec) FROM mine m) AS similarity"
     " FROM unnest(%(vecs)s::vector[]) WITH ORDINALITY AS q(vec, ord) ORDER BY q.ord"
 )
 
 
 class MemoryIndex:
-    """Read-only lookups over one user's memories for dedup and the junk guard."""
+    """Read-only lookups over one user's memories for dedup and the junk guard (a
+    user's document chunks are knowledge, never a duplicate to merge into: issue 33)."""
 
     def __init__(self, pool: AsyncConnectionPool, model_slug: str) -> None:
         self.pool = pool
@@ -96,7 +105,11 @@ class MemoryIndex:
                 "SELECT id FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s"
                 " AND (dedupe_hash = %(hash)s OR data->'aliases' ? %(hash)s)"
-                " AND status = 'active' AND " + live() + " AND " + valid() + " LIMIT 1",
+                " AND status = 'active' AND type <> 'document_chunk' AND "
+                + live()
+                + " AND "
+                + valid()
+                + " LIMIT 1",
                 {
                     "tenant_id": owner.tenant_id,
                     "user_id": owner.user_id,
@@ -175,6 +188,7 @@ class MemoryIndex:
             cur = await conn.execute(
                 "SELECT content FROM memory_items WHERE tenant_id = %(tenant_id)s"
                 " AND user_id = %(user_id)s AND status = 'active' AND source <> 'turn'"
+                " AND type <> 'document_chunk'"
                 " AND "
                 + live()
                 + " AND "

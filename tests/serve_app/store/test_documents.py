@@ -12,7 +12,7 @@ import pytest
 from serve_app.auth import Principal
 from serve_app.documents.chunking import load_tokenizer, sizes_for
 from serve_app.errors import ApiError
-from serve_app.schemas.documents import DocumentInput
+from serve_app.schemas.documents import DocumentDetail, DocumentInput, DocumentOut
 from serve_app.services.documents import DocumentService
 from serve_app.settings import DocumentSettings, get_settings
 from serve_app.store import Owner, quota
@@ -94,6 +94,8 @@ async def test_ingest_writes_chunk_rows_and_head(pool, docs):
         assert d["title"] == "Handbook" and d["heading_path"][0] == "Handbook"
         assert 0 <= d["char_start"] < d["char_end"]
     got = await docs.get(ALICE, "handbook")  # a user key reads its tenant's org knowledge
+    DocumentDetail.model_validate(got)  # the route's response shape
+    DocumentOut.model_validate(head)
     assert [c["chunk_index"] for c in got["chunks"]] == list(range(len(rows)))
     assert got["chunks"][0]["heading_path"] == ["Handbook", "Part 0"]
 
