@@ -179,3 +179,19 @@ async def test_mem0_search_includes_cited_org_chunks(kb):
     assert r.status_code == 200, r.text
     hit = next(h for h in r.json()["results"] if h["memory"] == RETURNS)
     assert hit["citation"]["title"] == "Returns policy"
+
+
+async def test_context_has_a_users_own_documents_and_the_agents_only_with_it(kb):
+    alice, bob, *_ = kb
+    own = (await alice.post("/v1/context", json={"query": "What does my thesis argue about "
+                                                 "tidal energy?"})).json()  # fmt: skip
+    assert [k["content"] for k in own["knowledge"]] == [THESIS]
+    assert own["knowledge"][0]["citation"]["document_id"] == "thesis"
+    other = (await bob.post("/v1/context", json={"query": "What does my thesis argue about "
+                                                 "tidal energy?"})).json()  # fmt: skip
+    assert THESIS not in other["context"] and other["knowledge"] == []
+    q = {"query": "How do I reset the router?"}
+    assert ROUTER not in (await alice.post("/v1/context", json=q)).json()["context"]
+    with_agent = (await alice.post("/v1/context", json={**q, "agent_id": "support"})).json()
+    assert [k["content"] for k in with_agent["knowledge"]] == [ROUTER]
+    assert "[Router-Manual › Reset]" in with_agent["context"]
