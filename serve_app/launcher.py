@@ -14,11 +14,11 @@ import threading
 import time
 
 from serve_app.bootstrap import ModelFacts, bootstrap, show_key
-from serve_app.console import banner, quiet_logging, ray_context_urls, stream_replica_logs
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.ingress_proxy import ray_env, reap_orphans
 from serve_app.secret_env import runtime_env_vars
 from serve_app.settings import Settings, get_settings
+from serve_app.terminal_output import banner, quiet_logging, ray_context_urls, stream_replica_logs
 
 log = logging.getLogger("memserve")
 

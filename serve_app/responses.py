@@ -65,6 +65,7 @@ class Fact(BaseModel):
 
 class FactList(BaseModel):
     facts: list[Fact]
+    next_cursor: str | None = None  # more facts: pass it as ``cursor``
 
 
 # sessions

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
+from serve_app.errors import ApiError
 from serve_app.responses import Fact, FactList
 from serve_app.schemas import NO_NUL, DeletedCount, Identifier, StrictModel, event_time
 
@@ -38,14 +39,25 @@ async def list_facts(
     include_inactive: bool = False,
     category: Annotated[str | None, Query(max_length=32, pattern=NO_NUL)] = None,
     as_of: Annotated[datetime | None, Query(description="the values valid then")] = None,
+    limit: Annotated[int, Query(ge=1)] = 200,
+    cursor: Annotated[str | None, Query(max_length=1024)] = None,
 ):
-    """Active facts; ``include_inactive=true`` adds replaced values (oldest first per key);
-    ``as_of``: the values valid at that time."""
+    """Active facts by category and key, a page at a time (``next_cursor``);
+    ``include_inactive=true`` adds replaced values (oldest first per key); ``as_of``: the
+    values valid at that time."""
     owner = resolve_owner(caller, user_id)
-    rows = await services.facts.list(
-        owner, include_inactive=include_inactive, category=category, as_of=event_time(as_of)
+    max_limit = services.settings.limits.list_limit
+    if limit > max_limit:
+        raise ApiError(422, "invalid_request", f"limit must be at most {max_limit}")
+    rows, next_cursor = await services.facts.list(
+        owner,
+        include_inactive=include_inactive,
+        category=category,
+        as_of=event_time(as_of),
+        limit=limit,
+        cursor=cursor,
     )
-    return {"facts": rows}
+    return {"facts": rows, "next_cursor": next_cursor}
 
 
 @router.put("", response_model=Fact)

@@ -104,9 +104,13 @@ class DataApi:
         include_inactive: bool | None = None,
         category: str | None = None,
         as_of: datetime | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> Call[FactList]:
+        """A page of facts; pass ``next_cursor`` back as ``cursor`` for the next."""
         params = {"user_id": user_id, "include_inactive": include_inactive,
-                  "category": category, "as_of": as_of}  # fmt: skip
+                  "category": category, "as_of": as_of, "limit": limit,
+                  "cursor": cursor}  # fmt: skip
         return with_params("GET", "/v1/facts", params, FactList)
 
     @Endpoint

@@ -8,7 +8,7 @@ one fast refusal per call instead of a pile of hanging requests.
 With a :class:`SpendMeter`, a call tagged with its tenant, end user and purpose is
 metered (serve_app/spend/meter.py): admitted against the budgets before anything is
 sent (:class:`OverBudget` propagates: the caller defers its work), its ``usage`` (or
-an estimate) recorded after.
+an estimate) recorded after; each retry attempt is metered as a call of its own.
 """
 
 from __future__ import annotations
@@ -94,13 +94,7 @@ class LLMClient:
             if ticket is not None:
                 await self.meter.cancel(ticket)  # type: ignore[union-attr]
             raise LLMUnavailable("circuit_open", str(exc)) from None
-        try:
-            answer, content = await self._attempts(system, user, max_tokens)
-        except LLMUnavailable as exc:
-            await self._finish(ticket, self._failed(ticket, exc.kind, max_tokens))
-            raise
-        if ticket is not None:
-            await self._finish(ticket, spent_from("ok", ticket, answer, content))
+        answer, content = await self._attempts(system, user, max_tokens, ticket)
         if max_tokens < self.config.max_tokens and _cut(answer):
             # sized too small for this answer: ask once more with the full cap
             log.info("LLM answer cut at max_tokens=%d; asking again at %d", max_tokens,
@@ -116,12 +110,31 @@ class LLMClient:
             return Spent(kind)
         return Spent(kind, ticket.est_prompt, max_tokens, 0, True)
 
+    async def _again(self, ticket: Ticket | None, max_tokens: int) -> Ticket | None:
+        """The intent of a retry of ``ticket``'s call (None: not metered)."""
+        if ticket is None or self.meter is None:
+            return None
+        try:
+            return await self.meter.begin(ticket.tag, ticket.model, ticket.est_prompt, max_tokens)
+        except Exception:  # over budget, or the intent could not be written: not sent
+            self.breaker.failure()  # the verdict of the attempts so far (a trial slot freed)
+            raise
+
     async def _finish(self, ticket: Ticket | None, spent: Spent) -> None:
         if ticket is not None and self.meter is not None:
             await self.meter.finish(ticket, spent)
 
-    async def _attempts(self, system: str, user: str, max_tokens: int) -> tuple[dict, str]:
-        """(the answer, its content), with retries and the breaker's bookkeeping."""
+    async def _attempts(
+        self, system: str, user: str, max_tokens: int, ticket: Ticket | None
+    ) -> tuple[dict, str]:
+        """(the answer, its content), with retries and the breaker's bookkeeping.
+
+        Each attempt is metered on its own intent (``ticket`` is the first's): a request
+        that timed out may still have been answered and billed, and its retry is billed
+        again, so one intent for both would count what the provider served once.
+        A retry is admitted against the budgets like any call (:class:`OverBudget`
+        propagates; the failed attempts before it count as the breaker's failure).
+        """
         body = {
             "model": self.config.model,
             "messages": [
@@ -137,15 +150,19 @@ class LLMClient:
             if attempt:
                 delay = self.config.backoff_s * (2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + random.random()))
+                ticket = await self._again(ticket, max_tokens)
             try:
                 answer, content = await self._post(body)
             except LLMUnavailable as exc:
                 last = exc
+                await self._finish(ticket, self._failed(ticket, exc.kind, max_tokens))
                 if exc.kind == "http_4xx":
                     break  # our request is wrong; retrying will not help
                 log.warning("LLM call failed (%s), attempt %d", exc, attempt + 1)
                 continue
             self.breaker.success()
+            if ticket is not None:
+                await self._finish(ticket, spent_from("ok", ticket, answer, content))
             return answer, content
         assert last is not None
         if last.kind == "http_4xx":

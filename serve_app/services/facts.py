@@ -8,6 +8,7 @@ from typing import Any
 from serve_app.errors import ApiError
 from serve_app.services.write_errors import write_errors
 from serve_app.store import Owner
+from serve_app.store.cursor import InvalidCursor, decode_fact_cursor, encode_fact_cursor
 from serve_app.store.facts import EXPLICIT
 from serve_app.store.guarded import GuardedWriter
 
@@ -24,13 +25,30 @@ class FactService:
         include_inactive: bool = False,
         category: str | None = None,
         as_of: datetime | None = None,
-    ) -> list[dict[str, Any]]:
-        """Active facts; ``include_inactive`` adds replaced values (oldest first per key);
-        ``as_of``: the values valid then."""
-        rows = await self.store.list(owner, include_inactive=include_inactive, as_of=as_of)
-        if category is not None:
-            rows = [r for r in rows if r["category"] == category]
-        return rows
+        limit: int,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of facts (active ones; ``include_inactive`` adds replaced values, oldest
+        first per key; ``as_of``: the values valid then) and the next page's cursor."""
+        try:
+            after = decode_fact_cursor(cursor) if cursor else None
+        except InvalidCursor as exc:
+            raise ApiError(400, "invalid_request", "invalid cursor") from exc
+        rows = await self.store.list(
+            owner,
+            include_inactive=include_inactive,
+            as_of=as_of,
+            category=category,
+            limit=limit + 1,
+            after=after,
+        )
+        if len(rows) <= limit:
+            return rows, None
+        rows = rows[:limit]
+        last = rows[-1]
+        return rows, encode_fact_cursor(
+            last["category"], last["key"], last["created_at"], last["id"]
+        )
 
     async def set(
         self,

@@ -82,9 +82,16 @@ class PortabilityService:
                 yield dumps({"kind": "memory", **row})
             if cursor is None:
                 break
-        for row in await self.facts.list(owner, include_inactive=True):
-            counts["facts"] += 1
-            yield dumps({"kind": "fact", **row})
+        after = None
+        while True:
+            rows = await self.facts.list(owner, include_inactive=True, limit=self.page, after=after)
+            for row in rows:
+                counts["facts"] += 1
+                yield dumps({"kind": "fact", **row})
+            if len(rows) < self.page:
+                break
+            last = rows[-1]
+            after = (last["category"], last["key"], last["created_at"], last["id"])
         async for row in self.directory.history(owner):
             counts["history"] += 1
             yield dumps({"kind": "history", **row})

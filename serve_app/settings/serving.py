@@ -60,6 +60,7 @@ class LimitSettings(BaseSettings):
     import_records: int = 5000  # records per POST /v1/import (413 beyond; the CLI splits)
     top_k: int = 100
     list_limit: int = 200
+    entities_listed: int = 1000  # of each kind on mem0's GET /v1/entities/ (totals stay exact)
     body_bytes: int = 1_048_576
     tags: int = 32
     tag_chars: int = 64

@@ -26,7 +26,8 @@ class SpendSettings(BaseSettings):
     chat_user_daily: int = 0
     soft_threshold: float = 0.8  # share of a budget that raises the once-per-window alert
     # An intent (a call started, not finished) older than this is closed as 'lost' at its
-    # reservation; it must exceed llm.timeout_s x (max_retries + 1) plus the backoffs.
+    # reservation; it must exceed the longest LLM call: llm.timeout_s for the extractor's
+    # (each retry attempt has its own intent).
     intent_stale_s: float = 600.0
     reconcile_interval_s: float = 30.0  # how often an extractor closes stale intents/prunes
     raw_retention_days: float = 7.0  # finished per-call rows kept (the daily roll-up stays)

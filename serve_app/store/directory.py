@@ -94,17 +94,22 @@ class MemoryDirectory:
         total = got[0]["total"]  # None: this page ends the list (at most ``limit`` rows)
         return rows[:limit], (offset + len(rows)) if total is None else total
 
-    async def entities(self, tenant_id: str, user_id: str | None) -> list[dict[str, Any]]:
-        """Users, agents and runs (sessions) that have live memories; ``user_id`` narrows
-        to one user's (a user key sees only its own)."""
+    async def entities(
+        self, tenant_id: str, user_id: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """Users, agents and runs (sessions) that have live memories, at most ``limit`` of
+        each kind (first by name), each row with ``kind_total``: how many of its kind there
+        are; ``user_id`` narrows to one user's (a user key sees only its own)."""
         parts = []
         for kind, column in ENTITY_COLUMNS.items():
             parts.append(
                 sql.SQL(
-                    "SELECT {kind} AS type, {col} AS name, count(*) AS total_memories,"
-                    " min(created_at) AS created_at, max(updated_at) AS updated_at"
+                    "(SELECT {kind} AS type, {col} AS name, count(*) AS total_memories,"
+                    " min(created_at) AS created_at, max(updated_at) AS updated_at,"
+                    " count(*) OVER () AS kind_total"
                     " FROM memory_items WHERE tenant_id = %(tenant_id)s AND {col} IS NOT NULL"
-                    " AND {mine} AND " + _LIVE + " GROUP BY {col}"
+                    " AND {mine} AND " + _LIVE + " GROUP BY {col} ORDER BY {col}"
+                    " LIMIT %(limit)s)"
                 ).format(
                     kind=sql.Literal(kind),
                     col=sql.Identifier(column),
@@ -112,8 +117,9 @@ class MemoryDirectory:
                 )
             )
         query = sql.SQL(" UNION ALL ").join(parts) + sql.SQL(" ORDER BY type DESC, name")
+        params = {"tenant_id": tenant_id, "user_id": user_id, "limit": limit}
         async with self.pool.connection() as conn:
-            cur = await conn.execute(query, {"tenant_id": tenant_id, "user_id": user_id})
+            cur = await conn.execute(query, params)
             return await cur.fetchall()
 
     async def users_with(self, tenant_id: str, kind: str, name: str) -> list[str]:

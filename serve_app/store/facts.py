@@ -21,6 +21,9 @@ from serve_app.store.memory_index import using
 from serve_app.store.records import Owner, column_list, valid
 from serve_app.text import normalize
 
+# Where a page of facts ends: (category, key, created_at, id), the list's sort key.
+FactKey = tuple[str, str, datetime, uuid.UUID]
+
 FACT_COLUMNS: tuple[str, ...] = (
     "id",
     "category",
@@ -165,23 +168,47 @@ class FactStore:
             return await cur.fetchone()
 
     async def list(
-        self, owner: Owner, *, include_inactive: bool = False, as_of: datetime | None = None
+        self,
+        owner: Owner,
+        *,
+        include_inactive: bool = False,
+        as_of: datetime | None = None,
+        category: str | None = None,
+        limit: int = 1000,
+        after: FactKey | None = None,
     ) -> list[dict[str, Any]]:
-        """Active facts by category/key; with history, every version oldest first;
-        ``as_of``: the values valid at that time (event time, one per key)."""
+        """One page of facts by category/key (with history, every version oldest first;
+        ``as_of``: the values valid at that time, one per key), after the ``after`` key.
+
+        Paged because a fact's versions accumulate with every correction: an unpaged
+        history read grew without bound (issue 28)."""
         which = " AND active"
         if include_inactive:
             which = ""
         if as_of is not None:
             which = " AND " + valid(at="%(as_of)s")
+        if category is not None:
+            which += " AND category = %(category)s"
+        if after is not None:
+            which += (
+                " AND (category, key, created_at, id)"
+                " > (%(a_category)s, %(a_key)s, %(a_created)s, %(a_id)s)"
+            )
         query = sql.SQL(
             "SELECT {cols} FROM facts WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
-            "{which} ORDER BY category, key, created_at"
+            "{which} ORDER BY category, key, created_at, id LIMIT %(limit)s"
         ).format(cols=column_list(FACT_COLUMNS), which=sql.SQL(which))
+        params: dict[str, Any] = {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "as_of": as_of,
+            "category": category,
+            "limit": limit,
+        }
+        if after is not None:
+            params.update(a_category=after[0], a_key=after[1], a_created=after[2], a_id=after[3])
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                query, {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "as_of": as_of}
-            )
+            cur = await conn.execute(query, params)
             return await cur.fetchall()
 
     async def active(self, tenant_id: str, user_id: str, limit: int) -> list[dict[str, Any]]:

@@ -24,11 +24,18 @@ def extractor_db(admin_dsn: str, prefix: str) -> Iterator[str]:
 
 @contextmanager
 def serve_extractor(
-    app: str, deployment: str, embedder: str, *, db: str, llm_url: str, env: Mapping[str, str]
+    app: str,
+    deployment: str,
+    embedder: str,
+    *,
+    db: str,
+    llm_url: str,
+    env: Mapping[str, str],
+    replicas: int = 1,
 ) -> Iterator[DeploymentHandle]:
-    """Run Extractor ``deployment`` (and Embedder ``embedder``) as Serve app ``app`` on
-    ``db`` and the scripted LLM at ``llm_url``, extracting every turn, with ``env`` on
-    top; delete the app afterwards."""
+    """Run Extractor ``deployment`` (``replicas`` of it, and Embedder ``embedder``) as
+    Serve app ``app`` on ``db`` and the scripted LLM at ``llm_url``, extracting every
+    turn, with ``env`` on top; delete the app afterwards."""
     from ray import serve
 
     from deployments.embedder import Embedder
@@ -45,7 +52,9 @@ def serve_extractor(
     opts = {"runtime_env": {"env_vars": env_vars}, "num_cpus": 0.1}
     bound = Embedder.options(name=embedder, ray_actor_options=opts).bind(device="cpu")
     handle = serve.run(
-        Extractor.options(name=deployment, ray_actor_options=opts).bind(MODEL, bound),
+        Extractor.options(name=deployment, num_replicas=replicas, ray_actor_options=opts).bind(
+            MODEL, bound
+        ),
         name=app,
         route_prefix=None,
     )

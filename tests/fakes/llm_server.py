@@ -185,6 +185,9 @@ class FakeLLM:
             self.max_prompt_chars: int | None = None
             self.responders: list[Responder] = []
             self.on_request: Callable[[str, list[dict[str, Any]]], None] | None = None
+            # (host, port) of the caller -> what the request log records as its "client"
+            # (e.g. which Ray replica holds that socket); runs while the connection is open.
+            self.identify: Callable[[tuple[str, int]], Any] | None = None
             self.report_usage = True  # answers carry OpenAI's ``usage``; False: omitted
             # Cut answers longer than the request's max_tokens (finish_reason "length");
             # a cut queued answer goes back to the queue's front (the model would say it again).
@@ -288,12 +291,18 @@ class FakeLLM:
         """:meth:`answer` and the ``usage`` the answer reports (None: not reported)."""
         return self.respond(body)[:3]
 
-    def respond(self, body: dict[str, Any]) -> tuple[int, str | None, dict | None, str]:
-        """(status, content, reported usage, finish_reason) for one request."""
+    def respond(
+        self, body: dict[str, Any], peer: tuple[str, int] | None = None
+    ) -> tuple[int, str | None, dict | None, str]:
+        """(status, content, reported usage, finish_reason) for one request; ``peer``:
+        the caller's socket address (recorded as ``client``, through :attr:`identify`)."""
         messages = body.get("messages") or []
         kind = kind_of(messages)
         text = "\n".join(str(m.get("content", "")) for m in messages)
-        entry = {"kind": kind, "messages": messages, "body": body, "at": time.time()}
+        identify = self.identify
+        client = identify(peer) if identify is not None and peer is not None else peer
+        entry = {"kind": kind, "messages": messages, "body": body, "at": time.time(),
+                 "client": client}  # fmt: skip
         with self._lock:
             self.requests.append(entry)
             mode, delay = self.mode, self.delay_s
@@ -455,7 +464,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if not fake.is_up:  # went down while this connection was open
                 self.close_connection = True
                 return
-            status, content, usage, finish = fake.respond(body)
+            status, content, usage, finish = fake.respond(body, self.client_address[:2])
             if status != 200:
                 error = {"message": content or "scripted failure", "type": "server"}
                 self._json(status, {"error": error})

@@ -30,13 +30,22 @@ async def ping(caller: Caller):
 
 @router.get("/v1/entities/", response_model=m.EntityList)
 async def entities(caller: Caller, services: Svc):
-    """A user key sees only its own user (and its agents and runs)."""
+    """A user key sees only its own user (and its agents and runs). At most
+    ``MEMSERVE_MAX_ENTITIES_LISTED`` of each kind are listed (first by name); the
+    ``total_*`` counts are the full ones."""
     mine = caller.user_id if caller.role == "user" else None
-    rows = await services.directory.entities(caller.tenant_id, mine)
-    results = [{**r, "id": r["name"], "owner": caller.tenant_id} for r in rows]
-    total = {kind: sum(1 for r in rows if r["type"] == kind) for kind in ("user", "agent", "run")}
+    limit = services.settings.limits.entities_listed
+    rows = await services.directory.entities(caller.tenant_id, mine, limit)
+    results = [
+        {**{k: v for k, v in r.items() if k != "kind_total"}, "id": r["name"],
+         "owner": caller.tenant_id}
+        for r in rows
+    ]  # fmt: skip
+    total = dict.fromkeys(("user", "agent", "run"), 0)
+    for r in rows:
+        total[r["type"]] = int(r["kind_total"])
     return {
-        "count": len(results),
+        "count": sum(total.values()),
         "results": results,
         "total_users": total["user"],
         "total_agents": total["agent"],

@@ -2,8 +2,21 @@
 import { get } from "../api.js";
 import { badge, h, table, when } from "../dom.js";
 
+// Pages of /v1/facts read for one view: a key's versions stay together, and a user with
+// more fact versions than this sees a note instead of a console that never finishes.
+const MAX_PAGES = 10;
+
 export async function factsView(body, who, user) {
-  const { facts } = await get("/v1/facts", { user_id: user, include_inactive: "true" });
+  const facts = [];
+  let cursor = null;
+  for (let n = 0; n < MAX_PAGES; n += 1) {
+    const page = await get("/v1/facts", { user_id: user, include_inactive: "true", limit: 200, cursor });
+    facts.push(...page.facts);
+    cursor = page.next_cursor;
+    if (!cursor) break;
+  }
+  if (cursor) body.append(h("p", { class: "muted", id: "facts-truncated",
+    text: `Showing the first ${facts.length} fact versions.` }));
   const groups = new Map();
   for (const f of facts) {
     const k = `${f.category}/${f.key}`;

@@ -68,3 +68,26 @@ async def test_deleting_an_agent_forgets_its_shared_memories_in_the_callers_tena
         ("default", "the office opens at nine"),
         ("acme", "the office opens at nine"),
     }
+
+
+async def test_entity_list_is_bounded_by_a_setting_with_exact_totals(fresh_db, encoder):
+    """GET /mem0/v1/entities/ lists at most MEMSERVE_MAX_ENTITIES_LISTED of each kind
+    (it returned every user of the tenant in one response); the totals stay exact."""
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    settings.limits.entities_listed = 2
+    boot = bootstrap(settings, fresh_db)
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+        bearer_client(app, KEY) as c,
+    ):
+        for user in ("u1", "u2", "u3"):
+            r = await c.post("/v1/memories", json={"user_id": user, "content": f"{user} likes tea"})
+            assert r.status_code == 201, r.text
+        r = await c.get("/mem0/v1/entities/")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        users = [e["name"] for e in body["results"] if e["type"] == "user"]
+        assert users == ["u1", "u2"]
+        assert body["total_users"] == 3 and body["count"] == 3
+        assert all("kind_total" not in e for e in body["results"])

@@ -171,3 +171,33 @@ async def test_turns_take_occurred_at_and_refuse_the_future(client):
     assert garbage.status_code == 422
     status = (await c.get("/v1/sessions/s1", params=ANN)).json()
     assert status["turns"] == 2  # the refused calls appended nothing
+
+
+async def test_facts_list_is_paged_with_a_cursor(client):
+    """GET /v1/facts returns at most ``limit`` rows and a cursor; following it yields every
+    version once; a bad cursor is a 400 and a limit over the cap a 422 (issue 28: the
+    history of a much-corrected fact grew the response without bound)."""
+    c = client
+    for i in range(5):
+        r = await c.put("/v1/facts", json={**ANN, "category": "identity", "key": "city",
+                                            "value": f"City{i}"})  # fmt: skip
+        assert r.status_code == 200, r.text
+    values, cursor, pages = [], None, 0
+    while True:
+        params = {**ANN, "include_inactive": "true", "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        r = await c.get("/v1/facts", params=params)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert len(body["facts"]) <= 2
+        values += [f["value"] for f in body["facts"]]
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert values == [f"City{i}" for i in range(5)] and pages == 3
+    bad = await c.get("/v1/facts", params={**ANN, "cursor": "not-a-cursor"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+    big = await c.get("/v1/facts", params={**ANN, "limit": 100_000})
+    assert big.status_code == 422

@@ -12,8 +12,10 @@ from serve_app.consolidation.job import Consolidator
 from serve_app.db.pool import open_pool
 from serve_app.extraction.llm import LLMClient
 from serve_app.settings import Settings
+from serve_app.spend.meter import SpendMeter
 from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
+from serve_app.store.llm_spend import SpendStore
 from serve_app.store.vectors import ensure_table
 from tests.serve_app.extraction.conftest import encoder, fake_llm, fake_llm_server  # noqa: F401
 
@@ -49,21 +51,27 @@ class Env:
 
 @pytest.fixture
 async def make_env(fresh_db, encoder):  # noqa: F811
-    pools, clients = [], []
+    pools, clients, meters = [], [], []
     ensure_table(fresh_db, encoder.spec.table_slug, encoder.spec.dim)
 
     async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
         return await asyncio.to_thread(encoder.encode, list(texts), is_query=is_query)
 
-    async def make(llm_url: str | None, db: dict | None = None, **overrides) -> Env:
-        """``db``: pool settings (e.g. pool_max); ``overrides``: consolidation settings."""
+    async def make(
+        llm_url: str | None, db: dict | None = None, *, spend: bool = False, **overrides
+    ) -> Env:
+        """``db``: pool settings (e.g. pool_max); ``spend``: LLM calls metered in the
+        database (serve_app/spend/meter.py); ``overrides``: consolidation settings."""
         settings = Settings().with_(llm={"base_url": llm_url, "timeout_s": 2.0,
                                          "max_retries": 0}, consolidate=overrides,
                                     db=db or {})  # fmt: skip
         pool = await open_pool(fresh_db, settings, min_size=1)
         await pool.wait()
         pools.append(pool)
-        llm = LLMClient(settings.llm) if llm_url else None
+        meter = SpendMeter(SpendStore(pool), settings.spend) if spend else None
+        if meter:
+            meters.append(meter)
+        llm = LLMClient(settings.llm, meter=meter) if llm_url else None
         if llm:
             clients.append(llm)
         slug = encoder.spec.table_slug
@@ -73,5 +81,7 @@ async def make_env(fresh_db, encoder):  # noqa: F811
     yield make
     for c in clients:
         await c.close()
+    for m in meters:
+        await m.aclose()
     for p in pools:
         await p.close()

@@ -8,6 +8,7 @@ stand for two Extractor replicas.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import defaultdict
 from datetime import UTC, datetime, time, timedelta
 
@@ -18,7 +19,7 @@ from serve_app.extraction.llm import LLMUnavailable
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
 from serve_app.services.sessions import SessionService
-from serve_app.store.llm_spend import CallTag, Limits
+from serve_app.store.llm_spend import CallTag, Limits, OverBudget
 from serve_app.store.turns import SessionKey
 from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
@@ -271,3 +272,54 @@ async def test_deferred_work_resumes_when_the_window_rolls_over(make_harness, fa
     assert (await h.pipeline.process_session(later)).turns_extracted == 1
     days = await h.rows("SELECT day, sum(calls)::int AS n FROM llm_usage_daily GROUP BY day")
     assert sorted(r["n"] for r in days) == [1, 1] and len(days) == 2
+
+
+async def test_a_timed_out_attempt_and_its_retry_are_both_counted(make_harness, fake_llm):
+    """The provider answers (and bills) a request the client gave up on, then the retry:
+    each attempt has its own intent, so the timed-out one is counted too (at its
+    reservation: its answer never arrived), not only the retry that succeeded."""
+    settings = settings_for(fake_llm.url, llm={"max_retries": 1, "timeout_s": 0.3})
+    h = await make_harness(settings, spend=True)
+    slow = iter([0.8])  # the first request is answered after the client's timeout
+
+    def hold(kind, messages) -> None:
+        threading.Event().wait(next(slow, 0.0))
+
+    fake_llm.on_request = hold
+    tag = CallTag("acme", "u1", "extract")
+    assert await h.pipeline.llm.complete_json("system", "user text", tag=tag, max_tokens=50)
+    while fake_llm.served()["calls"] < 2:  # the abandoned request is served late
+        await asyncio.sleep(0.05)
+    first, retry = (c["usage"] for c in fake_llm.calls())
+    rows = await h.rows(
+        "SELECT outcome, prompt_tokens, completion_tokens, estimated FROM llm_calls ORDER BY id"
+    )
+    est = count_tokens("system") + count_tokens("user text")
+    assert est == first["prompt_tokens"]
+    assert [tuple(r.values()) for r in rows] == [
+        ("timeout", est, 50, True),  # 50 >= what it was billed for
+        ("ok", retry["prompt_tokens"], retry["completion_tokens"], False),
+    ]
+    assert first["completion_tokens"] <= 50
+    [day] = await h.rows("SELECT calls, errors, estimated_calls FROM llm_usage_daily")
+    assert (day["calls"], day["errors"], day["estimated_calls"]) == (2, 1, 1)
+
+
+async def test_a_retry_over_budget_is_not_sent(make_harness, fake_llm):
+    """A retry is admitted like a call: the timed-out attempt spent the budget, so the
+    retry raises OverBudget (the caller defers) and the breaker counts the failure."""
+    budgets = {"acme": {"background": Limits(tenant_daily=1)}}
+    settings = settings_for(fake_llm.url, llm={"max_retries": 2, "timeout_s": 0.3})
+    h = await make_harness(settings, spend=fixed(budgets))
+    llm = h.pipeline.llm
+    fake_llm.set_mode("delay", delay_s=0.6)
+    with pytest.raises(OverBudget):
+        await llm.complete_json("system", "user text", tag=CallTag("acme", "u1", "extract"),
+                                max_tokens=50)  # fmt: skip
+    while fake_llm.served()["calls"] < 1:  # let the abandoned request finish
+        await asyncio.sleep(0.05)
+    rows = await h.rows("SELECT outcome FROM llm_calls ORDER BY id")
+    assert [r["outcome"] for r in rows] == ["timeout"] and len(fake_llm.calls()) == 1
+    llm.breaker.failure()
+    llm.breaker.failure()  # with the retried call's: three in a row
+    assert llm.breaker.state == "open"

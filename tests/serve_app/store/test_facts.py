@@ -41,3 +41,24 @@ async def test_active_orders_by_importance_and_stays_in_its_tenant_and_user(fact
     assert list(rows[0]) == [*CONTEXT_FACT_COLUMNS]
     assert "updated_at" in CONTEXT_FACT_COLUMNS and "active" not in CONTEXT_FACT_COLUMNS
     assert len(await facts.facts.active("t1", "alice", limit=1)) == 1
+
+
+async def test_list_pages_by_key_and_version_without_gaps_or_repeats(facts):
+    """Pages follow (category, key, created_at, id): every version once, in order, and a
+    category filter applies in SQL before the limit (not to one page after it)."""
+    for i in range(5):  # five versions of one key: the history a correction loop grows
+        await facts.upsert_fact(A, "identity", "city", f"City{i}", 0.5 + i / 10)
+    await facts.upsert_fact(A, "pref", "drink", "tea", 0.9)
+    whole = await facts.facts.list(A, include_inactive=True)
+    assert len(whole) == 6
+    seen, after = [], None
+    while True:
+        page = await facts.facts.list(A, include_inactive=True, limit=2, after=after)
+        seen += page
+        if len(page) < 2:
+            break
+        last = page[-1]
+        after = (last["category"], last["key"], last["created_at"], last["id"])
+    assert [r["id"] for r in seen] == [r["id"] for r in whole]
+    prefs = await facts.facts.list(A, include_inactive=True, category="pref", limit=1)
+    assert [r["value"] for r in prefs] == ["tea"]
