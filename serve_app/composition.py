@@ -173,7 +173,9 @@ async def build_services(
         )
         profiles = ProfileStore(pool)
         context = ContextService(
-            ContextBuilder(memories.search_many, writer.facts.active, profiles.members),
+            ContextBuilder(
+                memories.search_many, writer.facts.active, profiles.members, memories.cite
+            ),
             settings.context,
         )
         chat = ChatService(

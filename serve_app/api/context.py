@@ -31,4 +31,6 @@ async def context(body: ContextRequest, caller: Caller, services: Svc):
         "parts": result.parts,
         "tokens": result.tokens,
         "profile_tokens": result.profile_tokens,
+        "knowledge": result.knowledge,
+        "knowledge_tokens": result.knowledge_tokens,
     }

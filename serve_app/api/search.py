@@ -1,11 +1,15 @@
-"""/v1/search: semantic search over the caller's memories."""
+"""/v1/search: semantic search over the caller's memories and readable knowledge base."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from fastapi import APIRouter
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.auth import resolve_owner
+from serve_app.context.evidence import Evidence
+from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import SearchRequest, SearchResponse
 
@@ -32,11 +36,33 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
         as_of=body.as_of,
         include_invalidated=body.include_invalidated,
         explain=body.explain,
+        document_ids=tuple(dict.fromkeys(body.document_ids or ())),
     )
+
+
+def searches(body: SearchRequest, q: SearchQuery) -> list[SearchQuery]:
+    """The user's own search (scope ``user``) and the shared knowledge's (issue 33): the
+    agent's documents and memories with ``agent_id`` (scope ``agent``), the org's (scope
+    ``org``). The owners are fixed here from the key's tenant, never from the body. A
+    session search stays the user's; ``agent_id`` filters the user's own memories and
+    selects the agent's knowledge."""
+    scopes = set(body.scopes or ("user", "agent", "org"))
+    if body.scopes and "agent" in scopes and not body.agent_id:
+        raise ApiError(422, "invalid_request", "scope 'agent' needs agent_id")
+    out = [q] if "user" in scopes else []
+    if not body.knowledge or body.session_id is not None:
+        return out
+    shared = [f"@agent:{body.agent_id}"] if body.agent_id and "agent" in scopes else []
+    shared += ["@org"] if "org" in scopes else []
+    if shared:
+        out.append(replace(q, owners=tuple(shared), agent_id=None))
+    return out
 
 
 @router.post("/search", response_model=SearchResponse)
 async def search(body: SearchRequest, caller: Caller, services: Svc):
     owner = resolve_owner(caller, body.user_id)
     q = to_query(body, owner.tenant_id, owner.user_id, services.settings.limits.default_top_k)
-    return {"results": await services.memories.search(q)}
+    c = services.settings.context
+    gate = Evidence(c.evidence_similarity, c.evidence_similarity_lexical)
+    return {"results": await services.memories.search_knowledge(searches(body, q), q.top_k, gate)}

@@ -111,7 +111,8 @@ class Api(DataApi, DocumentsApi, AdminApi):
     @staticmethod
     def search(query: str, *, user_id: str | None = None, **options: Any) -> Call[SearchResponse]:
         """``options``: top_k, threshold, types, tags, filters, agent_id, session_id, mode,
-        as_of, include_invalidated."""
+        as_of, include_invalidated, explain; the knowledge base (issue 33): knowledge
+        (default true), scopes (user/agent/org), document_ids. Chunks carry ``citation``."""
         body = {"user_id": user_id, "query": query, **options}
         return with_body("POST", "/v1/search", body, SearchResponse)
 

@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from serve_app.context import knowledge as kb
 from serve_app.context.evidence import Evidence, stems
 from serve_app.context.expand import expand_query
-from serve_app.context.format import format_context
+from serve_app.context.format import Block, format_context
 from serve_app.context.parts import is_small_talk, split_parts
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import format_with_profile
@@ -37,6 +38,8 @@ SearchFn = Callable[[Sequence[SearchQuery]], Awaitable[list[list[dict[str, Any]]
 FactsFn = Callable[[str, str, int], Awaitable[list[dict[str, Any]]]]
 # (tenant_id, owner keys, limit, session_id) -> the owners' profile memories.
 ProfileFn = Callable[[str, Sequence[str], int, str | None], Awaitable[list[dict[str, Any]]]]
+# (tenant_id, chunk ids) -> id -> the chunk's data (serve_app.store.citations).
+CiteFn = Callable[[str, Sequence[Any]], Awaitable[dict[Any, dict[str, Any]]]]
 _WORDS = re.compile(r"\w+")
 NEAR_DUPLICATE_JACCARD = 0.9
 
@@ -68,6 +71,13 @@ class Levers:
     gate: bool = False
     evidence: Evidence = Evidence(0.35, 0.35)
     small_talk: str = "profile"  # profile | nothing
+    # Issue 33: the knowledge base's chunks (org, the agent's, the user's documents) in
+    # their own section, cited, through the evidence gate, at most ``knowledge_share``
+    # of the budget unless the personal part leaves more (serve_app.context.knowledge).
+    knowledge: bool = False
+    knowledge_share: float = 0.3
+    knowledge_top_k: int = 5
+    knowledge_chunk_tokens: int = 120
 
     @property
     def any(self) -> bool:
@@ -84,6 +94,8 @@ class ContextResult:
     profile: list[dict[str, Any]] = field(default_factory=list)  # in the block, first
     profile_tokens: int = 0
     parts: list[str] = field(default_factory=list)  # the parts searched (split lever)
+    knowledge: list[dict[str, Any]] = field(default_factory=list)  # cited chunks in the block
+    knowledge_tokens: int = 0
 
 
 def owners_for(user_id: str, agent_id: str | None) -> tuple[str, ...]:
@@ -93,6 +105,11 @@ def owners_for(user_id: str, agent_id: str | None) -> tuple[str, ...]:
         owners.append(f"@agent:{agent_id}")
     owners.append("@org")
     return tuple(owners)
+
+
+def shared_owners(agent_id: str | None) -> tuple[str, ...]:
+    """The tenant's knowledge a user reads besides their own: the agent's, the org's."""
+    return (f"@agent:{agent_id}", "@org") if agent_id else ("@org",)
 
 
 def _word_set(normal: str) -> frozenset[str]:
@@ -128,26 +145,42 @@ def visible_in_session(m: dict[str, Any], session_id: str | None) -> bool:
 
 
 class ContextBuilder:
-    def __init__(self, search: SearchFn, facts: FactsFn, profile: ProfileFn | None = None) -> None:
+    def __init__(
+        self,
+        search: SearchFn,
+        facts: FactsFn,
+        profile: ProfileFn | None = None,
+        cite: CiteFn | None = None,
+    ) -> None:
+        """``cite``: chunks' provenance (None: chunks are not split out, as before issue 33)."""
         self.search = search
         self.facts = facts
         self.profile = profile
+        self.cite = cite
 
     async def build(self, req: ContextRequest) -> ContextResult:
         if req.levers.any:
             return await self._build(req)
         facts_task = asyncio.ensure_future(self.facts(req.tenant_id, req.user_id, req.max_facts))
         memories: list[dict[str, Any]] = []
+        chunks: list[dict[str, Any]] = []
         text: str | None = None
         try:
             if not is_greeting(req.query):
                 text = expand_query(req.query, req.history)
-                memories = await self._memories(req, [text])
+                memories, chunks = await self._memories(req, [text])
             facts = await facts_task
         finally:
             facts_task.cancel()
-        block = format_context(facts, memories, req.token_budget)
-        return ContextResult(block.text, block.memories, block.facts, text, block.tokens)
+        chunks = await self._chunks(req, chunks, stems(text or ""))
+        reserve = self._reserve(req, chunks)
+        block = format_context(facts, memories, req.token_budget - reserve)
+        out = kb.with_knowledge(block, chunks, req.token_budget, req.levers.knowledge_chunk_tokens)
+        b = out.block
+        return ContextResult(
+            b.text, b.memories, b.facts, text, b.tokens, knowledge=out.chunks,
+            knowledge_tokens=out.tokens,
+        )  # fmt: skip
 
     async def _build(self, req: ContextRequest) -> ContextResult:
         """The block with issue 29's levers (each on its own)."""
@@ -165,12 +198,13 @@ class ContextBuilder:
                 self.profile(req.tenant_id, owners, lv.profile_max_items, req.session_id)
             )
         memories: list[dict[str, Any]] = []
+        chunks: list[dict[str, Any]] = []
         parts: list[str] = []
         try:
             if not small:
                 parts = split_parts(req.query, lv.max_parts) if lv.split else [req.query]
                 parts = [text, *parts[1:]]
-                memories = await self._memories(req, parts)
+                memories, chunks = await self._memories(req, parts)
             facts = await facts_task
             profile = await profile_task if profile_task is not None else []
         finally:
@@ -185,11 +219,11 @@ class ContextBuilder:
             for m in memories:
                 m["why"] = f"retrieved (score {float(m.get('score') or 0):.2f})"
         memories = memories[: req.top_k]
+        chunks = await self._chunks(req, chunks, message)
+        budget = req.token_budget - self._reserve(req, chunks)
         if not lv.profile:
-            block = format_context(facts, memories, req.token_budget)
-            return ContextResult(
-                block.text, block.memories, block.facts, search_query, block.tokens, parts=parts
-            )
+            block = format_context(facts, memories, budget)
+            return self._result(req, block, chunks, search_query, parts=parts)
         in_profile = {str(p["id"]) for p in profile}
         for p in profile:
             p["why"] = "profile: pinned" if p.get("pinned") else f"profile: {p['profile_class']}"
@@ -207,13 +241,50 @@ class ContextBuilder:
         memories = [m for m in memories if str(m["id"]) not in in_profile]
         cap = int(req.token_budget * lv.profile_share)
         block, kept_p, p_tokens = format_with_profile(
-            [*profile, *p_facts], other, memories, req.token_budget, cap
+            [*profile, *p_facts], other, memories, budget, cap
         )
         kept_mem_profile = [p for p in kept_p if "category" not in p]
-        return ContextResult(
-            block.text, block.memories, block.facts, search_query, block.tokens,
-            profile=kept_mem_profile, profile_tokens=p_tokens, parts=parts,
+        return self._result(
+            req, block, chunks, search_query, parts=parts, profile=kept_mem_profile,
+            profile_tokens=p_tokens,
         )  # fmt: skip
+
+    @staticmethod
+    def _result(
+        req: ContextRequest,
+        personal: Block,
+        chunks: list[dict[str, Any]],
+        search_query: str | None,
+        **more: Any,
+    ) -> ContextResult:
+        """The personal block with the knowledge section in what it left."""
+        out = kb.with_knowledge(
+            personal, chunks, req.token_budget, req.levers.knowledge_chunk_tokens
+        )
+        b = out.block
+        return ContextResult(
+            b.text, b.memories, b.facts, search_query, b.tokens, knowledge=out.chunks,
+            knowledge_tokens=out.tokens, **more,
+        )  # fmt: skip
+
+    @staticmethod
+    def _reserve(req: ContextRequest, chunks: Sequence[dict[str, Any]]) -> int:
+        lv = req.levers
+        return kb.reserve(chunks, req.token_budget, lv.knowledge_share, lv.knowledge_chunk_tokens)
+
+    async def _chunks(
+        self, req: ContextRequest, chunks: list[dict[str, Any]], message: frozenset[str]
+    ) -> list[dict[str, Any]]:
+        """Chunks that pass the evidence gate (always: a knowledge base is big, and noise
+        from it costs the prompt), best first, cited; at most ``knowledge_top_k``."""
+        if not chunks or self.cite is None:
+            return []
+        lv = req.levers
+        chunks = self._admitted(chunks, message, lv.evidence)[: lv.knowledge_top_k]
+        kb.attach(chunks, await self.cite(req.tenant_id, [c["id"] for c in chunks]))
+        for c in chunks:
+            c["why"] = f"knowledge base {kb.label(c['citation'])}: {c['why']}"
+        return chunks
 
     @staticmethod
     def _admitted(
@@ -229,12 +300,25 @@ class ContextBuilder:
                 out.append(m)
         return out
 
-    async def _memories(self, req: ContextRequest, texts: Sequence[str]) -> list[dict[str, Any]]:
+    async def _memories(
+        self, req: ContextRequest, texts: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every text searched (broad, and the session), all in one backend call, so one
         encoder batch; a memory found by several texts keeps its best score and its
-        best cosine to any of them (``best_similarity``)."""
+        best cosine to any of them (``best_similarity``). With the knowledge lever the
+        first text also searches the shared owners on their own (so chunks do not take
+        memories' places), and chunks come back apart: (memories, chunks)."""
         owners = owners_for(req.user_id, req.agent_id)
+        knowledge = req.levers.knowledge and self.cite is not None
         searches = []
+        if knowledge:
+            searches.append(
+                SearchQuery(
+                    tenant_id=req.tenant_id, user_id=req.user_id,
+                    top_k=req.levers.knowledge_top_k * 2, threshold=req.threshold,
+                    text=texts[0], owners=shared_owners(req.agent_id),
+                )
+            )  # fmt: skip
         for text in texts:
             searches.append(
                 SearchQuery(
@@ -255,7 +339,9 @@ class ContextBuilder:
             found = _fuse(found)
         found.sort(key=lambda m: (-float(m.get("score") or 0.0), str(m["id"])))
         kept = dedupe(found)
-        return kept if req.levers.gate else kept[: req.top_k]
+        chunks = [m for m in kept if knowledge and kb.is_chunk(m)]
+        kept = [m for m in kept if not (knowledge and kb.is_chunk(m))]
+        return (kept if req.levers.gate else kept[: req.top_k]), chunks
 
 
 def _fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -37,6 +37,8 @@ class SearchQuery:
     include_invalidated: bool = False
     # Return each result's score split into its signals (retrieval.explain); off: no cost.
     explain: bool = False
+    # Knowledge base (issue 33): only chunks of these documents (``data.document_id``).
+    document_ids: tuple[str, ...] = ()
 
     @property
     def owner_keys(self) -> tuple[str, ...]:
@@ -57,6 +59,7 @@ class SearchQuery:
             or self.metadata
             or self.created_after
             or self.created_before
+            or self.document_ids
         )
 
 
@@ -90,10 +93,13 @@ def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, dict
         ("created_after", None, ">= %(created_after)s", q.created_after),
         ("metadata", "metadata", "@> %(metadata)s", Jsonb(q.metadata) if q.metadata else None),
         ("created_before", None, "< %(created_before)s", q.created_before),
+        ("document_ids", "document_id", "= ANY(%(document_ids)s)", list(q.document_ids) or None),
     ):
         if value is not None:
             if column is None:  # a date filter: event time
                 parts.append(sql.SQL(event_time + " " + op))
+            elif column == "document_id":  # a chunk's document (data jsonb, issue 33)
+                parts.append(sql.SQL("({}.data->>'document_id') " + op).format(a))
             else:
                 parts.append(sql.SQL("{}.{} " + op).format(a, sql.Identifier(column)))
             params[name] = value

@@ -95,6 +95,9 @@ class ContextResponse(BaseModel):
     parts: list[str] = Field(default_factory=list)  # the message's parts searched
     tokens: int = 0  # approximate tokens of `context`
     profile_tokens: int = 0  # of which the profile section (counted in the budget)
+    # "From the knowledge base" (issue 33): the cited chunks in the block, and their tokens
+    knowledge: list[ContextMemory] = Field(default_factory=list)
+    knowledge_tokens: int = 0
 
 
 class ProfileResponse(BaseModel):

@@ -208,6 +208,14 @@ class SearchRequest(StrictModel):
     as_of: datetime | None = None  # what was valid then (event time)
     include_invalidated: bool = False  # retired memories too (audits)
     explain: bool = False  # each result's score split into its signals (costs nothing off)
+    # Knowledge base (issue 33): the tenant's readable documents next to the user's own
+    # memories (org; the agent's with agent_id). ``scopes`` picks whose: user (the user's
+    # own memories and documents), agent, org; ``document_ids`` only those documents' chunks.
+    knowledge: bool = True
+    scopes: list[Literal["user", "agent", "org"]] | None = Field(
+        default=None, min_length=1, max_length=3
+    )
+    document_ids: list[Identifier] | None = Field(default=None, min_length=1, max_length=100)
 
     _query = field_validator("query")(check_content)
     _as_of = field_validator("as_of")(event_time)
@@ -242,9 +250,21 @@ class Memory(BaseModel):
     superseded_by: UUID | None = None  # the memory that retired it
 
 
+class Citation(BaseModel):
+    """Where a knowledge-base chunk came from (issue 33; null on a memory)."""
+
+    document_id: str
+    title: str | None = None
+    chunk_index: int | None = None
+    heading_path: list[str] = Field(default_factory=list)
+    source_url: str | None = None
+    version: int | None = None  # the document version the chunk belongs to
+
+
 class ScoredMemory(Memory):
     score: float
     similarity: float | None = None
+    citation: Citation | None = None  # set when the result is a document chunk
 
 
 class ScoreBreakdown(BaseModel):
@@ -261,6 +281,8 @@ class ScoreBreakdown(BaseModel):
     importance: float
     recency: float
     final: float
+    source: Literal["memory", "knowledge"] = "memory"  # a memory, or a document chunk
+    why: str | None = None  # a chunk: its document and whether the context gate admits it
 
 
 class ExplainedMemory(ScoredMemory):

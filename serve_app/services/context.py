@@ -76,4 +76,8 @@ def levers(d: ContextSettings) -> Levers:
         gate=d.relevance_gate,
         evidence=Evidence(d.evidence_similarity, d.evidence_similarity_lexical),
         small_talk=d.small_talk,
+        knowledge=d.knowledge,
+        knowledge_share=d.knowledge_share,
+        knowledge_top_k=d.knowledge_top_k,
+        knowledge_chunk_tokens=d.knowledge_chunk_tokens,
     )

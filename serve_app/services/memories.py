@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from serve_app.auth import Principal, resolve_owner
+from serve_app.context import knowledge as kb
+from serve_app.context.evidence import Evidence, stems
 from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields
@@ -23,6 +25,7 @@ from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.validity import touches_validity, validity_patch
 from serve_app.services.write_errors import write_errors
 from serve_app.store import NewMemory, Owner
+from serve_app.store.citations import CitationStore
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.memories import InvalidCursor, VersionConflict
 
@@ -89,6 +92,7 @@ class MemoryService:
         self.session_ttl_s = session_ttl_s
         self.access = access  # counts what search/context return (None: not tracked)
         self.pipeline = pipeline or IngestPipeline(writer, embed, 0)
+        self.citations = CitationStore(writer.memories.pool)  # chunks' provenance (issue 33)
 
     def new_memory(self, f: MemoryFields, caller: Principal | None = None) -> NewMemory:
         """Validate the scope: agent/org memories are shared knowledge, written by service keys."""
@@ -223,7 +227,58 @@ class MemoryService:
         found = await self._search(queries)
         return [self._accessed(q, rows) for q, rows in zip(queries, found, strict=True)]
 
+    async def cite(self, tenant_id: str, ids: Sequence[Any]) -> dict[Any, dict[str, Any]]:
+        """id -> ``data`` of those ``ids`` that are the tenant's document chunks."""
+        return await self.citations.lookup(tenant_id, ids)
+
+    async def search_knowledge(
+        self, queries: Sequence[SearchQuery], top_k: int, evidence: Evidence | None = None
+    ) -> list[dict[str, Any]]:
+        """The user's own search and the shared knowledge's (issue 33) in one backend call
+        (one embedding), merged by score (a row found twice keeps its best), cut to
+        ``top_k``; chunks get their ``citation``, and with ``explain`` a ``source`` and
+        ``why`` (``evidence``: the context block's gate, said for each chunk)."""
+        if not queries:
+            return []
+        found = await self._search(queries)
+        best: dict[Any, dict[str, Any]] = {}
+        for row in (r for rows in found for r in rows):
+            if row["id"] not in best or row["score"] > best[row["id"]]["score"]:
+                best[row["id"]] = row
+        out = sorted(best.values(), key=lambda r: (-r["score"], str(r["id"])))[:top_k]
+        chunks = [r for r in out if kb.is_chunk(r)]
+        if chunks:
+            kb.attach(chunks, await self.cite(queries[0].tenant_id, [r["id"] for r in chunks]))
+        if queries[0].explain:
+            explain_sources(out, queries[0].text, evidence)
+        return self._accessed(queries[0], out)
+
     def _accessed(self, q: SearchQuery, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.access is not None and rows:
             self.access.note(q.tenant_id, (r["id"] for r in rows))
         return rows
+
+
+def explain_sources(rows: Sequence[dict[str, Any]], text: str, evidence: Evidence | None) -> None:
+    """Say in each result's ``explain`` whether it is a memory or a knowledge chunk, and
+    why a chunk was chosen: its document, and the context gate's verdict on it."""
+    message = stems(text)
+    for r in rows:
+        ex = r.get("explain")
+        if ex is None:
+            continue
+        if not kb.is_chunk(r):
+            ex["source"] = "memory"
+            continue
+        c = r.get("citation") or {}
+        verdict = (
+            evidence.why(r.get("similarity"), stems(r["content"]), message)
+            if evidence is not None
+            else None
+        )
+        gate = verdict or "below the context evidence gate (left out of context blocks)"
+        ex["source"] = "knowledge"
+        ex["why"] = (
+            f"{r['scope']} knowledge base {kb.label(c)}, chunk {c.get('chunk_index')} of"
+            f" document {c.get('document_id')}: {gate}"
+        )

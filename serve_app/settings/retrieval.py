@@ -143,3 +143,11 @@ class ContextSettings(BaseSettings):
     evidence_similarity_lexical: float = 0.35
     # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
     small_talk: Literal["profile", "nothing"] = "profile"
+    # Knowledge base (issue 33): the readable documents' chunks (org, the agent's, the
+    # user's own) in a "From the knowledge base" section, cited, through the same
+    # evidence gate; the personal part first, the section at most ``knowledge_share``
+    # of the budget unless the personal part leaves more (serve_app/context/knowledge.py).
+    knowledge: bool = True
+    knowledge_share: float = Field(0.3, gt=0, le=1)
+    knowledge_top_k: int = Field(5, ge=1, le=50)  # chunks at most in one block
+    knowledge_chunk_tokens: int = Field(120, ge=16, le=1000)  # a longer chunk is shortened

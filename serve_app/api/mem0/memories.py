@@ -3,6 +3,7 @@ adapted onto the memory, session and search services of ``/v1``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, time
 from typing import Any
 from uuid import UUID
@@ -130,7 +131,12 @@ async def search(body: m.SearchRequest, caller: Caller, services: Svc):
         created_before=scope.created_before,
         text=body.query,
     )
-    return {"results": [m.to_mem0(r) for r in await services.memories.search(q)]}
+    queries = [q]
+    if not shared and scope.run_id is None:  # a user's search: the org's (and agent's) knowledge
+        knowledge = (f"@agent:{scope.agent_id}",) if scope.agent_id else ()
+        queries.append(replace(q, owners=(*knowledge, "@org"), agent_id=None))
+    rows = await services.memories.search_knowledge(queries, q.top_k)
+    return {"results": [m.to_mem0(r) for r in rows]}
 
 
 @router.post("/v3/memories/", response_model=m.Mem0Page)

@@ -107,6 +107,7 @@ class Mem0Memory(BaseModel):
 
 class Mem0Scored(Mem0Memory):
     score: float
+    citation: dict[str, Any] | None = None  # a knowledge-base chunk's source (issue 33)
 
 
 class Mem0SearchResults(BaseModel):
@@ -215,6 +216,7 @@ def to_mem0(row: dict[str, Any]) -> dict[str, Any]:
         "type": row["type"],
         "importance": row["importance"],
         **({"score": row["score"]} if "score" in row else {}),
+        **({"citation": row["citation"]} if row.get("citation") else {}),
     }
 
 
