@@ -177,13 +177,24 @@ CALLS: list[tuple] = [
     ("webhook_deliveries", ("w1",), {"status": "dead", "limit": 3},
      ("GET", "/v1/admin/webhooks/w1/deliveries", {"status": "dead", "limit": "3"}, None)),
     ("replay_webhook", ("w1",), {}, ("POST", "/v1/admin/webhooks/w1/replay", {}, None)),
+    ("add_document", ("# Policy\nNo pets.",),
+     {"content_type": "text/markdown", "document_id": "d1", "title": "Policy", "tags": ["hr"]},
+     ("POST", "/v1/documents", {}, {"document_id": "d1", "title": "Policy", "tags": ["hr"],
+                                    "text": "# Policy\nNo pets.",
+                                    "content_type": "text/markdown"})),
+    ("documents", (), {"scope": "org", "tag": "hr", "limit": 5},
+     ("GET", "/v1/documents", {"scope": "org", "tag": "hr", "limit": "5"}, None)),
+    ("document", ("d1",), {"agent_id": "a1", "limit": 2},
+     ("GET", "/v1/documents/d1", {"agent_id": "a1", "limit": "2"}, None)),
+    ("delete_document", ("d1",), {}, ("DELETE", "/v1/documents/d1", {}, None)),
 ]  # fmt: skip
 STREAMED = {"export", "chat_stream", "import_all"}  # see test_streams.py
+MULTIPART = {"upload_document"}  # see test_upload_document_sends_one_multipart_file
 
 
 def test_every_public_method_has_a_request_case():
     public = {n for n in dir(MemserveClient) if not n.startswith("_")} - {"close"}
-    assert public == {name for name, *_ in CALLS} | STREAMED
+    assert public == {name for name, *_ in CALLS} | STREAMED | MULTIPART
     assert public == {n for n in dir(AsyncMemserveClient) if not n.startswith("_")} - {"aclose"}
 
 
@@ -240,3 +251,16 @@ def test_each_method_sends_the_route_the_table_maps_it_to():
     by_name = {n: route for route, names in ROUTES.items() for n in names}
     for name, _, _, (method, path, *_), *_ in CALLS:
         assert by_name[name][0] == method and template(by_name[name][1]).match(path), name
+
+
+def test_upload_document_sends_one_multipart_file():
+    """``upload_document`` posts the file and its fields as multipart form data (the
+    recorder above reads JSON bodies only, so this checks the request httpx builds)."""
+    call = MemserveClient.upload_document.build(
+        b"%PDF-1.4 tiny", filename="p.pdf", content_type="application/pdf",
+        tags=["hr"], metadata={"v": 1}, document_id="d1",
+    )  # fmt: skip
+    assert (call.method, call.path) == ("POST", "/v1/documents")
+    assert call.files == {"file": ("p.pdf", b"%PDF-1.4 tiny", "application/pdf")}
+    assert call.form == {"document_id": "d1", "content_type": "application/pdf",
+                         "tags": ["hr"], "metadata": '{"v": 1}'}  # fmt: skip
