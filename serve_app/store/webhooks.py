@@ -122,6 +122,25 @@ class WebhookStore:
         async with self.pool.connection() as conn:
             return await (await conn.execute(query, {"t": tenant_id})).fetchall()
 
+    async def states(self, tenant_id: str) -> dict[uuid.UUID, dict[str, Any]]:
+        """Per subscription of the tenant: pending and dead deliveries, the age (s) of
+        the oldest pending one's event (its lag) and the last delivery's time."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT s.id, (SELECT count(*) FROM webhook_deliveries d"
+                "  WHERE d.subscription_id = s.id AND d.status = 'pending') AS pending,"
+                " (SELECT count(*) FROM webhook_deliveries d"
+                "  WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,"
+                " (SELECT extract(epoch FROM now() - min(e.occurred_at))::float8"
+                "  FROM webhook_deliveries d JOIN memory_events e ON e.id = d.event_row"
+                "  WHERE d.subscription_id = s.id AND d.status = 'pending') AS lag_s,"
+                " (SELECT max(d.delivered_at) FROM webhook_deliveries d"
+                "  WHERE d.subscription_id = s.id AND d.status = 'delivered') AS last_delivered_at"
+                " FROM webhook_subscriptions s WHERE s.tenant_id = %(t)s",
+                {"t": tenant_id},
+            )
+            return {r.pop("id"): r for r in await cur.fetchall()}
+
     async def get(self, tenant_id: str, sub_id: uuid.UUID) -> dict[str, Any] | None:
         query = sql.SQL(
             "SELECT {} FROM webhook_subscriptions WHERE tenant_id = %(t)s AND id = %(id)s"

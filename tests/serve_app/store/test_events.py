@@ -160,6 +160,18 @@ async def test_expiry_emits_one_memory_deleted_per_memory_and_blanks_content(db)
     assert (bob_event["memory_id"], bob_event["user_id"]) == (bob["id"], "bob")
 
 
+async def test_newest_first_pages_backwards(db):
+    writer, events = GuardedWriter(db, "test"), EventStore(db)
+    for i in range(5):
+        await writer.add(A, [NewMemory(f"n{i}")], vecs(1))
+    oldest_first = [e["event_id"] for e in await feed(events)]
+    got, cursor = [], Cursor()
+    while page := await events.page("t1", cursor, limit=2, newest=True):
+        got.extend(e["event_id"] for e in page)
+        cursor = Cursor(page[-1]["txid"], page[-1]["id"])
+    assert got == oldest_first[::-1] and len(got) == 5
+
+
 async def test_prune_drops_only_events_past_retention_in_batches(db):
     writer, events = GuardedWriter(db, "test"), EventStore(db)
     await writer.add(A, [NewMemory(f"m{i}") for i in range(5)], vecs(5))
