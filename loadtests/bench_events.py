@@ -1,16 +1,21 @@
 """What the event outbox and webhooks cost the write path, and how late deliveries are.
 
     python -m loadtests.bench_events                      # 3 rounds of 0 vs 2 subscriptions
-    python -m loadtests.bench_events --writers 4 --adds 150 --repeat 3
+    python -m loadtests.bench_events --writers 4 --adds 40 --repeat 5
 
 Store level (no Ray): an embedded PostgreSQL, the GuardedWriter adding batches of
 memories (random 384-d vectors) from ``--writers`` concurrent writers, each for its own
-users. Rounds alternate: no subscription, then two subscriptions (one with content)
-to two real receivers on 127.0.0.1, served by a dispatcher in a child process (as an
-Extractor replica runs it, apart from the writes) that runs throughout. Ingest
-throughput per phase (median of rounds, ratio 2-subs/0-subs) and the delivery lag
-(arrival time minus the event's occurred_at) p50/p95 over the 2-subscription rounds.
-Prints a table and writes loadtests/results/bench_events.json.
+users. Each round runs three arms back to back on the same database: ``off`` (no
+subscription, the event triggers disabled by a bench-only ``ALTER TABLE ... DISABLE
+TRIGGER``: what the outbox itself costs), ``zero`` (no subscription) and ``two`` (two
+subscriptions, one with content, to two real receivers on 127.0.0.1 in their own
+process), served by a dispatcher in another child process (as an Extractor replica
+runs it, apart from the writes) that runs throughout. Ingest throughput per arm
+(median of rounds; ratios two/zero and zero/off), CPU seconds per arm of the writers,
+the dispatcher, the receivers and PostgreSQL (the writers' backends apart from the
+rest), and the delivery lag (arrival time minus the event's occurred_at) p50/p95 over
+the 2-subscription rounds. Prints a table and writes
+loadtests/results/bench_events-<stamp>.json.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -28,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from loadtests.procstat import process_cpu_s, snapshot
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
@@ -43,6 +50,8 @@ from tests.fakes.webhook_receiver import Receiver
 RESULTS = Path(__file__).with_name("results")
 DIM = 384
 SUB_SETTINGS = WebhookSettings(interval_s=0.05, allowed_networks=["127.0.0.1/32"])
+ARMS = ("off", "zero", "two")
+TRIGGERS = ("memory_history_events",)  # the write path's event trigger (migration 0022)
 
 
 async def ingest(writer: GuardedWriter, writers: int, adds: int, batch: int, tag: str) -> float:
@@ -60,10 +69,19 @@ async def ingest(writer: GuardedWriter, writers: int, adds: int, batch: int, tag
     return writers * adds * batch / (time.perf_counter() - t)
 
 
-def _deliver_main(dsn: str, ports: Any, stop: Any, out: str) -> None:
-    """Child process: two receivers and a dispatcher (as an Extractor replica runs it)."""
+def _receive_main(ports: Any, stop: Any, out: str) -> None:
+    """Child process: two real receivers (their CPU is the receivers', not the service's)."""
     receivers = [Receiver().start(), Receiver().start()]
     ports.put([r.port for r in receivers])
+    stop.wait()
+    for r in receivers:
+        r.stop()
+    got = [[(x.at, json.loads(x.body)) for x in r.received] for r in receivers]
+    Path(out).write_text(json.dumps(got))
+
+
+def _deliver_main(dsn: str, stop: Any) -> None:
+    """Child process: a dispatcher, as an Extractor replica runs it."""
 
     async def serve() -> None:
         pool = await open_pool(dsn, Settings(), min_size=1)
@@ -75,13 +93,7 @@ def _deliver_main(dsn: str, ports: Any, stop: Any, out: str) -> None:
             await dispatcher.stop()
             await pool.close()
 
-    try:
-        asyncio.run(serve())
-    finally:
-        for r in receivers:
-            r.stop()
-    got = [[(x.at, json.loads(x.body)) for x in r.received] for r in receivers]
-    Path(out).write_text(json.dumps(got))
+    asyncio.run(serve())
 
 
 async def pending(pool: Any) -> int:
@@ -92,62 +104,128 @@ async def pending(pool: Any) -> int:
         return int((await cur.fetchone())["n"])
 
 
-async def run(dsn: str, args: argparse.Namespace, ports: list[int]) -> dict:
-    pool = await open_pool(dsn, Settings(), min_size=2)
+async def triggers(pool: Any, on: bool) -> None:
+    """Bench only, on its throwaway database: switch the write path's event trigger."""
+    async with pool.connection() as conn:
+        for name in TRIGGERS:
+            verb = "ENABLE" if on else "DISABLE"
+            await conn.execute(f"ALTER TABLE memory_history {verb} TRIGGER {name}")
+
+
+class Cpu:
+    """CPU seconds per part between :meth:`mark` calls: this process (the writers), the
+    dispatcher and receiver children, the writers' PostgreSQL backends and the rest of
+    PostgreSQL (the dispatcher's backends, background workers)."""
+
+    def __init__(self, pgdata: Path, children: dict[str, int], writer_backends: set[int]):
+        self.match = lambda cmd: str(pgdata) in cmd  # the postmaster of this data dir
+        self.children, self.writer_backends = children, writer_backends
+        self._last = self._read()
+
+    def _read(self) -> dict[str, float]:
+        pg = snapshot([], self.match)
+        parts = {"writers": process_cpu_s(os.getpid())}
+        parts |= {name: process_cpu_s(pid) for name, pid in self.children.items()}
+        parts["pg_writers"] = sum(p.cpu_s for p in pg.values() if p.pid in self.writer_backends)
+        parts["pg_other"] = sum(p.cpu_s for p in pg.values() if p.pid not in self.writer_backends)
+        return parts
+
+    def mark(self) -> dict[str, float]:
+        now = self._read()
+        spent = {k: round(now[k] - self._last.get(k, 0.0), 2) for k in now}
+        self._last = now
+        return spent
+
+
+async def backends(pool: Any) -> set[int]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        )
+        return {r["pid"] for r in await cur.fetchall()}
+
+
+async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path,
+              start_dispatcher: Any) -> dict:  # fmt: skip
+    pool = await open_pool(dsn, Settings(), min_size=args.writers)
     try:
         writer = GuardedWriter(pool, "bench")
         subs = WebhookService(WebhookStore(pool), SUB_SETTINGS)
         await ingest(writer, args.writers, 5, args.batch, "warm")
-        zero, two = [], []
+        mine = await backends(pool)  # before the dispatcher connects: the writers' backends
+        children = start_dispatcher()
+        await asyncio.sleep(2.0)
+        speed: dict[str, list[float]] = {a: [] for a in ARMS}
+        cpu: dict[str, list[dict[str, float]]] = {a: [] for a in ARMS}
+        meter = Cpu(pgdata, children, mine)
         for r in range(args.repeat):
-            zero.append(await ingest(writer, args.writers, args.adds, args.batch, f"z{r}"))
-            made = [await subs.create("t", f"http://127.0.0.1:{port}/ok", [], content, True)
-                    for port, content in zip(ports, (True, False), strict=True)]  # fmt: skip
-            two.append(await ingest(writer, args.writers, args.adds, args.batch, f"w{r}"))
-            await asyncio.sleep(1.0)  # the dispatcher fans this round out
-            for _ in range(6000):  # then until nothing is pending
-                if await pending(pool) == 0:
-                    break
-                await asyncio.sleep(0.1)
-            for m in made:
-                await subs.delete("t", m["id"])
+            for arm in ARMS:
+                made = []
+                if arm == "off":
+                    await triggers(pool, on=False)
+                if arm == "two":
+                    urls = [f"http://127.0.0.1:{port}/ok" for port in ports]
+                    made = [await subs.create("t", url, [], content, True)
+                            for url, content in zip(urls, (True, False), strict=True)]  # fmt: skip
+                meter.mark()
+                speed[arm].append(await ingest(writer, args.writers, args.adds, args.batch,
+                                               f"{arm}{r}"))  # fmt: skip
+                cpu[arm].append(meter.mark())
+                if arm == "off":
+                    await triggers(pool, on=True)
+                if arm == "two":
+                    await asyncio.sleep(1.0)  # the dispatcher fans this round out
+                    for _ in range(6000):  # then until nothing is pending
+                        if await pending(pool) == 0:
+                            break
+                        await asyncio.sleep(0.1)
+                    cpu["two"][-1]["drain"] = meter.mark()
+                    for m in made:
+                        await subs.delete("t", m["id"])
     finally:
         await pool.close()
-    z, w = statistics.median(zero), statistics.median(two)
+    med = {a: statistics.median(v) for a, v in speed.items()}
     return {
         "writers": args.writers, "adds_per_writer": args.adds, "batch": args.batch,
-        "repeat": args.repeat,
-        "ingest_memories_per_s_0_subs": [round(x, 1) for x in zero],
-        "ingest_memories_per_s_2_subs": [round(x, 1) for x in two],
-        "median_0_subs": round(z, 1), "median_2_subs": round(w, 1),
-        "ratio_2_over_0": round(w / z, 3),
+        "repeat": args.repeat, "dispatcher_interval_s": SUB_SETTINGS.interval_s,
+        "ingest_memories_per_s": {a: [round(x, 1) for x in v] for a, v in speed.items()},
+        "median": {a: round(v, 1) for a, v in med.items()},
+        "ratio_2_over_0": round(med["two"] / med["zero"], 3),
+        "ratios_2_over_0_per_round": [round(t / z, 3)
+                                      for t, z in zip(speed["two"], speed["zero"], strict=True)],
+        "trigger_ratio_0_over_off": round(med["zero"] / med["off"], 3),
+        "cpu_s_per_arm": cpu,
     }  # fmt: skip
 
 
 def lag_ms(received: list[list[tuple[float, dict]]]) -> dict[str, Any]:
     """Arrival minus occurred_at of each event's first delivery, over both receivers."""
-    lags, counts = [], []
+    lags, counts, dupes = [], [], 0
     for got in received:
         seen: set[str] = set()
         for at, body in got:
             if body["data"]["id"] not in seen:
                 seen.add(body["data"]["id"])
                 lags.append(at - datetime.fromisoformat(body["timestamp"]).timestamp())
+            else:
+                dupes += 1
         counts.append(len(seen))
     lags.sort()
 
     def pick(q: float) -> float | None:
         return round(1000 * lags[min(int(len(lags) * q), len(lags) - 1)], 1) if lags else None
 
-    return {"deliveries_received": counts, "lag_ms_p50": pick(0.5), "lag_ms_p95": pick(0.95)}
+    return {"deliveries_received": counts, "duplicates": dupes,
+            "lag_ms_p50": pick(0.5), "lag_ms_p95": pick(0.95)}  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--writers", type=int, default=4)
-    ap.add_argument("--adds", type=int, default=100, help="add calls per writer per round")
+    ap.add_argument("--adds", type=int, default=40, help="add calls per writer per round")
     ap.add_argument("--batch", type=int, default=5, help="memories per add call")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tag", default="", help="added to the result file's name")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="memserve-bench-events-") as tmp:
         server = EmbeddedPostgres(Path(tmp))
@@ -158,24 +236,40 @@ def main() -> None:
             ctx = multiprocessing.get_context("spawn")
             ports, stop = ctx.Queue(), ctx.Event()
             out = str(Path(tmp) / "received.json")
-            child = ctx.Process(target=_deliver_main, args=(dsn, ports, stop, out))
-            child.start()
+            recv = ctx.Process(target=_receive_main, args=(ports, stop, out))
+            recv.start()
+            disp = ctx.Process(target=_deliver_main, args=(dsn, stop))
+
+            def start_dispatcher() -> dict[str, int]:
+                disp.start()
+                return {"dispatcher": disp.pid, "receivers": recv.pid}
+
             try:
-                result = asyncio.run(run(dsn, args, ports.get(timeout=60)))
+                result = asyncio.run(run(dsn, args, ports.get(timeout=60), server.pgdata,
+                                         start_dispatcher))  # fmt: skip
             finally:
                 stop.set()
-                child.join(120)
+                if disp.pid is not None:
+                    disp.join(120)
+                recv.join(120)
             result |= lag_ms(json.loads(Path(out).read_text()))
         finally:
             server.stop()
-    print(json.dumps(result, indent=2))
-    print(f"{'phase':<16}{'memories/s (median)':>22}")
-    print(f"{'0 subscriptions':<16}{result['median_0_subs']:>22}")
-    print(f"{'2 subscriptions':<16}{result['median_2_subs']:>22}")
-    print(f"ratio {result['ratio_2_over_0']}, lag p50 {result['lag_ms_p50']} ms,"
-          f" p95 {result['lag_ms_p95']} ms")  # fmt: skip
+    print(json.dumps(result, indent=1))
+    m = result["median"]
+    print(f"{'arm':<34}{'memories/s (median)':>22}")
+    print(f"{'off: no subs, event trigger off':<34}{m['off']:>22}")
+    print(f"{'zero: no subscriptions':<34}{m['zero']:>22}")
+    print(f"{'two: 2 subscriptions':<34}{m['two']:>22}")
+    print(f"ratio two/zero {result['ratio_2_over_0']} (per round "
+          f"{result['ratios_2_over_0_per_round']}), trigger zero/off "
+          f"{result['trigger_ratio_0_over_off']}, lag p50 {result['lag_ms_p50']} ms,"
+          f" p95 {result['lag_ms_p95']} ms, received {result['deliveries_received']}")  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_events.json").write_text(json.dumps(result, indent=2))
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    name = f"bench_events{'-' + args.tag if args.tag else ''}-{stamp}.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2))
+    print(f"wrote loadtests/results/{name}")
 
 
 if __name__ == "__main__":

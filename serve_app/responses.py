@@ -311,8 +311,15 @@ class WebhookCreated(Webhook):
     secret: str  # whsec_...: shown this once; verify webhook-signature with it
 
 
+class WebhookState(Webhook):
+    pending: int = 0  # deliveries not yet delivered (due or backing off)
+    dead: int = 0  # deliveries that gave up (replay: POST .../replay)
+    lag_s: float | None = None  # age of the oldest pending delivery's event
+    last_delivered_at: datetime | None = None
+
+
 class WebhookList(BaseModel):
-    webhooks: list[Webhook]
+    webhooks: list[WebhookState]
 
 
 class WebhookDelivery(BaseModel):

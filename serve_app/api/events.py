@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
@@ -23,11 +23,13 @@ async def list_events(
     user_id: Annotated[Identifier | None, Query(description="one user's events")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     include_content: bool = False,
+    order: Annotated[Literal["asc", "desc"], Query(description="desc: newest first")] = "asc",
 ):
     """Events after ``after``, oldest first: a service or admin key reads its tenant's
-    (``user_id``: one user's), a user key its own user's. Content only on request."""
+    (``user_id``: one user's), a user key its own user's. Content only on request.
+    ``order=desc``: the events before ``after`` (none: the newest), newest first."""
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else []
     return await services.events.page(
         caller, after=after, types=wanted, user_id=user_id, limit=limit,
-        include_content=include_content,
+        include_content=include_content, newest=order == "desc",
     )  # fmt: skip

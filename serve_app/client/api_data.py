@@ -167,15 +167,18 @@ class DataApi:
         user_id: str | None = None,
         limit: int | None = None,
         include_content: bool | None = None,
+        order: str | None = None,
     ) -> Call[EventPage]:
         """Events after ``after`` (a page's ``next_cursor``), oldest first; a user key
-        reads its own user's; ``include_content``: the memory or fact text too."""
+        reads its own user's; ``include_content``: the memory or fact text too;
+        ``order="desc"``: the ones before ``after`` (none: the newest), newest first."""
         params = {
             "after": after,
             "types": ",".join(types) if types else None,
             "user_id": user_id,
             "limit": limit,
             "include_content": include_content,
+            "order": order,
         }
         return with_params("GET", "/v1/events", params, EventPage)
 

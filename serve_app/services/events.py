@@ -30,8 +30,10 @@ class EventFeed:
         user_id: str | None = None,
         limit: int = 100,
         include_content: bool = False,
+        newest: bool = False,
     ) -> dict[str, Any]:
-        """One page after ``after`` (None: from the oldest kept), oldest first."""
+        """One page after ``after`` (None: from the oldest kept), oldest first; ``newest``:
+        before ``after`` (None: from the newest), newest first."""
         try:
             cursor = Cursor.parse(after)
         except ValueError as exc:
@@ -45,7 +47,7 @@ class EventFeed:
             user_id = resolve_owner(principal, user_id).user_id  # a user key: itself only
         rows = await self.store.page(
             principal.tenant_id, cursor, limit=limit, user_id=user_id, types=list(types),
-            include_content=include_content,
+            include_content=include_content, newest=newest,
         )  # fmt: skip
         out = []
         for row in rows:

@@ -60,7 +60,9 @@ class WebhookService:
         return {**row, "secret": secret}
 
     async def list(self, tenant_id: str) -> list[dict[str, Any]]:
-        return await self.store.list(tenant_id)
+        """The tenant's subscriptions, each with its delivery state (pending, dead, lag)."""
+        subs, states = await self.store.list(tenant_id), await self.store.states(tenant_id)
+        return [{**sub, **states.get(sub["id"], {})} for sub in subs]
 
     async def get(self, tenant_id: str, sub_id: uuid.UUID) -> dict[str, Any]:
         row = await self.store.get(tenant_id, sub_id)

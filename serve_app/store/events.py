@@ -118,18 +118,28 @@ class EventStore:
         user_id: str | None = None,
         types: Sequence[str] = (),
         include_content: bool = False,
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
-        """Up to ``limit`` settled events after ``after``, oldest first."""
+        """Up to ``limit`` settled events after ``after``, oldest first; ``newest``: the
+        ones before ``after`` (an empty cursor: the newest), newest first (a console's
+        "recent events", paged backwards)."""
         cols = list(EVENT_COLUMNS) + (["content"] if include_content else [])
-        where = [sql.SQL("tenant_id = %(t)s AND (txid, id) > (%(txid)s::text::xid8, %(id)s)"
-                         " AND txid < pg_snapshot_xmin(pg_current_snapshot())")]  # fmt: skip
+        if not newest:
+            bound = sql.SQL("(txid, id) > (%(txid)s::text::xid8, %(id)s)")
+        elif after == Cursor():
+            bound = sql.SQL("true")
+        else:
+            bound = sql.SQL("(txid, id) < (%(txid)s::text::xid8, %(id)s)")
+        where = [sql.SQL("tenant_id = %(t)s AND {} AND txid < pg_snapshot_xmin("
+                         "pg_current_snapshot())").format(bound)]  # fmt: skip
         if user_id is not None:
             where.append(sql.SQL("user_id = %(u)s"))
         if types:
             where.append(sql.SQL("type = ANY(%(types)s)"))
         query = sql.SQL(
-            "SELECT {cols} FROM memory_events WHERE {where} ORDER BY txid, id LIMIT %(limit)s"
-        ).format(cols=column_list(cols), where=sql.SQL(" AND ").join(where))
+            "SELECT {cols} FROM memory_events WHERE {where} ORDER BY {order} LIMIT %(limit)s"
+        ).format(cols=column_list(cols), where=sql.SQL(" AND ").join(where),
+                 order=sql.SQL("txid DESC, id DESC" if newest else "txid, id"))  # fmt: skip
         params = {"t": tenant_id, "txid": after.txid, "id": after.id, "u": user_id,
                   "types": list(types), "limit": limit}  # fmt: skip
         async with self.pool.connection() as conn:

@@ -73,20 +73,42 @@ class Scope:
         return sql.SQL(" AND ").join([where, mine]), params
 
 
-def _memory_chunk(vectors: sql.Identifier, where: sql.Composable) -> sql.Composed:
+# Expiry's events: one memory.deleted per purged memory (``data.reason`` "expired"), in
+# the statement that deletes it, so each expired memory yields exactly one; its earlier
+# events lose their content, as an API delete's do. A forget's deletes emit none (it
+# announces itself once, with forget.completed, and then deletes the owner's events).
+_EXPIRY_EVENTS = sql.SQL(
+    " ev AS (INSERT INTO memory_events (tenant_id, type, user_id, agent_id, session_id, scope,"
+    " memory_id, version, actor, data) SELECT %(tenant_id)s, 'memory.deleted', g.user_id,"
+    " g.agent_id, g.session_id, g.scope, g.id, g.version, 'expiry',"
+    ' \'{"reason": "expired"}\'::jsonb FROM gone g WHERE memserve_events_on()'
+    " ORDER BY g.id RETURNING 1),"
+    " blanked AS (UPDATE memory_events e SET content = NULL FROM gone g"
+    " WHERE e.tenant_id = %(tenant_id)s AND e.memory_id = g.id AND e.content IS NOT NULL"
+    " RETURNING 1),"
+)
+
+
+def _memory_chunk(
+    vectors: sql.Identifier, where: sql.Composable, *, expiry: bool = False
+) -> sql.Composed:
+    """Delete up to ``%(batch)s`` memories ``where`` selects (vectors, history, bumps);
+    ``expiry``: the purge of expired ones, which emits their memory.deleted events."""
     return sql.SQL(
         "WITH batch AS (SELECT id FROM memory_items WHERE {where} LIMIT %(batch)s),"
         " vecs AS (DELETE FROM {v} v USING batch b WHERE v.item_id = b.id RETURNING 1),"
         " gone AS (DELETE FROM memory_items i USING batch b WHERE i.id = b.id"
-        " RETURNING i.id, i.owner),"
+        " RETURNING i.id, i.owner, i.user_id, i.agent_id, i.session_id, i.scope, i.version),"
         " hist AS (DELETE FROM memory_history h USING gone g"
         " WHERE h.tenant_id = %(tenant_id)s AND h.memory_id = g.id RETURNING 1),"
+        "{events}"
         " {bump}"
         " SELECT (SELECT count(*) FROM gone) AS memories, (SELECT count(*) FROM vecs) AS vectors,"
         " (SELECT count(*) FROM hist) AS history, {notified} AS notified"
     ).format(
         where=where,
         v=vectors,
+        events=_EXPIRY_EVENTS if expiry else sql.SQL(""),
         bump=bump_ctes(sql.SQL("SELECT owner FROM gone")),
         notified=NOTIFIED,
     )
@@ -268,7 +290,8 @@ class ForgetStore:
     async def purge_expired(
         self, *, batch: int, max_batches: int, conn: AsyncConnection | None = None
     ) -> int:
-        """Delete up to ``batch * max_batches`` expired memories (vectors, history, bumps).
+        """Delete up to ``batch * max_batches`` expired memories (vectors, history, bumps),
+        each with one memory.deleted event (``data.reason`` "expired").
 
         ``conn``: the caller's connection (the purger's, which holds its lock), else one
         from the pool.
@@ -296,7 +319,7 @@ class ForgetStore:
         for row in await cur.fetchall():
             tenant_where = sql.SQL("{} AND tenant_id = %(tenant_id)s").format(where)
             cur = await conn.execute(
-                _memory_chunk(self.vectors, tenant_where),
+                _memory_chunk(self.vectors, tenant_where, expiry=True),
                 {"tenant_id": row["tenant_id"], "batch": batch, "channel": CHANGES_CHANNEL},
             )
             total += (await cur.fetchone())["memories"]

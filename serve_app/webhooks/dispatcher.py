@@ -25,7 +25,7 @@ from serve_app.metrics import WebhookMetrics
 from serve_app.periodic import Periodic
 from serve_app.settings import WebhookSettings
 from serve_app.store.webhooks import WebhookStore
-from serve_app.webhooks.sender import Sender
+from serve_app.webhooks.sender import Answer, Sender
 from serve_app.webhooks.ssrf import TargetGuard
 
 log = logging.getLogger(__name__)
@@ -102,34 +102,39 @@ class Dispatcher:
     async def _deliver(self, row: dict[str, Any]) -> None:
         """Send ``row``; on success go on with the same owner's next due deliveries
         (``CHAIN`` claimed at a time, at most ``fanout_batch`` in all), so an owner's
-        backlog drains without a round per event; a failure stops the chain there and
-        releases the rest of the claimed run, which follows it in order after its
-        backoff."""
+        backlog drains without a round per event. A run's successes are marked in the
+        transaction that claims the next run (one commit per run, not per delivery); a
+        failure stops the chain there and releases the rest of the claimed run, which
+        follows it in order after its backoff."""
+        sub, owner = row["subscription_id"], row["owner"]
         run, sent = [row], 0
-        while run and sent < self.s.fanout_batch:
-            for i, r in enumerate(run):
-                if not await self._send(r):
-                    await self.store.release([x["delivery_id"] for x in run[i + 1 :]])
-                    return
-                sent += 1
-            run = await self.store.claim(row["subscription_id"], CHAIN, self.lease_s, row["owner"])
-        await self.store.release([x["delivery_id"] for x in run])
-
-    async def _send(self, row: dict[str, Any]) -> bool:
-        answer = await self.sender.send(row)
         try:
-            if answer.ok:
-                await self.store.delivered(row["delivery_id"], answer.status or 0)
-                self.metrics.outcome("delivered")
-                return True
-            attempts = row["attempts"] + 1
-            retry = None if attempts >= self.s.max_attempts else self.backoff(attempts)
-            await self.store.failed(row["delivery_id"], answer.status, answer.error or "",
-                                    retry_in_s=retry)  # fmt: skip
-            self.metrics.outcome("dead" if retry is None else "failed")
-        except Exception:  # the lease runs out and the delivery is sent again
-            log.warning("recording a webhook delivery failed", exc_info=True)
-        return False
+            while run:
+                done: list[int] = []
+                statuses: list[int] = []
+                for i, r in enumerate(run):
+                    answer = await self.sender.send(r)
+                    if not answer.ok:
+                        await self.store.delivered(done, statuses)
+                        await self._failed(r, answer)
+                        await self.store.release([x["delivery_id"] for x in run[i + 1 :]])
+                        return
+                    done.append(r["delivery_id"])
+                    statuses.append(answer.status or 0)
+                    self.metrics.outcome("delivered")
+                sent += len(run)
+                more = min(CHAIN, self.s.fanout_batch - sent)
+                run = await self.store.settle_and_claim(done, statuses, sub, more,
+                                                        self.lease_s, owner)  # fmt: skip
+        except Exception:  # the leases run out and the unrecorded ones are sent again
+            log.warning("recording webhook deliveries failed", exc_info=True)
+
+    async def _failed(self, row: dict[str, Any], answer: Answer) -> None:
+        attempts = row["attempts"] + 1
+        retry = None if attempts >= self.s.max_attempts else self.backoff(attempts)
+        await self.store.failed(row["delivery_id"], answer.status, answer.error or "",
+                                retry_in_s=retry)  # fmt: skip
+        self.metrics.outcome("dead" if retry is None else "failed")
 
     async def drain(self) -> None:
         """Wait for every send in flight (tests; a stop)."""

@@ -418,3 +418,62 @@ def test_a_sign_in_token_opens_its_users_console_and_admin_sees_the_issuers(
         c.close()
     finally:
         issuer.stop()
+
+
+def test_events_and_webhooks_view(browser, service, api, admin, shots):
+    """Admin · Events: subscriptions with their delivery state and log, the tenant's
+    recent events newest first and paged; no content, nothing of a forgotten user."""
+    from tests.fakes.webhook_receiver import Receiver
+
+    uid, gone = "ev_" + secrets.token_hex(4), "evgone_" + secrets.token_hex(4)
+    receiver = Receiver().start()
+    made = []
+    try:
+        for path in ("/ok", "/fail"):
+            r = admin.post("/v1/admin/webhooks", json={"url": receiver.url(path),
+                                                        "types": ["memory.added"]})  # fmt: skip
+            assert r.status_code == 201, r.text
+            made.append(r.json())
+        items = [{"content": f"console event note {i}", "infer": False} for i in range(30)]
+        r = api.post("/v1/memories/batch", json={"user_id": uid, "items": items})
+        assert r.status_code == 201, r.text
+        r = api.post("/v1/memories", json={"user_id": gone, "content": "GONE-SECRET",
+                                           "infer": False})  # fmt: skip
+        assert r.status_code in (200, 201), r.text
+        wait_for(lambda: len({x.headers["webhook-id"] for x in receiver.at("/ok")}) >= 31, 60)
+        assert api.delete("/v1/memories", params={"user_id": gone}).status_code == 200
+        ok, fail = made
+        state = lambda: {w["id"]: w for w in admin.get("/v1/admin/webhooks").json()["webhooks"]}  # noqa: E731
+        wait_for(lambda: state()[ok["id"]]["last_delivered_at"] and state()[fail["id"]]["pending"])
+
+        c = Console(browser, service.base_url, service.admin_key)
+        page = c.go("admin/events")
+        subs = page.locator("#webhooks")
+        ok_row = subs.locator("tr", has_text=receiver.url("/ok"))
+        fail_row = subs.locator("tr", has_text=receiver.url("/fail"))
+        expect(ok_row).to_contain_text("enabled")
+        expect(ok_row.locator("td[data-label='Last delivered']")).not_to_have_text("—")
+        expect(fail_row.locator("td[data-label='Pending']")).not_to_have_text("0")
+        expect(fail_row.locator("td[data-label='Lag']")).to_contain_text(" s")
+        ok_row.get_by_role("button", name="Log").click()
+        expect(page.locator("#deliveries")).to_contain_text("delivered")
+        expect(page.locator("#deliveries")).to_contain_text("memory.added")
+
+        events = page.locator("#events")
+        expect(events.locator("tbody tr")).to_have_count(25)  # a page, newest first
+        gone_rows = events.locator("tr", has_text=gone)
+        expect(gone_rows).to_have_count(1)  # the forget's notice, nothing else of theirs
+        expect(gone_rows).to_contain_text("forget.completed")
+        assert "GONE-SECRET" not in page.content() and "console event note" not in page.content()
+        shots.take(page, "15-admin-events")
+        page.click("#events-older")
+        expect(page.locator("#events-newer")).to_be_enabled()
+        expect(events.locator("tr", has_text=gone)).to_have_count(0)  # an older page
+        expect(events).to_contain_text(uid)
+        page.click("#events-newer")
+        expect(events.locator("tr", has_text=gone)).to_have_count(1)
+        c.close()
+    finally:
+        for w in made:
+            admin.delete(f"/v1/admin/webhooks/{w['id']}")
+        receiver.stop()

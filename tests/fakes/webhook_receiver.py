@@ -1,5 +1,7 @@
 """A real HTTP webhook receiver on 127.0.0.1 (threads, stdlib) for the dispatcher tests.
 
+It speaks HTTP/1.1 with keep-alive, as real receivers do (a sender's pooled
+connection is reused); once stopped it drops kept-alive connections unanswered.
 Paths pick the behaviour: ``/ok`` answers 204, ``/fail`` 500, ``/hang`` sleeps
 ``hang_s`` before answering, ``/huge`` streams ``huge_bytes`` of body. Every request
 is recorded (path, headers, body) before the answer, so a sender killed mid-request
@@ -42,10 +44,15 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real receivers (uvicorn, nginx)
+
             def log_message(self, *args) -> None:  # quiet
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                if receiver._server is not server:  # stopped: as if the process were gone
+                    self.close_connection = True
+                    return
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with receiver._lock:
                     receiver.received.append(
@@ -63,6 +70,8 @@ class Receiver:
                             self.wfile.write(chunk)
                         return
                     self.send_response(500 if self.path == "/fail" else 204)
+                    if self.path == "/fail":
+                        self.send_header("content-length", "0")
                     self.end_headers()
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the sender stopped reading: what a capped read does

@@ -1,10 +1,12 @@
-// Admin key: keys, chat usage per day, dead letters, models and re-embed, tenant settings.
+// Admin key: keys, chat usage per day, dead letters, models and re-embed, events and
+// webhooks (views/events.js), tenant settings.
 import { call, get } from "../api.js";
 import { attempt, badge, button, clear, h, table, tabs, when } from "../dom.js";
 import { barChart, stackedChart } from "../chart.js";
+import { eventsView } from "./events.js";
 
-const SECTIONS = { keys: keysView, usage: usageView, dead: deadView, models: modelsView, settings: settingsView };
-const LABELS = { keys: "Keys", usage: "Usage", dead: "Dead letters", models: "Models", settings: "Tenant settings" };
+const SECTIONS = { keys: keysView, usage: usageView, dead: deadView, models: modelsView, events: eventsView, settings: settingsView };
+const LABELS = { keys: "Keys", usage: "Usage", dead: "Dead letters", models: "Models", events: "Events", settings: "Tenant settings" };
 
 export async function adminView(root, who, section) {
   root.append(h("h1", { text: `Admin · ${who.tenant}` }),

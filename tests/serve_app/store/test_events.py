@@ -5,6 +5,7 @@ why, forget and retention."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -136,6 +137,39 @@ async def test_forget_leaves_one_notice_without_content(db):
             " AND (type <> 'forget.completed' OR content IS NOT NULL)"
         )
         assert (await cur.fetchone())["n"] == 0
+
+
+async def test_expiry_emits_one_memory_deleted_per_memory_and_blanks_content(db):
+    writer, events, forget = GuardedWriter(db, "test"), EventStore(db), ForgetStore(db, "test")
+    past, later = datetime.now(UTC) - timedelta(seconds=1), datetime.now(UTC) + timedelta(hours=1)
+    old = await writer.add(A, [NewMemory(f"alice old {i}", expires_at=past) for i in range(3)],
+                           vecs(3))  # fmt: skip
+    (kept,) = await writer.add(A, [NewMemory("alice kept", expires_at=later)], vecs(1))
+    (bob,) = await writer.add(Owner("t2", "bob"), [NewMemory("bob old", expires_at=past)], vecs(1))
+    assert await forget.purge_expired(batch=2, max_batches=5) == 4  # chunks of 2, two tenants
+    assert await forget.purge_expired(batch=2, max_batches=5) == 0  # nothing twice
+
+    got = await feed(events, include_content=True)
+    deleted = [e for e in got if e["type"] == "memory.deleted"]
+    assert sorted(e["memory_id"] for e in deleted) == sorted(r["id"] for r in old)
+    assert all(e["data"] == {"reason": "expired"} and e["actor"] == "expiry"
+               and e["user_id"] == "alice" and e["content"] is None for e in deleted)  # fmt: skip
+    added = {e["memory_id"]: e["content"] for e in got if e["type"] == "memory.added"}
+    assert added == {**{r["id"]: None for r in old}, kept["id"]: "alice kept"}  # blanked
+    (bob_event,) = [e for e in await feed(events, "t2") if e["type"] == "memory.deleted"]
+    assert (bob_event["memory_id"], bob_event["user_id"]) == (bob["id"], "bob")
+
+
+async def test_newest_first_pages_backwards(db):
+    writer, events = GuardedWriter(db, "test"), EventStore(db)
+    for i in range(5):
+        await writer.add(A, [NewMemory(f"n{i}")], vecs(1))
+    oldest_first = [e["event_id"] for e in await feed(events)]
+    got, cursor = [], Cursor()
+    while page := await events.page("t1", cursor, limit=2, newest=True):
+        got.extend(e["event_id"] for e in page)
+        cursor = Cursor(page[-1]["txid"], page[-1]["id"])
+    assert got == oldest_first[::-1] and len(got) == 5
 
 
 async def test_prune_drops_only_events_past_retention_in_batches(db):

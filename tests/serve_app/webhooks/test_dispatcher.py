@@ -181,6 +181,9 @@ async def test_dead_letters_replay(db, receiver):
         (dead,) = await store.deliveries("t1", sub["id"], status="dead", limit=10)
         assert dead["attempts"] == 2 and dead["last_status"] == 500
         svc = WebhookService(store, settings())
+        (state,) = await svc.list("t1")  # the delivery state the console shows
+        assert (state["pending"], state["dead"], state["lag_s"]) == (0, 1, None)
+        assert state["last_delivered_at"] is None
         await svc.update("t1", sub["id"], {"url": receiver.url("/ok")})
         assert await svc.replay("t1", sub["id"]) == 1
         await until(d, lambda: len(receiver.at("/ok")) == 1)
@@ -189,6 +192,8 @@ async def test_dead_letters_replay(db, receiver):
         await d.stop()
     log = await store.deliveries("t1", sub["id"], status=None, limit=10)
     assert [x["status"] for x in log] == ["delivered"]
+    (state,) = await WebhookService(store, settings()).list("t1")
+    assert (state["pending"], state["dead"]) == (0, 0) and state["last_delivered_at"]
 
 
 async def test_ssrf_targets_are_refused():
