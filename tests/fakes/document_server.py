@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fakes.threaded_http import QuietHandler, serve
+
 
 @dataclass
 class DocumentServer:
@@ -35,25 +37,18 @@ class DocumentServer:
         return f"http://{self.host}:{self.port}{path}"
 
     def start(self) -> DocumentServer:
-        server_self = self
+        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                with server_self._lock:
-                    server_self.hits.append(self.path)
+                with owner._lock:
+                    owner.hits.append(self.path)
                 # A fetcher that stopped reading (a capped read) resets the connection.
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    server_self._answer(self)
+                    owner._answer(self)
 
-        server = ThreadingHTTPServer((self.host, self.port), Handler)
-        server.daemon_threads = True
-        server.block_on_close = False
-        self.port = server.server_address[1]
-        self._server = server
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self._server = serve(self.host, self.port, Handler)
+        self.port = self._server.server_address[1]
         return self
 
     def _answer(self, h: BaseHTTPRequestHandler) -> None:
