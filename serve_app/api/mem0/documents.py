@@ -7,7 +7,7 @@ text), or as one part of an OpenAI-style list of parts; ``url`` is an http(s) UR
 bounded) and ingested through ``DocumentService.ingest`` into the scope the add's ids
 name: the user's, an agent's (a service key naming only an agent) or the tenant's org
 knowledge (a service key naming neither). The id is derived from the URL (or the inline
-bytes), so adding the same URL again posts a new version of the same document.
+bytes), so adding the same URL again (to the same owner) posts a new version of that document.
 
 Images (``image_url``) need a vision model to become text, which memserve does not run:
 they are a clear 422 that says so, not a schema error.
@@ -117,14 +117,18 @@ def document_input(
     title = None
     if is_url:
         title = urlsplit(part.ref).path.rstrip("/").rsplit("/", 1)[-1][:512] or None
+    where = _scope_fields(caller, scope)
+    # Document ids are unique per tenant: the owner is part of the id, so two users (or
+    # an agent and the org) adding the same URL get two documents, not one moved.
+    owner = where.get("user_id") or caller.user_id or where.get("agent_id") or "@org"
     fields = {
-        "document_id": str(uuid.uuid5(_NAMESPACE, f"{part.kind}\x00{key}")),
+        "document_id": str(uuid.uuid5(_NAMESPACE, f"{where['scope']}\x00{owner}\x00{key}")),
         "title": title,
         "source_url": part.ref if is_url else None,
         "metadata": {**(metadata or {}), "mem0_type": part.kind},
         "data": data,
         "content_type": DOCUMENT_TYPES[part.kind],
-        **_scope_fields(caller, scope),
+        **where,
     }
     try:
         return DocumentInput.model_validate(fields)
