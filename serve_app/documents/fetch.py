@@ -118,6 +118,10 @@ class DocumentFetcher:
             ) from None
         except Refused as exc:
             raise FetchError(422, "url_refused", f"{url}: {exc}") from None
+        except httpx.RemoteProtocolError as exc:
+            if "location header" in str(exc).lower():  # httpx could not parse a redirect
+                raise FetchError(422, "url_refused", f"{url}: redirect to {exc}") from None
+            raise FetchError(422, "fetch_failed", f"{url}: {type(exc).__name__}") from None
         except (httpx.HTTPError, OSError, UnicodeError, ValueError) as exc:
             raise FetchError(422, "fetch_failed", f"{url}: {type(exc).__name__}") from None
 

@@ -25,7 +25,7 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class Refused(ValueError):
-    """The URL may not be a webhook target; the message says why."""
+    """The URL may not be a target (webhook, document fetch); the message says why."""
 
 
 def embedded_v4(address: Address) -> Address:

@@ -116,8 +116,9 @@ async def test_redirects_are_followed_only_to_allowed_targets_each_hop(server):
             "http://169.254.169.254/latest/meta-data/",
             "http://[::1]:1/",
             "http://10.0.0.1/",
-            "http://167772161/",
-        ):  # fmt: skip (10.0.0.1 in decimal)
+            "http://167772161/",  # 10.0.0.1 in decimal
+            "http://0177.0.0.1/",  # octal: httpx cannot parse it as a Location
+        ):
             server.hits.clear()
             await refused(f, server.url(f"/redirect?to={target}"))
             assert server.hits == ["/redirect?to=" + target]  # the private hop never sent
