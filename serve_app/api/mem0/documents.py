@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from serve_app.api.mem0.scope import Scope
 from serve_app.auth import Principal
 from serve_app.errors import ApiError
-from serve_app.schemas.documents import DocumentInput
+from serve_app.schemas.documents import DocumentInput, DocumentOut
 from serve_app.services.memories import SHARED_WRITERS
 
 # mem0's document part types and what their bytes are.
@@ -138,9 +138,10 @@ def document_input(
         raise ApiError(422, "invalid_request", f"{where}: {first.get('msg')}") from None
 
 
-def added(part: DocumentPart, out: dict[str, Any]) -> dict[str, Any]:
+def added(part: DocumentPart, ingested: DocumentOut) -> dict[str, Any]:
     """An ingested document in mem0's add-result shape (the document's id as the memory
     id; ``document`` carries the knowledge base's head)."""
+    out = ingested.model_dump()
     shown = out.get("title") or (part.ref[:_SHOWN_URL] if out.get("source_url") else "document")
     text = f"Document {shown}: {out['chunk_count']} chunks (version {out['version']})"
     return {
