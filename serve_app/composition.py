@@ -20,6 +20,7 @@ from serve_app.bootstrap import ModelFacts
 from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
+from serve_app.documents.fetch import DocumentFetcher
 from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
 from serve_app.identity.wiring import token_verifier
 from serve_app.metrics import IngestMetrics, start_pool_metrics
@@ -92,6 +93,7 @@ class Services:
     events: EventFeed | None = None  # the change feed (GET /v1/events)
     webhooks: WebhookService | None = None  # webhook subscriptions (/v1/admin/webhooks)
     documents: DocumentService | None = None  # the knowledge base (/v1/documents)
+    fetcher: DocumentFetcher | None = None  # documents named by URL (mem0 document messages)
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -193,6 +195,8 @@ async def build_services(
             spend=spend,
         )
         closers.append(chat.aclose)
+        fetcher = DocumentFetcher(settings.fetch)  # one client per replica
+        closers.append(fetcher.aclose)
         directory = MemoryDirectory(pool)
         documents = document_service(pool, writer, backends.embed, settings, model)
         portability = PortabilityService(
@@ -233,6 +237,7 @@ async def build_services(
             events=EventFeed(EventStore(pool)),
             webhooks=WebhookService(WebhookStore(pool), settings.webhooks),
             documents=documents,
+            fetcher=fetcher,
             _closers=closers,
         )
     except BaseException:

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from serve_app.settings.base import default_data_dir
 from serve_app.settings.documents import DocumentSettings
+from serve_app.settings.fetch import FetchSettings
 from serve_app.settings.jobs import (
     ConsolidateSettings,
     ExtractSettings,
@@ -56,6 +57,7 @@ __all__ = [
     "DocumentSettings",
     "EmbedSettings",
     "ExtractSettings",
+    "FetchSettings",
     "IdentitySettings",
     "IngestSettings",
     "LLMSettings",
@@ -108,6 +110,7 @@ class Settings(BaseSettings):
     spend: SpendSettings = Field(default_factory=SpendSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
+    fetch: FetchSettings = Field(default_factory=FetchSettings)  # documents by URL
 
     @property
     def models_dir(self) -> Path:

@@ -52,6 +52,10 @@ E2E_LLM_ENV = {
     "MEMSERVE_IDENTITY_ALLOW_PRIVATE_JWKS": "true",
     "MEMSERVE_IDENTITY_FETCH_TIMEOUT_S": "1",
     "MEMSERVE_IDENTITY_REFRESH_MIN_INTERVAL_S": "1",
+    # mem0 document URLs (test_mem0_client.py, tests/security/test_document_attacks.py):
+    # the tests' document server listens on 127.0.0.2; 127.0.0.1 and the rest stay refused.
+    "MEMSERVE_FETCH_ALLOWED_NETWORKS": '["127.0.0.2/32"]',
+    "MEMSERVE_FETCH_TIMEOUT_S": "3",
 }
 
 

@@ -3,13 +3,16 @@ setting ``host``. Every call goes through the real client (``Authorization: Toke
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import time
 
 import pytest
 
+from tests.fakes.document_server import DocumentServer
 from tests.fakes.llm_server import decision, extraction, memory, shown
+from tests.fakes.pdfs import text_pdf
 
 pytestmark = pytest.mark.e2e
 
@@ -174,3 +177,44 @@ def test_infer_with_the_llm_down_answers_pending_then_extracts(client_for, keys,
             break
         time.sleep(0.3)
     assert [m["memory"] for m in got] == [f"Plays the ukulele-{uid}"]
+
+
+def test_document_messages_become_documents(client_for, keys, uid, mem0):
+    """mem0's multimodal document messages: a pdf_url from a document server (127.0.0.2,
+    the one network the test service allows), an mdx_url as base64; an image is refused
+    with a message naming the missing vision model, a private URL as refused."""
+    md = b"# Travel policy\n\nEconomy class for flights under six hours.\n"
+    server = DocumentServer(
+        host="127.0.0.2", files={"/policy.pdf": ("application/pdf", text_pdf(["Taxis: 40 EUR."]))}
+    ).start()
+    try:
+        c = client_for(keys.service)
+        added = c.add(
+            [
+                {"role": "user", "content": {"type": "pdf_url",
+                                             "pdf_url": {"url": server.url("/policy.pdf")}}},
+                {"role": "user", "content": {"type": "mdx_url",
+                                             "mdx_url": {"url": base64.b64encode(md).decode()}}},
+            ],
+            user_id=uid,
+        )  # fmt: skip
+        assert added["status"] == "SUCCEEDED"
+        pdf, mdx = (r["document"] for r in added["results"])
+        assert (pdf["content_type"], pdf["user_id"], pdf["scope"]) == (
+            "application/pdf",
+            uid,
+            "user",
+        )
+        assert mdx["content_type"] == "text/markdown" and mdx["chunk_count"] >= 1
+        assert server.hits == ["/policy.pdf"]
+
+        image = {"type": "image_url", "image_url": {"url": "https://example.com/pizza.jpg"}}
+        with pytest.raises(mem0.exceptions.ValidationError) as info:
+            c.add([{"role": "user", "content": image}], user_id=uid)
+        assert "vision model" in str(info.value.details or info.value)
+        private = {"type": "pdf_url", "pdf_url": {"url": "http://169.254.169.254/latest/"}}
+        with pytest.raises(mem0.exceptions.ValidationError) as info:
+            c.add([{"role": "user", "content": private}], user_id=uid)
+        assert "url_refused" in str(info.value.details or info.value)
+    finally:
+        server.stop()

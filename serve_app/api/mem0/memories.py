@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from serve_app.api.deps import Caller, Svc
 from serve_app.api.mem0 import models as m
+from serve_app.api.mem0.documents import DocumentPart, added, document_input, split_messages
 from serve_app.api.mem0.scope import (
     Scope,
     bad,
@@ -55,12 +56,58 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
     ``event_id`` = the job, ``GET /v1/sessions/{event_id}``) while it goes on.
     Otherwise each non-system message is stored verbatim (``SUCCEEDED``, ADD events).
 
+    Document messages (``pdf_url``, ``mdx_url``, ``txt_url``: a URL, data URL or base64)
+    are fetched and ingested as knowledge-base documents (api/mem0/documents.py), one
+    result each; an image message is a 422 (no vision model).
+
     ``custom_categories`` go in the memories' metadata (``custom_categories``), and
     extraction tags each memory with those it fits (its mem0 ``categories``) instead
     of the tenant's categories."""
     scope = entity_scope(body)
-    owner = scope_owner(caller, scope)
     _too_many(len(body.messages), services.settings.limits.batch_items)
+    texts, parts = split_messages(body.messages)
+    if not parts:
+        return await _add_texts(body, texts, scope, caller, services)
+    if not any(role != "system" for role, _ in texts):
+        documents = await _add_documents(body, parts, scope, caller, services)
+        return {"status": "SUCCEEDED", "event_id": None, "message": "ok", "results": documents}
+    scope_owner(caller, scope)  # the texts' owner is refused before any document is read
+    documents = await _add_documents(body, parts, scope, caller, services)
+    out = await _add_texts(body, texts, scope, caller, services)
+    return {**out, "results": documents + out["results"]}
+
+
+async def _add_documents(
+    body: m.AddRequest, parts: list[DocumentPart], scope: Scope, caller: Caller, services: Svc
+) -> list[dict[str, Any]]:
+    """Every part is read (and refused) before the first is ingested."""
+    if services.documents is None or services.fetcher is None:
+        raise ApiError(503, "unavailable", "documents are not served by this replica")
+    read = [await services.fetcher.load(p.ref) for p in parts]
+    meta = body.metadata
+    docs = [
+        document_input(caller, scope, p, r.data, meta) for p, r in zip(parts, read, strict=True)
+    ]
+    tenant = (
+        None
+        if services.tenants is None or caller.role == "admin"
+        else await services.tenants.effective(caller.tenant_id)
+    )
+    results = []
+    for part, doc in zip(parts, docs, strict=True):
+        out = await services.documents.ingest(
+            caller,
+            doc,
+            charge=lambda units, u=doc.user_id: services.auth.charge(caller, u, units, tenant),
+        )
+        results.append(added(part, out))
+    return results
+
+
+async def _add_texts(
+    body: m.AddRequest, texts: list[tuple[str, str]], scope: Scope, caller: Caller, services: Svc
+) -> dict[str, Any]:
+    owner = scope_owner(caller, scope)
     categories = _validated(Guidance, custom_categories=body.custom_categories).custom_categories
     shared = owner.user_id is None
     common = {
@@ -72,10 +119,9 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
         "scope": "agent" if shared else None,
     }
     if body.infer and not shared and services.sessions.inference_enabled:
-        msgs = body.messages
-        text = (
-            msgs[0].content if len(msgs) == 1 else "\n".join(f"{x.role}: {x.content}" for x in msgs)
-        )
+        if not texts:
+            raise bad("no message to store")
+        text = texts[0][1] if len(texts) == 1 else "\n".join(f"{r}: {t}" for r, t in texts)
         fields = _validated(MemoryFields, content=text, infer=True, **common)
         wait_s = services.settings.extract.sync_wait_s
         job, outcome = await services.sessions.infer_now(owner, fields, wait_s)
@@ -83,12 +129,12 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
             return {"status": "SUCCEEDED", "event_id": job["job_id"], "message": "ok",
                     "results": [m.from_event(e) for e in outcome.get("events", [])]}  # fmt: skip
         return {"status": "PENDING", "event_id": job["job_id"], "message": QUEUED, "results": []}
-    texts = [x.content for x in body.messages if x.role != "system"]
-    if not texts:
+    stored = [t for role, t in texts if role != "system"]
+    if not stored:
         raise bad("no user or assistant message to store")
     items = [
         services.memories.new_memory(_validated(MemoryFields, content=t, **common), caller)
-        for t in texts
+        for t in stored
     ]
     if body.expiration_date is not None:
         expires = datetime.combine(body.expiration_date, time.max, tzinfo=UTC)

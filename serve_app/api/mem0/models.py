@@ -20,7 +20,9 @@ class Lenient(BaseModel):
 
 class Message(Lenient):
     role: str = Field(max_length=32)
-    content: str
+    # Text, or mem0's multimodal content: one part ``{"type": "pdf_url", "pdf_url":
+    # {"url": ...}}`` or a list of parts (serve_app/api/mem0/documents.py reads them).
+    content: str | dict[str, Any] | list[Any] = Field(union_mode="left_to_right")
 
 
 class EntityFields(Lenient):
@@ -127,6 +129,7 @@ class AddedMemory(BaseModel):
     memory: str
     data: dict[str, str]
     previous_memory: str | None = None  # UPDATE: the text it replaced
+    document: dict[str, Any] | None = None  # a document message: the knowledge base's head
 
 
 def from_event(event: dict[str, Any]) -> dict[str, Any]:
