@@ -32,7 +32,6 @@ import asyncio
 import json
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,13 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests import procstat  # noqa: E402
 from loadtests.bench_servers import memserve_server  # noqa: E402
-from loadtests.context_calibrate import Candidate, Sample, calibrate  # noqa: E402
+from loadtests.context_calibrate import (  # noqa: E402
+    Candidate,
+    Sample,
+    as_json,
+    calibrate,
+    replay_locomo,
+)
 from loadtests.context_metrics import (  # noqa: E402
     Labels,
     classifier_scores,
@@ -214,8 +219,8 @@ async def run_variant(
                     cost["latency_ms"] = sorted(times)[len(times) // 2]
                     o = outcome(lab, msg["needs"], prof, other, **cost)
                     outs.append((i, msg["user"], o))
-                    if variant == "nogate" and i % 2 == 0 and mode == "context":
-                        samples.append(sample(msg, lab, ask.last))  # type: ignore[attr-defined]
+                    if variant == "nogate" and mode == "context":
+                        samples.append(sample(i, source, msg, lab, ask.last))  # type: ignore[attr-defined]
                 after = procstat.snapshot(server.pids, server.match)
                 cpu = sum(procstat.cpu_by_role(before, after, server.classify).values())
                 out[f"{name}/{source}"] = score(outs, labels, source, data) | {
@@ -225,17 +230,19 @@ async def run_variant(
             out["classifier"] = await classifier_report(c, data, sources, labels)
         if samples:
             out["calibration"] = calibrate(samples, args.max_unneeded)
-            out["calibration"]["samples"] = [asdict(x) for x in samples]
+            out["calibration"]["samples"] = [as_json(x) for x in samples]
     return out
 
 
-def sample(msg: dict, lab: Labels, body: dict) -> Sample:
-    """The retrieved candidates of one block (gate off) with their best cosine."""
+def sample(i: int, source: str, msg: dict, lab: Labels, body: dict) -> Sample:
+    """The retrieved candidates of one block (gate off) with their best cosine and score
+    (logged per item in the JSON); even positions are the calibration half."""
     cands = [
-        Candidate(lab.key(m["id"]) or "", m.get("similarity"), m["content"])
+        Candidate(lab.key(m["id"]) or "", m.get("similarity"), m["content"], m.get("score"))
         for m in body["memories"]
     ]
-    return Sample(msg["text"], frozenset(msg["needs"]), cands)
+    half = "calibration" if i % 2 == 0 else "held_out"
+    return Sample(msg["text"], frozenset(msg["needs"]), cands, half, source)
 
 
 def score(outs: list, labels: dict, source: str, data: dict) -> dict:
@@ -286,11 +293,15 @@ async def classifier_report(c: httpx.AsyncClient, data: dict, sources, labels) -
 
 
 async def locomo(server, variant: str, queries: int) -> dict:
-    """LoCoMo dev evidence R@10: /v1/search (hybrid) and the context block's memories."""
+    """LoCoMo dev evidence R@10: /v1/search (hybrid) and the context block's memories.
+
+    With the gate off (``nogate``) every question's block candidates are logged with
+    their cosine (``samples``), so a gate can be replayed on a set it was not tuned on."""
     from loadtests.eval_retrieval import evidence_ids, locomo_items, locomo_qa
 
     convs = json.loads(LOCOMO.read_text())
     rs, rc = [], []
+    samples: list[Sample] = []
     async with httpx.AsyncClient(
         base_url=server.base_url, headers=server.headers, timeout=300
     ) as c:
@@ -310,11 +321,27 @@ async def locomo(server, variant: str, queries: int) -> dict:
                 b = r.json()
                 got = {x["metadata"].get("dia_id") for x in b["memories"] + b.get("profile", [])}
                 rc.append(len(gold & got) / len(gold))
-    return {
+                if variant == "nogate":
+                    samples.append(locomo_sample(q["question"], gold, b))
+    out: dict[str, Any] = {
         "questions": len(rs),
         "search_R@10": round(sum(rs) / len(rs), 4),
         "context_block_recall": round(sum(rc) / len(rc), 4),
     }
+    if samples:
+        out["samples"] = [as_json(x) for x in samples]
+    return out
+
+
+def locomo_sample(question: str, gold: set[str], body: dict) -> Sample:
+    """A LoCoMo block's candidates (gate off); profile items are in whatever the gate says."""
+    cands = [
+        Candidate(str(m["metadata"].get("dia_id")), m.get("similarity"), m["content"],
+                  m.get("score"))
+        for m in body["memories"]
+    ]  # fmt: skip
+    fixed = frozenset(str(m["metadata"].get("dia_id")) for m in body.get("profile", []))
+    return Sample(question, frozenset(gold), cands, "locomo", "locomo", fixed)
 
 
 def one_variant(variant: str, data: dict, args: argparse.Namespace, tries: int = 3) -> dict:
@@ -339,9 +366,12 @@ def _one_variant(variant: str, data: dict, args: argparse.Namespace) -> dict:
         with memserve_server(ROOT, cmd, settings_for(variant, extra)) as server:
             print(f"[{variant}] service ready in {server.startup_s:.1f}s", flush=True)
             res = asyncio.run(run_variant(server, variant, data, args.sources, args))
-            if args.locomo_queries >= 0 and variant in ("baseline", "all"):
+            if args.locomo_queries >= 0 and variant in ("baseline", "all", "nogate"):
                 print(f"[{variant}] LoCoMo ...", flush=True)
                 res["locomo"] = asyncio.run(locomo(server, variant, args.locomo_queries))
+                if variant == "nogate" and "calibration" in res:
+                    lo = [Sample(**x) for x in res["locomo"]["samples"]]
+                    res["calibration"]["locomo"] = replay_locomo(lo, res["calibration"]["pick"])
             return res
     finally:
         if fake is not None:

@@ -28,7 +28,7 @@ from serve_app.context.expand import expand_query
 from serve_app.context.format import Block, format_context
 from serve_app.context.parts import is_small_talk, split_parts
 from serve_app.context.prefilter import is_greeting
-from serve_app.context.profile_block import format_with_profile
+from serve_app.context.profile_block import format_with_profile, profile_shown
 from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
 from serve_app.text import normalize
@@ -213,33 +213,32 @@ class ContextBuilder:
                 profile_task.cancel()
         message = stems(text)  # the expanded text: a follow-up's terms too
         search_query = None if small else text
+        chunks = await self._chunks(req, chunks, message)
+        budget = req.token_budget - self._reserve(req, chunks)
+        p_facts, other = [], list(facts)
+        cap = int(req.token_budget * lv.profile_share)
+        if lv.profile:
+            p_facts, other = _split_facts(facts)
+            for p in profile:
+                why = "profile: pinned" if p.get("pinned") else f"profile: {p['profile_class']}"
+                p["why"] = why
+            # what the profile section shows is in the block anyway; a profile memory
+            # that does not fit its cap competes (and is gated) like any other
+            shown = profile_shown([*profile, *p_facts], budget, cap)
+            memories = [m for m in memories if str(m["id"]) not in shown]
         if lv.gate:
             memories = self._admitted(memories, message, lv.evidence)
         else:
             for m in memories:
                 m["why"] = f"retrieved (score {float(m.get('score') or 0):.2f})"
         memories = memories[: req.top_k]
-        chunks = await self._chunks(req, chunks, message)
-        budget = req.token_budget - self._reserve(req, chunks)
         if not lv.profile:
             block = format_context(facts, memories, budget)
             return self._result(req, block, chunks, search_query, parts=parts)
-        in_profile = {str(p["id"]) for p in profile}
-        for p in profile:
-            p["why"] = "profile: pinned" if p.get("pinned") else f"profile: {p['profile_class']}"
-        p_facts, other = [], []
-        for f in facts:
-            cls = fact_class(f["category"], f["key"])
-            if cls is not None:
-                f["profile_class"] = cls
-                f["why"] = f"profile: {cls}"
-            (p_facts if cls is not None else other).append(f)
         if lv.gate:
             other = [f for f in other if stems(f"{f['key']} {f['value']}") & message]
             for f in other:
                 f["why"] = "shares a word with the message"
-        memories = [m for m in memories if str(m["id"]) not in in_profile]
-        cap = int(req.token_budget * lv.profile_share)
         block, kept_p, p_tokens = format_with_profile(
             [*profile, *p_facts], other, memories, budget, cap
         )
@@ -291,10 +290,10 @@ class ContextBuilder:
         memories: list[dict[str, Any]], message: frozenset[str], ev: Evidence
     ) -> list[dict[str, Any]]:
         out = []
-        for m in memories:
-            why = ev.why(
-                m.get("best_similarity", m.get("similarity")), stems(m["content"]), message
-            )
+        cands = [
+            (m.get("best_similarity", m.get("similarity")), stems(m["content"])) for m in memories
+        ]
+        for m, why in zip(memories, ev.admit(cands, message), strict=True):
             if why is not None:
                 m["why"] = why
                 out.append(m)
@@ -342,6 +341,18 @@ class ContextBuilder:
         chunks = [m for m in kept if knowledge and kb.is_chunk(m)]
         kept = [m for m in kept if not (knowledge and kb.is_chunk(m))]
         return (kept if req.levers.gate else kept[: req.top_k]), chunks
+
+
+def _split_facts(facts: Sequence[dict[str, Any]]) -> tuple[list, list]:
+    """(profile facts, with their class and why; the other facts)."""
+    p_facts, other = [], []
+    for f in facts:
+        cls = fact_class(f["category"], f["key"])
+        if cls is not None:
+            f["profile_class"] = cls
+            f["why"] = f"profile: {cls}"
+        (p_facts if cls is not None else other).append(f)
+    return p_facts, other
 
 
 def _fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -58,6 +58,20 @@ def profile_order(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
+def profile_shown(
+    profile: Sequence[dict[str, Any]], token_budget: int, profile_cap: int
+) -> set[str]:
+    """Ids of the profile items the block's profile section shows (the same fit as
+    :func:`format_with_profile`): only these leave the retrieved candidates."""
+    budget = token_budget - count_tokens(wrap_context(FOOTER))
+    if budget <= 0:
+        return set()
+    kept, _, _ = _fit(
+        profile_order(profile), profile_line, PROFILE_HEADER, min(profile_cap, budget)
+    )
+    return {str(i["id"]) for i in kept}
+
+
 def format_with_profile(
     profile: Sequence[dict[str, Any]],
     facts: Sequence[dict[str, Any]],

@@ -138,9 +138,17 @@ class ContextSettings(BaseSettings):
     # shared content word and cosine >= ``evidence_similarity_lexical``. Calibrated on
     # loadtests/bench_context.py's calibration half (docs/operations.md).
     relevance_gate: bool = True
-    # bench_context --variants nogate, calibration half (docs/operations.md): 0.35/0.35
+    # bench_context --variants nogate, calibration half (docs/operations.md, "Context
+    # quality"): strong 0.35, weak 0.15, margin 0.1, two shared words.
     evidence_similarity: float = 0.35
-    evidence_similarity_lexical: float = 0.35
+    evidence_similarity_lexical: float = 0.15
+    # The rule's other levers (serve_app/context/evidence.py), each on its own: an item
+    # must lie within ``evidence_margin`` cosine of the message's best candidate (2: off);
+    # below ``evidence_similarity`` it must share ``evidence_min_shared`` content words;
+    # words that only say when ("weekend", "tonight") are not counted as shared.
+    evidence_margin: float = Field(0.1, ge=0, le=2)
+    evidence_min_shared: int = Field(2, ge=1, le=5)
+    evidence_ignore_time_words: bool = False
     # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
     small_talk: Literal["profile", "nothing"] = "profile"
     # Knowledge base (issue 33): the readable documents' chunks (org, the agent's, the
