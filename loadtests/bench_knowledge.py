@@ -281,6 +281,7 @@ def main() -> None:
     ap.add_argument("--ef-search", default="40,64,100,200")
     ap.add_argument("--limit", type=int, default=100)  # RetrievalSettings.dense_depth
     ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--queries", type=int, default=100)  # of the 100 real ones (recall)
     ap.add_argument("--cold-queries", type=int, default=50)
     ap.add_argument("--hot-queries", type=int, default=400)
     ap.add_argument("--exact-hot-queries", type=int, default=200)
@@ -291,6 +292,7 @@ def main() -> None:
     args = ap.parse_args()
     args.data_dir = args.data_dir or Path(f"/tmp/memserve-bench-knowledge-{args.n}")
     texts, real, qs = real_embeddings(MODEL)
+    qs = qs[: args.queries]
     out: dict = {
         "n": args.n,
         "machine": f"{platform.node()} {psutil.cpu_count()} cpus",

@@ -110,7 +110,9 @@ class Retriever:
             if entry is None:
                 size = probe.counts.get(owner)
                 if size is not None and size > self.c.sync_load_max:
-                    self._load_behind(key)
+                    # a knowledge base the shared HNSW index serves: not worth a replica's RAM
+                    if not shared_approx([owner], probe.counts, self.r):
+                        self._load_behind(key)
                     return None
                 entry = await self._load(key)
                 if entry.version < version:  # joined a load that began before the write

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import numpy as np
@@ -170,3 +171,21 @@ async def test_retriever_routes_a_big_shared_owner_to_the_index_and_a_person_exa
     )
     assert seen.pop() == (True, ())
     assert res[0]["id"] == alice_ids[3]
+
+
+async def test_a_big_knowledge_base_is_not_loaded_into_the_hot_cache(kb) -> None:
+    """Above sync_load_max a personal owner loads behind; a shared owner the index serves
+    does not (a 10^6-chunk owner would be read and dropped again for the budget)."""
+    pool, (org, org_ids), (alice, alice_ids), rng = kb
+    settings = Settings().with_(
+        retrieval={"pg_hnsw_shared_min": 1000}, cache={"sync_load_max": 200, "budget_mb": 64}
+    )
+    core = Retriever(pool, SLUG, settings)
+    org_q = SearchQuery(tenant_id="t1", user_id="alice", top_k=5, mode="dense", owners=("@org",))
+    res = await core.search(org_q, org[5])
+    assert res[0]["id"] == org_ids[5] and not core._background
+    assert ("t1", "@org") not in core.cache
+    await core.search(SearchQuery(tenant_id="t1", user_id="alice", top_k=5, mode="dense"), alice[1])
+    await asyncio.gather(*list(core._background))
+    assert ("t1", "alice") in core.cache  # 300 > 200: loaded behind, as before
+    await core.close()
