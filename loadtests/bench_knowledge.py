@@ -48,6 +48,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from loadtests.knowledge_data import ORG, SYNTH_NOISE, TENANT, chunk_vectors, load, real_embeddings
+from loadtests.knowledge_report import faiss_alt, stats, table
 from serve_app.db.migrations import migrate
 from serve_app.store.vectors import ensure_table, shared_hnsw_name, table_name
 
@@ -68,12 +69,8 @@ HNSW = (
 )
 
 
-def pct(xs: list[float], p: float) -> float:
-    return round(float(np.percentile(np.asarray(xs), p)), 2) if xs else float("nan")
-
-
-def stats(lat: list[float]) -> dict:
-    return {"n": len(lat), "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95), "max_ms": pct(lat, 100)}
+class BuildCapped(Exception):
+    """The HNSW build ran past ``--build-cap-s``."""
 
 
 class Bench:
@@ -195,32 +192,60 @@ class Bench:
         }
 
     def build_hnsw(self) -> dict:
-        """The partial index as ``ensure_table`` builds it (CONCURRENTLY), timed."""
+        """The partial index as ``ensure_table`` builds it (CONCURRENTLY), timed; with
+        ``--build-cap-s`` cancelled at the cap, its progress (pgvector reports tuples
+        done) giving a labelled extrapolation of the whole build."""
+        a = self.args
         env = os.environ.get("PGOPTIONS")
         os.environ["PGOPTIONS"] = (
-            f"-c maintenance_work_mem={self.args.maintenance_work_mem}"
+            f"-c maintenance_work_mem={a.maintenance_work_mem}"
             " -c max_parallel_maintenance_workers=1"
+            + (f" -c statement_timeout={a.build_cap_s * 1000}" if a.build_cap_s else "")
         )
+        progress: list[tuple[float, int, int]] = []
+        stop = threading.Event()
+
+        def poll() -> None:
+            with self.connect() as conn:
+                while not stop.wait(5):
+                    row = conn.execute(
+                        "SELECT tuples_done, tuples_total FROM pg_stat_progress_create_index"
+                    ).fetchone()
+                    if row and row[1]:
+                        progress.append((time.perf_counter() - t, int(row[0]), int(row[1])))
+
+        t = time.perf_counter()
+        poller = threading.Thread(target=poll)
+        poller.start()
+        out = {"m": a.m, "ef_construction": a.efc}
         try:
-            t = time.perf_counter()
-            ensure_table(self.dsn, SLUG, 384, shared_hnsw=(self.args.m, self.args.efc))
-            build = time.perf_counter() - t
+            ensure_table(self.dsn, SLUG, 384, shared_hnsw=(a.m, a.efc))
+        except psycopg.errors.QueryCanceled:
+            el, done, total = progress[-1] if progress else (0.0, 0, 1)
+            out.update(
+                capped_at_s=a.build_cap_s,
+                tuples_done=done,
+                tuples_total=total,
+                extrapolated_build_s=round(el * total / max(done, 1), 0),
+            )
+            with self.connect() as conn:  # the cancelled CONCURRENTLY build leaves it invalid
+                conn.execute(f"DROP INDEX IF EXISTS {shared_hnsw_name(self.vt)}")
+            return out
         finally:
+            stop.set()
+            poller.join()
             if env is None:
                 os.environ.pop("PGOPTIONS")
             else:
                 os.environ["PGOPTIONS"] = env
+        out["build_s"] = round(time.perf_counter() - t, 1)
         with self.connect() as conn:
             size = conn.execute(
                 "SELECT pg_relation_size(%s::regclass)", (shared_hnsw_name(self.vt),)
             ).fetchone()[0]
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.vt)))
-        return {
-            "m": self.args.m,
-            "ef_construction": self.args.efc,
-            "build_s": round(build, 1),
-            "index_mb": round(size / 2**20, 1),
-        }
+        out["index_mb"] = round(size / 2**20, 1)
+        return out
 
 
 def recall(got: list[list], truth: list[list], k: int = 10) -> float:
@@ -230,45 +255,6 @@ def recall(got: list[list], truth: list[list], k: int = 10) -> float:
     return round(
         float(np.mean([len(set(g) & set(t[:k])) / k for g, t in zip(got, truth, strict=True)])), 4
     )
-
-
-def faiss_alt(org: np.ndarray, qs: np.ndarray, args: argparse.Namespace) -> dict:
-    """FAISS IndexHNSWFlat over the owner, as the hot cache builds it (cache settings)."""
-    import faiss
-
-    from serve_app.settings import Settings
-
-    c = Settings().cache
-    faiss.omp_set_num_threads(2)
-    rss0 = psutil.Process().memory_info().rss
-    t = time.perf_counter()
-    index = faiss.IndexHNSWFlat(org.shape[1], c.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = c.hnsw_ef_construction
-    index.add(org)
-    build = time.perf_counter() - t
-    ram = (psutil.Process().memory_info().rss - rss0) / 2**20
-    faiss.omp_set_num_threads(1)
-    truth = np.argsort(-(qs @ org.T), axis=1)[:, :10]
-    out = {
-        "n": len(org),
-        "m": c.hnsw_m,
-        "ef_construction": c.hnsw_ef_construction,
-        "build_s": round(build, 1),
-        "ram_mb": round(ram, 1),
-        "budget_mb": c.budget_mb,
-    }
-    for ef in (c.hnsw_ef_search, 2 * c.hnsw_ef_search):
-        index.hnsw.efSearch = max(ef, args.limit)
-        lat = []
-        hits = []
-        for qv in qs:
-            t = time.perf_counter()
-            _, ids = index.search(qv[None, :], args.limit)
-            lat.append((time.perf_counter() - t) * 1000)
-            hits.append(ids[0])
-        rec = np.mean([len(set(h) & set(tr)) / 10 for h, tr in zip(hits, truth, strict=True)])
-        out[f"ef{index.hnsw.efSearch}"] = {**stats(lat), "recall_at_10": round(float(rec), 4)}
-    return out
 
 
 def main() -> None:
@@ -288,6 +274,7 @@ def main() -> None:
     ap.add_argument("--insert-batches", type=int, default=20)
     ap.add_argument("--faiss-max", type=int, default=200_000)
     ap.add_argument("--maintenance-work-mem", default="2GB")
+    ap.add_argument("--build-cap-s", type=int, default=0)  # 0: no cap
     ap.add_argument("--data-dir", type=Path, default=None)
     args = ap.parse_args()
     args.data_dir = args.data_dir or Path(f"/tmp/memserve-bench-knowledge-{args.n}")
@@ -321,6 +308,9 @@ def main() -> None:
         print(f"exact {ex}", flush=True)
         hn: dict = b.build_hnsw()
         print(f"hnsw build {hn}", flush=True)
+        out["hnsw"] = hn
+        if "build_s" not in hn:
+            raise BuildCapped
         hn["insert_org"] = b.insert_cost(ORG, args.insert_batches, real)
         hn["insert_personal"] = b.insert_cost("user00000", args.insert_batches, real)
         hn["sweep"] = {}
@@ -339,6 +329,8 @@ def main() -> None:
         hn["pg_ram_mb"] = b.pg_ram_mb()
         out["hnsw"] = hn
         print(f"hnsw {hn}", flush=True)
+    except BuildCapped:
+        print("HNSW build capped: no HNSW measurements", flush=True)
     finally:
         b.server.stop()
     if args.faiss_max:
@@ -351,38 +343,6 @@ def main() -> None:
     path = Path(__file__).parent / "results" / f"bench_knowledge-{args.n}.json"
     path.write_text(json.dumps(out, indent=2, default=str))
     print(f"wrote {path}")
-
-
-def table(out: dict) -> None:
-    ex, hn, fa = out["exact"], out["hnsw"], out.get("faiss", {})
-    ef = hn["ef_search"]
-    fk = next((k for k in fa if k.startswith("ef")), None)
-    rows = [
-        ("build s", "-", hn["build_s"], fa.get("build_s", "-")),
-        ("index MB", "-", hn["index_mb"], fa.get("ram_mb", "-")),
-        (
-            "insert chunks/s (org)",
-            ex["insert_org"]["chunks_per_s"],
-            hn["insert_org"]["chunks_per_s"],
-            "-",
-        ),
-        ("insert chunks/s (personal)", "-", hn["insert_personal"]["chunks_per_s"], "-"),
-        ("recall@10", 1.0, hn["sweep"][ef]["recall_at_10"], fa[fk]["recall_at_10"] if fk else "-"),
-        ("cold p95 ms", ex["cold"]["p95_ms"], hn["cold"]["p95_ms"], "-"),
-        ("hot p50 ms (1 client)", "-", hn["sweep"][ef]["p50_ms"], fa[fk]["p50_ms"] if fk else "-"),
-        (
-            f"hot p95 ms ({ex['hot']['clients']} clients)",
-            ex["hot"]["p95_ms"],
-            hn["hot"]["p95_ms"],
-            "-",
-        ),
-        ("hot qps", ex["hot"]["qps"], hn["hot"]["qps"], "-"),
-        ("postgres PSS MB", ex["pg_ram_mb"], hn["pg_ram_mb"], "-"),
-    ]
-    print(f"\nn = {out['n']}: {out['vectors']}")
-    print(f"{'':32}{'exact':>12}{f'hnsw ef={ef}':>14}{'faiss hnsw':>12}")
-    for name, *cells in rows:
-        print(f"{name:32}" + "".join(f"{str(c):>12}  " for c in cells))
 
 
 if __name__ == "__main__":
