@@ -69,6 +69,14 @@ HNSW = (
 )
 
 
+def loaded(dsn: str) -> int:
+    try:
+        with psycopg.connect(dsn) as conn:
+            return conn.execute("SELECT count(*) FROM memory_items").fetchone()[0]
+    except psycopg.Error:
+        return -1
+
+
 class BuildCapped(Exception):
     """The HNSW build ran past ``--build-cap-s``."""
 
@@ -101,6 +109,7 @@ class Bench:
         with conn.transaction():
             conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")  # as the product
             rows = conn.execute(sql.SQL(HNSW).format(v=sql.Identifier(self.vt)), p).fetchall()
         return [r[0] for r in rows]  # relaxed order: the product re-sorts by similarity
 
@@ -274,7 +283,9 @@ def main() -> None:
     ap.add_argument("--insert-batches", type=int, default=20)
     ap.add_argument("--faiss-max", type=int, default=200_000)
     ap.add_argument("--maintenance-work-mem", default="2GB")
+    ap.add_argument("--reuse", action="store_true")  # keep a loaded database of this size
     ap.add_argument("--build-cap-s", type=int, default=0)  # 0: no cap
+    ap.add_argument("--build-deadline", default="")  # UTC HH:MM: the cap ends the build then
     ap.add_argument("--data-dir", type=Path, default=None)
     args = ap.parse_args()
     args.data_dir = args.data_dir or Path(f"/tmp/memserve-bench-knowledge-{args.n}")
@@ -291,12 +302,16 @@ def main() -> None:
     print(out["vectors"], flush=True)
     b = Bench(args)
     try:
-        with psycopg.connect(b.admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{DB}"')
-        migrate(b.dsn)
-        ensure_table(b.dsn, SLUG, 384)
-        out["load"] = load(b.dsn, b.vt, texts, real, args.n, args.users, args.per_user)
+        if args.reuse and loaded(b.dsn) == args.n + args.users * args.per_user:
+            ensure_table(b.dsn, SLUG, 384)  # drops a shared index an earlier run built
+            out["load"] = {"reused": True}
+        else:
+            with psycopg.connect(b.admin, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+                conn.execute(f'CREATE DATABASE "{DB}"')
+            migrate(b.dsn)
+            ensure_table(b.dsn, SLUG, 384)
+            out["load"] = load(b.dsn, b.vt, texts, real, args.n, args.users, args.per_user)
         print(f"load {out['load']}", flush=True)
         ex: dict = {"insert_org": b.insert_cost(ORG, args.insert_batches, real)}
         b.restart()
@@ -306,6 +321,10 @@ def main() -> None:
         ex["pg_ram_mb"] = b.pg_ram_mb()
         out["exact"] = ex
         print(f"exact {ex}", flush=True)
+        if args.build_deadline:  # cap the build so the run ends by then (UTC HH:MM)
+            hh, mm = (int(x) for x in args.build_deadline.split(":"))
+            end = datetime.now(UTC).replace(hour=hh, minute=mm, second=0)
+            args.build_cap_s = max(30, int((end - datetime.now(UTC)).total_seconds()))
         hn: dict = b.build_hnsw()
         print(f"hnsw build {hn}", flush=True)
         out["hnsw"] = hn
