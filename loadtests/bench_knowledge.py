@@ -230,13 +230,14 @@ class Bench:
         try:
             ensure_table(self.dsn, SLUG, 384, shared_hnsw=(a.m, a.efc))
         except psycopg.errors.QueryCanceled:
-            el, done, total = progress[-1] if progress else (0.0, 0, 1)
-            out.update(
-                capped_at_s=a.build_cap_s,
-                tuples_done=done,
-                tuples_total=total,
-                extrapolated_build_s=round(el * total / max(done, 1), 0),
-            )
+            out["capped_at_s"] = a.build_cap_s
+            if progress and progress[-1][1]:  # none reported: no extrapolation
+                el, done, total = progress[-1]
+                out.update(
+                    tuples_done=done,
+                    tuples_total=total,
+                    extrapolated_build_s=round(el * total / done),
+                )
             with self.connect() as conn:  # the cancelled CONCURRENTLY build leaves it invalid
                 conn.execute(f"DROP INDEX IF EXISTS {shared_hnsw_name(self.vt)}")
             return out
@@ -358,9 +359,9 @@ def main() -> None:
         if org.shape[0] < args.n:
             out["faiss"]["note"] = f"built on the first {org.shape[0]} chunks only"
         print(f"faiss {out['faiss']}", flush=True)
-    table(out)
     path = Path(__file__).parent / "results" / f"bench_knowledge-{args.n}.json"
     path.write_text(json.dumps(out, indent=2, default=str))
+    table(out)
     print(f"wrote {path}")
 
 

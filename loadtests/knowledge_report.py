@@ -62,7 +62,7 @@ def table(out: dict) -> None:
         print(f"\nn = {out['n']}: {out['vectors']}\nexact {ex}\nhnsw (capped) {hn}")
         return
     ef = hn["ef_search"]
-    fk = next((k for k in fa if k.startswith("ef")), None)
+    fk = next((k for k, v in fa.items() if k.startswith("ef") and isinstance(v, dict)), None)
     rows = [
         ("build s", "-", hn["build_s"], fa.get("build_s", "-")),
         ("index MB", "-", hn["index_mb"], fa.get("ram_mb", "-")),
