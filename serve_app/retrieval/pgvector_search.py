@@ -184,30 +184,18 @@ class PgVectorSearch:
         owners as ``exact`` says. Owners are disjoint, so the parts merge by similarity."""
         vec = np.asarray(vector, dtype=np.float32)
         rest = [o for o in q.owner_keys if o not in shared_approx]
+        parts = [(rest, exact, False)] if rest else []
+        parts += [([owner], False, True) for owner in shared_approx]
         rows: list[dict[str, Any]] = []
-        if rest:
-            rows.extend(await self._dense(q, vec, limit, rest, exact=exact, shared=False))
-        for owner in shared_approx:
-            rows.extend(await self._dense(q, vec, limit, [owner], exact=False, shared=True))
+        for owners, part_exact, shared in parts:
+            query, params = self.dense_sql(q, vec, limit, owners, exact=part_exact, shared=shared)
+            async with self.pool.connection() as conn, conn.transaction():
+                if not part_exact:
+                    await self.set_hnsw(conn, limit)
+                cur = await conn.execute(query, params)
+                rows.extend(await cur.fetchall())
         rows.sort(key=lambda r: -r["similarity"])  # relaxed_order may be slightly off
         return rows[:limit]
-
-    async def _dense(
-        self,
-        q: SearchQuery,
-        vec: np.ndarray,
-        limit: int,
-        owners: list[str],
-        *,
-        exact: bool,
-        shared: bool,
-    ) -> list[dict[str, Any]]:
-        query, params = self.dense_sql(q, vec, limit, owners, exact=exact, shared=shared)
-        async with self.pool.connection() as conn, conn.transaction():
-            if not exact:
-                await self.set_hnsw(conn, limit)
-            cur = await conn.execute(query, params)
-            return await cur.fetchall()
 
     async def set_hnsw(self, conn: Any, limit: int) -> None:
         """This transaction's HNSW scan: ef_search (at least the limit), iterative, and a
