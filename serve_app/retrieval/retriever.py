@@ -38,7 +38,7 @@ from serve_app.retrieval import explain as why
 from serve_app.retrieval.cache import HotCache, Key, OwnerIndex, index_params
 from serve_app.retrieval.fusion import rrf
 from serve_app.retrieval.neighbours import neighbour_boost, neighbour_weight
-from serve_app.retrieval.pgvector_search import PgVectorSearch, Probe
+from serve_app.retrieval.pgvector_search import PgVectorSearch, Probe, shared_approx
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.signals import Segment, direct_scores, expand, mmr, session_key
 from serve_app.retrieval.temporal import time_intent
@@ -81,7 +81,9 @@ class Retriever:
         cached = self.cache.enabled and all((q.tenant_id, o) in self.cache for o in owners)
         probe = await self.pg.probe(
             q,
-            count_cap=0 if cached else max(self.c.sync_load_max, self.r.pg_exact_scan_max),
+            count_cap=0
+            if cached
+            else max(self.c.sync_load_max, self.r.pg_exact_scan_max, self.r.pg_hnsw_shared_min),
             want_terms=want_lex,
             allowed_cap=self.c.filter_max_ids if self.cache.enabled else 0,
         )
@@ -108,7 +110,9 @@ class Retriever:
             if entry is None:
                 size = probe.counts.get(owner)
                 if size is not None and size > self.c.sync_load_max:
-                    self._load_behind(key)
+                    # a knowledge base the shared HNSW index serves: not worth a replica's RAM
+                    if not shared_approx([owner], probe.counts, self.r):
+                        self._load_behind(key)
                     return None
                 entry = await self._load(key)
                 if entry.version < version:  # joined a load that began before the write
@@ -275,11 +279,16 @@ class Retriever:
     ) -> list[dict[str, Any]]:
         depth_d = max(self.r.dense_depth, 3 * q.top_k)
         depth_l = max(self.r.lexical_depth, 3 * q.top_k)
-        sizes = [probe.counts.get(o) for o in q.owner_keys]
+        shared = shared_approx(q.owner_keys, probe.counts, self.r)
+        sizes = [probe.counts.get(o) for o in q.owner_keys if o not in shared]
         exact = all(n is not None for n in sizes) and sum(sizes) <= self.r.pg_exact_scan_max
         if q.mode == "dense":
             depth_d = self.candidate_count(q)
-        dense_rows = await self.pg.dense(q, qv, depth_d, exact=exact) if want_dense else []
+        dense_rows = (
+            await self.pg.dense(q, qv, depth_d, exact=exact, shared_approx=shared)
+            if want_dense
+            else []
+        )
         lex_rows = await self.pg.lexical(q, qv, probe.terms, depth_l) if want_lex else []
         rows = {r["id"]: r for r in (*lex_rows, *dense_rows)}
         sims = {i: float(r["similarity"]) for i, r in rows.items()}

@@ -66,6 +66,13 @@ class RetrievalSettings(BaseSettings):
     pg_hnsw: bool = False
     pg_hnsw_m: int = 16
     pg_hnsw_ef_construction: int = 64
+    # Knowledge bases (issue 33): a partial HNSW index (m, ef_construction above) over
+    # the shared owners ('@org', '@agent:<id>') only, so personal writes never pay for
+    # it; cold dense searches of a shared owner of at least pg_hnsw_shared_min vectors
+    # read through it (iterative scan, hnsw_ef_search), smaller owners stay exact
+    # (loadtests/bench_knowledge.py, docs/operations.md).
+    pg_hnsw_shared: bool = True
+    pg_hnsw_shared_min: int = 20_000
     dense_depth: int = 100  # dense candidates fused per search (at least 3 x top_k)
     lexical_depth: int = 100  # lexical candidates fused per search
     # Hybrid fusion on cached owners (RRF always when cold).

@@ -43,10 +43,14 @@ def test_start_up_applies_the_settings(fresh_db, monkeypatch) -> None:
 
     monkeypatch.setattr("serve_app.reembed.plan.reconcile", stop)
     spec = type("Spec", (), {"table_slug": "vt", "name": "m", "dim": 4})()
-    for env, want in ((None, None), ({"pg_hnsw": True, "pg_hnsw_m": 12}, (12, 64))):
+    for env, want, shared in (
+        (None, None, (16, 64)),  # the shared owners' partial index is on by default
+        ({"pg_hnsw": True, "pg_hnsw_m": 12}, (12, 64), (12, 64)),
+        ({"pg_hnsw_shared": False}, None, None),
+    ):
         settings = Settings(database_url=fresh_db)
         if env:
             settings = settings.with_(retrieval=env)
         with pytest.raises(Stop):
             plan_models(settings, fresh_db, spec)
-        assert calls.pop() == {"hnsw": want}
+        assert calls.pop() == {"hnsw": want, "shared_hnsw": shared}
