@@ -28,7 +28,7 @@ export async function documentsView(root, who) {
   await documents(state, []);
 }
 
-const owner = (d) => (d.scope === "org" ? "org" : d.scope === "agent" ? `agent · ${d.agent_id}` : `user · ${d.user_id || d.owner}`);
+const owner = (d) => (d.scope === "org" ? "tenant-wide" : d.scope === "agent" ? `agent · ${d.agent_id}` : `user · ${d.user_id || d.owner}`);
 // GET and DELETE of an agent's document name the agent (a user key reads it only so).
 const scoped = (d) => (d.agent_id ? { agent_id: d.agent_id } : {});
 const deletable = (who, d) => who.role !== "user" || (d.scope === "user" && d.owner === who.user_id);
