@@ -2,6 +2,7 @@
 import { ApiError, get, keyStore } from "./api.js";
 import { append, button, clear, flash, h } from "./dom.js";
 import { adminView } from "./views/admin.js";
+import { documentsView } from "./views/documents.js";
 import { userView } from "./views/user.js";
 import { usersView } from "./views/users.js";
 
@@ -35,6 +36,7 @@ function nav() {
   const links = [];
   if (who.role === "user") links.push(["My memories", `#/user/${encodeURIComponent(who.user_id)}`]);
   else links.push(["Users", "#/users"]);
+  links.push(["Documents", "#/documents"]);
   if (who.role === "admin") links.push(["Admin", "#/admin/keys"]);
   const bar = clear(document.getElementById("nav"));
   append(bar, links.map(([label, href]) => h("a", { href }, label)));
@@ -68,6 +70,7 @@ export async function route() {
   const [section, ...rest] = parts;
   try {
     if (section === "user" && rest[0]) await userView(root, who, rest[0], rest.slice(1));
+    else if (section === "documents") await documentsView(root, who);
     else if (section === "admin" && who.role === "admin") await adminView(root, who, rest[0] || "keys");
     else if (who.role === "user") window.location.hash = `#/user/${encodeURIComponent(who.user_id)}`;
     else await usersView(root, who, section === "users" ? rest[0] : undefined);

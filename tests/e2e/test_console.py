@@ -477,3 +477,112 @@ def test_events_and_webhooks_view(browser, service, api, admin, shots):
         for w in made:
             admin.delete(f"/v1/admin/webhooks/{w['id']}")
         receiver.stop()
+
+
+GUIDE = (
+    "# Travel policy\n\nBook flights through the portal.\n\n"
+    "## Hotels\n\nThe nightly cap is 180 euros in Berlin.\n\n"
+    "## Meals\n\nDinner is covered up to 40 euros.\n"
+)
+
+
+def test_documents_view(browser, service, shots):
+    """Documents: the tenant's knowledge base listed (paged, filtered by scope and tag), a
+    document's chunks with their heading path and span (paged), delete with a confirm that
+    is gone from the list and the API; a user key deletes only its own documents."""
+    tenant = "cdoc_" + secrets.token_hex(4)
+    key = service.add_key("msk_" + secrets.token_hex(16), tenant, "service")
+    user_key = service.add_key("msk_" + secrets.token_hex(16), tenant, "user", "ana")
+    manual = "".join(f"## Step {i}\n\nTurn dial {i} to position {i * 7}.\n\n" for i in range(25))
+    with client_for(service, key) as api:
+
+        def post(**doc) -> dict:
+            r = api.post("/v1/documents", json=doc)
+            assert r.status_code == 201, r.text
+            return r.json()
+
+        travel = post(document_id="kb-travel", text=GUIDE, content_type="text/markdown",
+                      tags=["policy"])  # fmt: skip
+        assert travel["chunk_count"] == 3
+        for i in range(23):  # 26 documents: a second page of the list (25 a page)
+            post(document_id=f"kb-bulk-{i:02}", text=f"bulk note {i}", tags=["bulk"])
+        big = post(document_id="kb-manual", title="Dial manual", text="# Manual\n\n" + manual,
+                   content_type="text/markdown", tags=["manual"])  # fmt: skip
+        assert big["chunk_count"] > 20  # a second page of chunks (20 a page)
+        post(document_id="kb-notes", text="Ana's own notes on the trip.", scope="user",
+             user_id="ana", tags=["notes"])  # fmt: skip
+
+        c = Console(browser, service.base_url, key)
+        page = c.go("documents")
+        rows = page.locator("#documents tbody tr")
+        expect(rows).to_have_count(25)  # newest first: the Markdown guide is on page 2
+        notes = page.locator("#documents tr", has_text="kb-notes")
+        expect(notes).to_contain_text("user · ana")
+        expect(notes).to_contain_text("notes")
+        expect(page.locator("#documents tr", has_text="kb-travel")).to_have_count(0)
+        shots.take(page, "19-documents")
+        page.click("#documents-next")
+        expect(rows).to_have_count(1)
+        row = page.locator("#documents tr", has_text="kb-travel")
+        expect(row).to_contain_text("Travel policy")
+        expect(row.locator("td[data-label='Chunks']")).to_have_text("3")
+        expect(row.locator("td[data-label='Version']")).to_have_text("1")
+        expect(row.locator("td[data-label='Owner']")).to_contain_text("org")
+        expect(row.locator("td[data-label='Tags']")).to_have_text("policy")
+        page.click("#documents-prev")
+        expect(rows).to_have_count(25)
+
+        # Filters: scope and tag (the API's own filters)
+        page.select_option("#document-filters select[name=scope]", "user")
+        page.click("#document-filters button[type=submit]")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text("kb-notes")
+        page.select_option("#document-filters select[name=scope]", "")
+        page.fill("#document-filters input[name=tag]", "policy")
+        page.click("#document-filters button[type=submit]")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text("kb-travel")
+
+        # A document's chunks: index, heading path, the span it was cut from, the text
+        page.click("button[data-open='kb-travel']")
+        chunks = page.locator("#chunks tbody tr")
+        expect(chunks).to_have_count(3)
+        hotel = api.get("/v1/documents/kb-travel").json()["chunks"][1]
+        expect(chunks.nth(1)).to_contain_text("Travel policy › Hotels")
+        expect(chunks.nth(1)).to_contain_text(f"{hotel['char_start']}–{hotel['char_end']}")
+        expect(chunks.nth(1)).to_contain_text("180 euros in Berlin")
+        expect(page.locator("#chunks-next")).to_be_disabled()
+        shots.take(page, "20-document-chunks")
+        page.fill("#document-filters input[name=tag]", "manual")
+        page.click("#document-filters button[type=submit]")
+        page.click("button[data-open='kb-manual']")
+        expect(chunks).to_have_count(20)
+        page.click("#chunks-next")
+        expect(chunks).to_have_count(big["chunk_count"] - 20)
+        expect(chunks.first.locator("td[data-label='#']")).to_have_text("20")
+        expect(page.locator("#chunks")).to_contain_text("Step 24")
+        page.click("#chunks-prev")
+        expect(chunks.first.locator("td[data-label='#']")).to_have_text("0")
+
+        # Delete (the confirm is accepted): out of the list and out of the API
+        page.fill("#document-filters input[name=tag]", "")
+        page.click("#document-filters button[type=submit]")
+        expect(page.locator("#documents tr", has_text="kb-notes")).to_have_count(1)
+        page.click("button[data-delete='kb-notes']")
+        expect(page.locator("#flash")).to_contain_text("kb-notes deleted")
+        expect(page.locator("#documents tr", has_text="kb-notes")).to_have_count(0)
+        expect(rows).to_have_count(25)  # the page refilled from the next one
+        assert api.get("/v1/documents/kb-notes").status_code == 404
+        listed = api.get("/v1/documents", params={"limit": 100}).json()["documents"]
+        assert "kb-notes" not in {d["document_id"] for d in listed} and len(listed) == 25
+        shots.take(page, "21-document-deleted")
+        c.close()
+
+        # A user key reads the org's documents but gets no Delete button on them
+        post(document_id="kb-ana", text="Ana's second note.", scope="user", user_id="ana")
+        c = Console(browser, service.base_url, user_key)
+        page = c.go("documents")
+        expect(page.locator("button[data-delete='kb-ana']")).to_have_count(1)
+        expect(page.locator("button[data-delete='kb-manual']")).to_have_count(0)
+        expect(page.locator("#documents tr", has_text="kb-manual")).to_have_count(1)
+        c.close()
