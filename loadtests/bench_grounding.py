@@ -76,30 +76,41 @@ def marker(attribute: str, memory: str | None) -> str | None:
     return (value.split(end, 1)[0] if end else value).strip().lower()
 
 
+def names(attribute: str, memory: str | None) -> set[str]:
+    """Every way an item can name the value: the marker, and for a job also the role
+    (a real model writes "job = chef" as often as the workplace)."""
+    value = marker(attribute, memory)
+    if value is None or memory is None:
+        return set()
+    if attribute == "job":
+        return {value, memory.split("works as a ", 1)[1].split(" at ", 1)[0].lower()}
+    return {value}
+
+
 def stale_in(u: User, text: str, session: int) -> list[str]:
     """The attributes ``text`` states a no-longer-true value of, on session ``session``'s day."""
     day = DATES[session]
     low = text.lower()
     out = []
     for attribute, timeline in u.timeline.items():
-        current = marker(attribute, u.at(attribute, day))
-        old = {marker(attribute, m) for start, m in timeline if start <= day and m is not None}
-        old.discard(current)
+        current = names(attribute, u.at(attribute, day))
+        old = set().union(*(names(attribute, m) for start, m in timeline if start <= day))
+        old -= current
         if attribute == "plan" and "cancel" in low:
             continue
-        if any(o and o in low for o in old) and not (current and current in low):
+        if any(o in low for o in old) and not any(c in low for c in current):
             out.append(attribute)
     return out
 
 
-def new_in(u: User, session: int) -> dict[str, str]:
-    """The values (markers) that became true on session ``session``'s day, per attribute:
-    what the user said that day and a good extraction writes."""
+def new_in(u: User, session: int) -> dict[str, set[str]]:
+    """The values (their names) that became true on session ``session``'s day, per
+    attribute: what the user said that day and a good extraction writes."""
     day = DATES[session]
     out = {}
     for attribute, timeline in u.timeline.items():
         for start, memory in timeline:
-            value = marker(attribute, memory)
+            value = names(attribute, memory)
             if start == day and value:
                 out[attribute] = value
     return out
@@ -110,7 +121,7 @@ def classify(u: User, text: str, session: int) -> str:
     a good update lost), ``stale_drop`` (an old value: what the check is for) or
     ``other`` (neither: a restated current value or an item outside the scenario)."""
     low = text.lower()
-    if any(v in low for v in new_in(u, session).values()):
+    if any(v in low for vs in new_in(u, session).values() for v in vs):
         return "false_drop"
     return "stale_drop" if stale_in(u, text, session) else "other"
 
@@ -241,7 +252,7 @@ async def judge(pool: Any, u: User, prefix: str, sessions: int) -> dict[str, Any
     for i in range(sessions):
         for a, value in new_in(u, i).items():
             per[a]["new"] += 1
-            per[a]["new_written"] += int(value in written.get(i, ""))
+            per[a]["new_written"] += int(any(v in written.get(i, "") for v in value))
     totals = {k: sum(p[k] for p in per.values()) for k in next(iter(per.values()))}
     return {**totals, "by_attribute": per, "stale_samples": samples[:6]}
 
@@ -281,13 +292,14 @@ async def run(
     embed: Any,
     users: Sequence[User],
     budget_s: float,
-    seed: tuple[int, str | None] = (0, None),
+    seed: tuple[int, str | None, int] = (0, None, len(DATES)),
 ) -> dict[str, Any]:
     """Session by session, each user's session in both arms one after the other (a run
     cut by ``budget_s`` has every user paired, over its first sessions), then the
-    per-arm totals and the paired differences. ``seed``: (n, url) the first n sessions
+    per-arm totals and the paired differences. ``seed``: (n, url, last) the first n sessions
     are extracted by the scripted good model at url (no known block is shown in the
-    first one, so the check cannot act there: the slow model's calls go where it can)."""
+    first one, so the check cannot act there: the slow model's calls go where it can),
+    and sessions from ``last`` on are not played."""
     drops = Drops()
     logging.getLogger("serve_app.extraction.pipeline").addHandler(drops)
     logging.getLogger("serve_app.extraction.pipeline").setLevel(logging.INFO)
@@ -311,7 +323,9 @@ async def run(
                                         "saved": 0, "facts": 0, "dropped": []}
                 for arm in arms for u in users}  # fmt: skip
         last = 0.0  # the last round's seconds: a round that would overrun is not started
-        for i in range(len(DATES)):  # session-major: the model's prompt cache keeps the
+        for i in range(
+            min(seed[2], len(DATES))
+        ):  # session-major: the model's prompt cache keeps the
             if time.perf_counter() - started + last > budget_s:  # system prompt
                 print(f"budget of {budget_s:.0f} s: sessions {i}.. not run", flush=True)
                 break
@@ -357,6 +371,7 @@ def main() -> None:
     ap.add_argument("--memo", type=Path, help="JSON lines of LLM answers by prompt, kept")
     ap.add_argument("--seed-sessions", type=int, default=0,
                     help="sessions extracted by the scripted good model first")  # fmt: skip
+    ap.add_argument("--sessions", type=int, default=len(DATES), help="play the first N only")
     ap.add_argument("--budget-s", type=float, default=float("inf"),
                     help="start no further user after this many seconds")  # fmt: skip
     args = ap.parse_args()
@@ -389,7 +404,7 @@ def main() -> None:
             migrate(dsn)
             slug = encoder.spec.table_slug
             ensure_table(dsn, slug, encoder.spec.dim)
-            seed = (args.seed_sessions, fake.url if fake is not None else None)
+            seed = (args.seed_sessions, fake.url if fake else None, args.sessions)
             result = asyncio.run(run(dsn, slug, settings, embed, users, args.budget_s, seed))
         finally:
             pg.stop()
@@ -402,6 +417,7 @@ def main() -> None:
         "users": args.users, "seed": args.seed, "sessions_per_user": len(DATES), "llm": llm,
         "temperature": 0, "memo": str(args.memo) if args.memo else None,
         "max_tokens": args.max_tokens, "seed_sessions_scripted": args.seed_sessions,
+        "sessions": args.sessions,
     }  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k != "per_user"}, indent=2))
     name = "bench_grounding" + ("-scripted" if args.scripted else "-llm")
