@@ -3,23 +3,35 @@
 The knowledge-update scenarios (``loadtests/knowledge_scenarios.py``: users who move,
 change jobs, diets and partners, plan and cancel a trip over four dated sessions) are
 played through the extraction pipeline in process (embedded Postgres, the real encoder,
-no Ray), twice: with the grounding check (``extract.ground``) and without it, each on
-its own users with the same conversations. The LLM is either the scripted ``good``
-model of the knowledge-update benchmark (it only writes what the turns say, so every
-item the check drops there is a false drop) or any OpenAI-compatible server, such as
-the small local model of ``../shared/llm`` (start it per its README first).
+no Ray) in two arms side by side: with the grounding check (``extract.ground``) and
+without it, each on its own user ids with the same conversations, session by session
+(each user's session in both arms before the next user). The LLM is either the scripted
+``good`` model of the knowledge-update benchmark (it only writes what the turns say, so
+every item the check drops there is a false drop) or any OpenAI-compatible server, such
+as the small local model of ``../shared/llm`` (start it per its README first; it
+answers at temperature 0). Its answers are memoised by prompt (``--memo`` keeps them in
+a JSON-lines file), so both arms get the very same answer until the check first drops
+something and only the check differs; a rerun asks the model only what it has not seen.
+``--seed-sessions N`` has the scripted good model extract the first N sessions (the
+first shows no known block, so the check cannot act there): the slow model's calls go to
+the sessions where it can.
 
-Per variant:
+Per arm (totals, per attribute, per user):
 - ``stale_writes``: items (memories, fact versions) a session wrote that carry a value
   of an attribute that was no longer true on that session's day (and not the new one),
   e.g. "diet = vegetarian" written the day the user said "pescatarian now";
 - ``stale_live``: live memories and active facts at the end carrying a value that is no
   longer true;
-- ``ungrounded``: items the check dropped (the scripted run: false drops);
-- items stored, extraction calls, failed batches, wall time.
+- ``new_written``: of the values the user gave in a session, those an item of that
+  session names (what a false drop would cost);
+- ``ungrounded``: items the check dropped, each classified: ``stale_drop`` (an old
+  value), ``false_drop`` (a value the user gave that day), ``other`` (a restated
+  current value);
+- ``paired``: per user, without minus with the check (mean, standard error, counts).
 
     python -m loadtests.bench_grounding --scripted --users 6
-    python -m loadtests.bench_grounding --llm-url http://127.0.0.1:8790/v1 --users 2
+    python -m loadtests.bench_grounding --llm-url http://127.0.0.1:8790/v1 --users 6 \
+        --seed-sessions 2 --sessions 3 --memo loadtests/results/grounding-memo-qwen1.5b.jsonl
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from loadtests.grounding_judge import classify, new_in, paired, stale_in, summary
 from loadtests.harness import write_json
 from loadtests.knowledge_scenarios import DATES, QUESTIONS, ScriptedModel, User, make_user
 from models import load_encoder
@@ -57,73 +70,6 @@ from tests.fakes.llm_server import FakeLLM
 
 TENANT = "bench"
 SLUG = "all-minilm-l6-v2-int8"  # the default encoder, as the extraction tests load it
-# How the scenario's memory text names each attribute's value (knowledge_scenarios.make_user).
-_VALUE = {
-    "city": ("lives in ", None),
-    "job": (" at ", None),
-    "diet": ("follows a ", " diet"),
-    "partner": ("dating ", None),
-    "plan": ("trip to ", " on "),
-}
-
-
-def marker(attribute: str, memory: str | None) -> str | None:
-    """The value an attribute's scenario memory names ("Paris-1234", "vegetarian")."""
-    if memory is None:
-        return None
-    start, end = _VALUE[attribute]
-    value = memory.split(start, 1)[1]
-    return (value.split(end, 1)[0] if end else value).strip().lower()
-
-
-def names(attribute: str, memory: str | None) -> set[str]:
-    """Every way an item can name the value: the marker, and for a job also the role
-    (a real model writes "job = chef" as often as the workplace)."""
-    value = marker(attribute, memory)
-    if value is None or memory is None:
-        return set()
-    if attribute == "job":
-        return {value, memory.split("works as a ", 1)[1].split(" at ", 1)[0].lower()}
-    return {value}
-
-
-def stale_in(u: User, text: str, session: int) -> list[str]:
-    """The attributes ``text`` states a no-longer-true value of, on session ``session``'s day."""
-    day = DATES[session]
-    low = text.lower()
-    out = []
-    for attribute, timeline in u.timeline.items():
-        current = names(attribute, u.at(attribute, day))
-        old = set().union(*(names(attribute, m) for start, m in timeline if start <= day))
-        old -= current
-        if attribute == "plan" and "cancel" in low:
-            continue
-        if any(o in low for o in old) and not any(c in low for c in current):
-            out.append(attribute)
-    return out
-
-
-def new_in(u: User, session: int) -> dict[str, set[str]]:
-    """The values (their names) that became true on session ``session``'s day, per
-    attribute: what the user said that day and a good extraction writes."""
-    day = DATES[session]
-    out = {}
-    for attribute, timeline in u.timeline.items():
-        for start, memory in timeline:
-            value = names(attribute, memory)
-            if start == day and value:
-                out[attribute] = value
-    return out
-
-
-def classify(u: User, text: str, session: int) -> str:
-    """What a dropped item was: ``false_drop`` (it carried a value the user gave that day:
-    a good update lost), ``stale_drop`` (an old value: what the check is for) or
-    ``other`` (neither: a restated current value or an item outside the scenario)."""
-    low = text.lower()
-    if any(v in low for vs in new_in(u, session).values() for v in vs):
-        return "false_drop"
-    return "stale_drop" if stale_in(u, text, session) else "other"
 
 
 class Drops(logging.Handler):
@@ -255,34 +201,6 @@ async def judge(pool: Any, u: User, prefix: str, sessions: int) -> dict[str, Any
             per[a]["new_written"] += int(any(v in written.get(i, "") for v in value))
     totals = {k: sum(p[k] for p in per.values()) for k in next(iter(per.values()))}
     return {**totals, "by_attribute": per, "stale_samples": samples[:6]}
-
-
-def paired(on: list[dict[str, Any]], off: list[dict[str, Any]], metric: str) -> dict[str, Any]:
-    """Per user, without minus with the check: mean, its standard error, and how many
-    users the check helped / left equal / hurt (for stale counts, lower is better)."""
-    diffs = [b[metric] - a[metric] for a, b in zip(on, off, strict=True)]
-    n = len(diffs)
-    mean = sum(diffs) / n if n else 0.0
-    sd = (sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return {"diffs_off_minus_on": diffs, "mean": round(mean, 3),
-            "se": round(sd / n**0.5, 3) if n else None,
-            "off_higher": sum(d > 0 for d in diffs), "equal": sum(d == 0 for d in diffs),
-            "on_higher": sum(d < 0 for d in diffs)}  # fmt: skip
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("stale_writes", "stale_live", "new", "new_written", "ungrounded", "failed_batches",
-            "saved", "facts")  # fmt: skip
-    out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
-    out["by_attribute"] = {
-        a: {k: sum(r["by_attribute"][a][k] for r in rows) for k in ("stale_writes", "stale_live",
-                                                                     "new", "new_written")}
-        for a in QUESTIONS
-    }  # fmt: skip
-    drops = [d for r in rows for d in r["dropped"]]
-    out["dropped"] = {c: sum(d["class"] == c for d in drops)
-                      for c in ("stale_drop", "false_drop", "other")}  # fmt: skip
-    return out
 
 
 async def run(
