@@ -7,6 +7,7 @@ import json
 from loadtests.bench_context import DATA, ScriptedExtractor, settings_for
 from loadtests.context_calibrate import Candidate, Sample, calibrate, replay
 from loadtests.context_metrics import Labels, classifier_scores, outcome, summarise
+from serve_app.context.evidence import Evidence
 
 
 def test_data_set_meets_the_issue():
@@ -43,8 +44,10 @@ def test_calibration_prefers_recall_under_the_noise_bound():
         Sample("any bakeries nearby", frozenset({"bakery"}),
                [Candidate("bakery", 0.3, "Favourite bakery is Apent")]),
     ]  # fmt: skip
-    assert replay(samples, 0.45, 0.25)["needed_kept_share"] == 1.0
-    assert replay(samples, 0.25, 0.25)["unneeded_share"] > 0  # oslo gets in
+    assert replay(samples, Evidence(0.45, 0.25))["needed_kept_share"] == 1.0
+    assert replay(samples, Evidence(0.25, 0.25))["unneeded_share"] > 0  # oslo gets in
+    # the margin alone keeps oslo out: 0.3 is more than 0.1 below the message's best (0.5)
+    assert replay(samples, Evidence(0.25, 0.25, margin=0.1))["unneeded_share"] == 0.0
     pick = calibrate(samples)["pick"]
     assert pick["needed_kept_share"] == 1.0 and pick["unneeded_share"] == 0.0
 
