@@ -67,7 +67,8 @@ def test_facts_set_explicitly_win_and_delete_removes_them(api, uid):
     r = api.delete("/v1/facts", params={"user_id": uid, "category": "home", "key": "city"})
     assert r.json()["deleted"] == 2
     assert api.get("/v1/facts", params={"user_id": uid, "include_inactive": True}).json() == {
-        "facts": []
+        "facts": [],
+        "next_cursor": None,
     }
 
 
