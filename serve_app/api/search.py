@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from fastapi import APIRouter
 
 from serve_app.api.deps import Caller, Svc
@@ -12,6 +10,7 @@ from serve_app.context.evidence import Evidence
 from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import SearchRequest, SearchResponse
+from serve_app.services.memories import knowledge_query
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
@@ -42,20 +41,21 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
 
 def searches(body: SearchRequest, q: SearchQuery) -> list[SearchQuery]:
     """The user's own search (scope ``user``) and the shared knowledge's (issue 33): the
-    agent's documents and memories with ``agent_id`` (scope ``agent``), the org's (scope
-    ``org``). The owners are fixed here from the key's tenant, never from the body. A
-    session search stays the user's; ``agent_id`` filters the user's own memories and
-    selects the agent's knowledge."""
+    agent's document chunks with ``agent_id`` (scope ``agent``), the org's (scope
+    ``org``); shared memories that are not chunks stay out (``knowledge_query``). The
+    owners are fixed here from the key's tenant, never from the body. A session search
+    stays the user's; ``agent_id`` filters the user's own memories and selects the
+    agent's knowledge."""
     scopes = set(body.scopes or ("user", "agent", "org"))
     if body.scopes and "agent" in scopes and not body.agent_id:
         raise ApiError(422, "invalid_request", "scope 'agent' needs agent_id")
     out = [q] if "user" in scopes else []
-    if not body.knowledge or body.session_id is not None:
-        return out
+    if not body.knowledge or body.session_id is not None or q.types:
+        return out  # a type filter names memory types: no chunk is one
     shared = [f"@agent:{body.agent_id}"] if body.agent_id and "agent" in scopes else []
     shared += ["@org"] if "org" in scopes else []
     if shared:
-        out.append(replace(q, owners=tuple(shared), agent_id=None))
+        out.append(knowledge_query(q, tuple(shared)))
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +26,7 @@ from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.validity import touches_validity, validity_patch
 from serve_app.services.write_errors import write_errors
 from serve_app.store import NewMemory, Owner
-from serve_app.store.citations import CitationStore
+from serve_app.store.citations import CHUNK_TYPE, CitationStore
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.memories import InvalidCursor, VersionConflict
 
@@ -34,6 +35,16 @@ if TYPE_CHECKING:
 
 SHARED_SCOPES = ("agent", "org")
 SHARED_WRITERS = ("service", "admin")
+
+
+def knowledge_query(q: SearchQuery, owners: tuple[str, ...]) -> SearchQuery:
+    """The shared owners' part of a user's search: their knowledge-base chunks only.
+
+    A user's search has returned that user's memories; the org's and agents' shared
+    *memories* stay out of it (they reach the context block through its own searches),
+    so adding a knowledge base to a tenant changes no one's memory results but for the
+    cited chunks next to them."""
+    return replace(q, owners=owners, agent_id=None, types=(CHUNK_TYPE,))
 
 
 class Embed(Protocol):

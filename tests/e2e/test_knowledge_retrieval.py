@@ -28,7 +28,9 @@ def posted(service, keys):
             "content_type": "text/markdown", "tags": ["zorblat"],
             "source_url": "https://intranet.example/zorblat"})  # fmt: skip
         assert r.status_code == 201, r.text
-    return doc
+    yield doc
+    with client_for(service, keys.service) as svc:  # the shared tenant's org stays as found
+        assert svc.delete(f"/v1/documents/{doc}").status_code == 200
 
 
 def test_posted_document_is_a_cited_chunk_in_search_and_context(service, keys, posted):

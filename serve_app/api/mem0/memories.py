@@ -3,7 +3,6 @@ adapted onto the memory, session and search services of ``/v1``."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, time
 from typing import Any
 from uuid import UUID
@@ -26,6 +25,7 @@ from serve_app.errors import ApiError
 from serve_app.extraction.guidance import META_CATEGORIES
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields, MemoryPatch, check_content
+from serve_app.services.memories import knowledge_query
 from serve_app.tenancy import Guidance
 
 router = APIRouter(tags=["mem0"])
@@ -180,7 +180,7 @@ async def search(body: m.SearchRequest, caller: Caller, services: Svc):
     queries = [q]
     if not shared and scope.run_id is None:  # a user's search: the org's (and agent's) knowledge
         knowledge = (f"@agent:{scope.agent_id}",) if scope.agent_id else ()
-        queries.append(replace(q, owners=(*knowledge, "@org"), agent_id=None))
+        queries.append(knowledge_query(q, (*knowledge, "@org")))
     rows = await services.memories.search_knowledge(queries, q.top_k)
     return {"results": [m.to_mem0(r) for r in rows]}
 

@@ -195,3 +195,18 @@ async def test_context_has_a_users_own_documents_and_the_agents_only_with_it(kb)
     with_agent = (await alice.post("/v1/context", json={**q, "agent_id": "support"})).json()
     assert [k["content"] for k in with_agent["knowledge"]] == [ROUTER]
     assert "[Router-Manual › Reset]" in with_agent["context"]
+
+
+async def test_shared_memories_that_are_not_chunks_stay_out_of_a_users_search(kb):
+    """A user's search adds the org's knowledge (chunks), not the org's memories: adding
+    a knowledge base changes no one's memory results but for the cited chunks (the e2e
+    suite's user-only search assertions failed once org memories came along)."""
+    alice, _, _, svc = kb
+    r = await svc.post("/v1/memories", json={"scope": "org", "content": "The damaged-goods desk "
+                                             "opens at nine"})  # fmt: skip
+    assert r.status_code == 201, r.text
+    hits = await search(alice, "damaged goods desk opening time", threshold=-1.0, top_k=50)
+    assert "The damaged-goods desk opens at nine" not in contents(hits)
+    assert RETURNS in contents(hits)  # the org's chunk still comes
+    typed = await search(alice, "damaged kettle refund", types=["semantic"], threshold=-1.0)
+    assert all(h["type"] == "semantic" for h in typed)  # a type filter: memories only
