@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-CHUNK_TYPE = "document_chunk"
+from serve_app.store.documents import CHUNK_TYPE
 
 
 class CitationStore:
