@@ -221,9 +221,14 @@ class MemoryStore:
     async def _raw_delete(
         self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None
     ) -> bool:
-        """Delete one memory; its earlier history loses its content (right to be forgotten)."""
+        """Delete one memory; its earlier history loses its content (right to be forgotten).
+
+        A document's chunk is not a memory: it goes with its document (``DELETE
+        /v1/documents/{id}``), never alone, which would leave the document's head counting
+        a chunk that is gone."""
         where = sql.SQL(
             "id = %(id)s AND tenant_id = %(tenant_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s"
+            " AND type <> 'document_chunk'"
         )
         params = {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
         return await self._delete_where(where, params, actor) > 0

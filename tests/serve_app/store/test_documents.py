@@ -235,3 +235,12 @@ async def test_delete_and_forget_remove_documents(pool, docs):
     assert await docs.store.head("t1", "m") is None
     counts = await forget.forget(Scope("t1", None))  # the whole tenant
     assert counts["documents"] == 1 and await chunk_rows(pool) == []
+
+
+async def test_a_chunk_is_not_deleted_as_a_memory(pool, docs, writer):
+    """The memory delete (``DELETE /v1/memories/{id}``, mem0's delete) does not take one
+    chunk out of a document (the head's chunk_count went stale): it answers not found."""
+    head = await docs.ingest(SERVICE, handbook("v1"))
+    first = (await chunk_rows(pool))[0]["id"]
+    assert await writer.delete(Owner("t1", None), first, actor="test") is False
+    assert len(await chunk_rows(pool)) == head.chunk_count
