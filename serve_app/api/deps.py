@@ -87,3 +87,11 @@ async def principal(request: Request, services: Svc) -> Principal:
 
 
 Caller = Annotated[Principal, Depends(principal)]
+
+
+def page_limit(limit: int, services: Services) -> int:
+    """``limit`` of a paged list, refused (422) above ``MEMSERVE_MAX_LIST_LIMIT``."""
+    top = services.settings.limits.list_limit
+    if limit > top:
+        raise ApiError(422, "invalid_request", f"limit must be at most {top}")
+    return limit

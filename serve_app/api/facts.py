@@ -9,9 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import Field, field_validator
 
-from serve_app.api.deps import Caller, Svc
+from serve_app.api.deps import Caller, Svc, page_limit
 from serve_app.auth import resolve_owner
-from serve_app.errors import ApiError
 from serve_app.responses import Fact, FactList
 from serve_app.schemas import NO_NUL, DeletedCount, Identifier, StrictModel, event_time
 
@@ -46,9 +45,7 @@ async def list_facts(
     ``include_inactive=true`` adds replaced values (oldest first per key); ``as_of``: the
     values valid at that time."""
     owner = resolve_owner(caller, user_id)
-    max_limit = services.settings.limits.list_limit
-    if limit > max_limit:
-        raise ApiError(422, "invalid_request", f"limit must be at most {max_limit}")
+    page_limit(limit, services)
     rows, next_cursor = await services.facts.list(
         owner,
         include_inactive=include_inactive,

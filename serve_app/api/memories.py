@@ -9,7 +9,7 @@ from uuid import UUID
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 
-from serve_app.api.deps import Caller, Svc
+from serve_app.api.deps import Caller, Svc, page_limit
 from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
 from serve_app.responses import QueuedJob
@@ -96,9 +96,7 @@ async def list_memories(
     """Newest first; memories valid now unless ``as_of`` (valid then) or
     ``include_invalidated`` (retired ones too)."""
     owner = read_owner(caller, user_id)
-    max_limit = services.settings.limits.list_limit
-    if limit > max_limit:
-        raise ApiError(422, "invalid_request", f"limit must be at most {max_limit}")
+    page_limit(limit, services)
     rows, next_cursor = await services.memories.list(
         owner,
         limit=limit,

@@ -10,21 +10,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from serve_app.api.deps import Caller, Svc
+from serve_app.api.deps import Caller, Svc, page_limit
 from serve_app.auth import resolve_owner
-from serve_app.errors import ApiError
 from serve_app.responses import SessionList, UserList
 from serve_app.schemas import Identifier, ProfileResponse
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 UserPath = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")]
-
-
-def _page_limit(limit: int, services) -> int:
-    top = services.settings.limits.list_limit
-    if limit > top:
-        raise ApiError(422, "invalid_request", f"limit must be at most {top}")
-    return limit
 
 
 @router.get("", response_model=UserList)
@@ -37,7 +29,7 @@ async def list_users(
     """Users by id, with memory/fact/session counts and their last activity."""
     only = caller.user_id if caller.role == "user" else None
     rows, next_cursor = await services.users.users(
-        caller.tenant_id, only=only, after=cursor or "", limit=_page_limit(limit, services)
+        caller.tenant_id, only=only, after=cursor or "", limit=page_limit(limit, services)
     )
     return {"users": rows, "next_cursor": next_cursor}
 
@@ -50,7 +42,7 @@ async def list_sessions(
     owner = resolve_owner(caller, user_id)
     assert owner.user_id is not None
     rows = await services.users.sessions(
-        owner.tenant_id, owner.user_id, _page_limit(limit, services)
+        owner.tenant_id, owner.user_id, page_limit(limit, services)
     )
     return {"sessions": rows}
 
