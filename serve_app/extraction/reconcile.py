@@ -27,9 +27,14 @@ from serve_app.extraction.junk import Turn
 from serve_app.retrieval.pgvector_search import PgVectorSearch
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
+from serve_app.store.documents import CHUNK_TYPE
 from serve_app.store.facts import FactStore
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.records import Owner
+from serve_app.store.validation import MEMORY_TYPES
+
+# What reconcile may show the LLM as known memories: every type but a document's chunk.
+_MEMORY_TYPES = tuple(sorted(MEMORY_TYPES - {CHUNK_TYPE}))
 
 KNOWN_HEADER = "Known about this user (refer to these only by alias):"
 
@@ -141,9 +146,15 @@ class Gatherer:
         return known
 
     async def _lexical(self, owner: Owner, text: str, vector: np.ndarray, k: int) -> list[dict]:
-        """The retriever's full-text search over the owner's live memories (OR of lexemes)."""
+        """The retriever's full-text search over the owner's live memories (OR of lexemes).
+
+        Memory types only: the user's own document chunks are knowledge, never a memory
+        the LLM may update or delete (the dense side, ``MemoryIndex``, skips them too)."""
         assert owner.user_id is not None
-        q = SearchQuery(tenant_id=owner.tenant_id, user_id=owner.user_id, top_k=k, text=text)
+        q = SearchQuery(
+            tenant_id=owner.tenant_id, user_id=owner.user_id, top_k=k, text=text,
+            types=_MEMORY_TYPES,
+        )  # fmt: skip
         probe = await self.search.probe(q, count_cap=0, want_terms=True, allowed_cap=0)
         if not probe.terms:
             return []

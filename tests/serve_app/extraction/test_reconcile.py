@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 
+from serve_app.extraction.junk import Turn
 from serve_app.extraction.reconcile import KNOWN_HEADER, Known, Shown
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.records import Owner
@@ -237,3 +238,16 @@ async def test_without_known_memories_the_prompt_is_todays(make_harness, fake_ll
     [call] = fake_llm.calls("extract")
     assert KNOWN_HEADER not in json.dumps(call["messages"])
     assert "INVALIDATE" not in call["messages"][0]["content"]
+
+
+async def test_a_users_own_document_chunk_is_never_a_known_memory(make_harness, fake_llm):
+    """Reconcile shows the LLM the user's memories it may update or retire; a chunk of the
+    user's own document is knowledge, not one of them (the lexical side found it)."""
+    h = await make_harness(settings_for(fake_llm.url))
+    [paris] = await seed(h, fake_llm, "ann", PARIS)
+    turns = [Turn("user", "Big news: I moved away from Paris to Berlin last month!")]
+    owner = Owner(T, "ann")
+    assert await h.pipeline.reconciler.known(owner, turns)  # a memory: shown
+    await h.rows("UPDATE memory_items SET type = 'document_chunk' WHERE id = %s RETURNING id",
+                 paris["id"])  # fmt: skip
+    assert not await h.pipeline.reconciler.known(owner, turns)  # a chunk: never shown
