@@ -290,13 +290,14 @@ class GuardedWriter:
         n = await self.memories._raw_delete_scope(
             owner, agent_id=agent_id, session_id=session_id, actor=actor
         )
-        if owner.user_id is None and agent_id is not None and session_id is None:
-            # An agent's shared memories went, its documents' chunks with them (issue 33):
-            # their heads and versions go too.
+        if session_id is None and (owner.user_id is None) == (agent_id is not None):
+            # The whole set went (an agent's shared memories, or all of a user's), its
+            # documents' chunks with it (issue 33): their heads and versions go too. A
+            # delete narrowed to an agent or session leaves a user's documents, whose
+            # chunks carry neither.
+            key = owner.user_id or owner_key(None, "agent", agent_id)
             async with self.pool.connection() as conn:
-                await DocumentStore.erase_owner(
-                    conn, owner.tenant_id, owner_key(None, "agent", agent_id)
-                )
+                await DocumentStore.erase_owner(conn, owner.tenant_id, key)
         return n
 
     # ---------- facts ----------

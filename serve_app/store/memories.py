@@ -54,6 +54,11 @@ UPDATABLE = frozenset(
 
 # A row that has not expired; and one memory by id, if it is the owner's and live.
 _LIVE = live()
+# A document's chunk is not a memory: it changes and goes with its document (``POST`` /
+# ``DELETE /v1/documents``), never alone through the memory routes, which would leave the
+# document's head describing chunks that are not there.
+_NOT_A_CHUNK = " AND type <> 'document_chunk'"
+
 _OWNED_LIVE_ID = (
     "id = %(id)s AND tenant_id = %(tenant_id)s"
     " AND user_id IS NOT DISTINCT FROM %(user_id)s AND " + _LIVE
@@ -148,7 +153,8 @@ class MemoryStore:
         conn: AsyncConnection | None = None,
     ) -> dict[str, Any] | None:
         """Partial update (the caller re-embeds); bumps ``version``, and raises
-        :class:`VersionConflict` when the row is not at ``expected_version``."""
+        :class:`VersionConflict` when the row is not at ``expected_version``. A document's
+        chunk is not updated here (``_NOT_A_CHUNK``): None, as for a missing id."""
         unknown = set(changes) - UPDATABLE
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
@@ -186,8 +192,10 @@ class MemoryStore:
         query = sql.SQL(
             "WITH old AS (SELECT id, user_id, owner, content, version FROM memory_items"
             " WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
-            " AND user_id IS NOT DISTINCT FROM %(user_id)s AND " + _LIVE + " AND {guard}"
-            " FOR UPDATE),"
+            " AND user_id IS NOT DISTINCT FROM %(user_id)s AND "
+            + _LIVE
+            + _NOT_A_CHUNK
+            + " AND {guard} FOR UPDATE),"
             " upd AS (UPDATE memory_items i SET {sets} FROM old WHERE i.id = old.id"
             " AND (%(expected)s::int IS NULL OR i.version = %(expected)s)"
             " RETURNING {returning}),{revector} {history}, {bump}"
@@ -222,13 +230,10 @@ class MemoryStore:
         self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None
     ) -> bool:
         """Delete one memory; its earlier history loses its content (right to be forgotten).
-
-        A document's chunk is not a memory: it goes with its document (``DELETE
-        /v1/documents/{id}``), never alone, which would leave the document's head counting
-        a chunk that is gone."""
+        A document's chunk is not one (``_NOT_A_CHUNK``)."""
         where = sql.SQL(
             "id = %(id)s AND tenant_id = %(tenant_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s"
-            " AND type <> 'document_chunk'"
+            + _NOT_A_CHUNK
         )
         params = {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
         return await self._delete_where(where, params, actor) > 0

@@ -69,8 +69,8 @@ def handbook(version: str, paragraphs: int = 6, **kw) -> DocumentInput:
 async def chunk_rows(pool, tenant="t1", document_id="handbook"):
     async with pool.connection() as c:
         cur = await c.execute(
-            "SELECT i.id, i.owner, i.type, i.source, i.scope, i.user_id, i.tags, i.metadata,"
-            " i.data, i.pinned, i.profile_class, v.item_id IS NOT NULL AS has_vector"
+            "SELECT i.id, i.content, i.owner, i.type, i.source, i.scope, i.user_id, i.tags,"
+            " i.metadata, i.data, i.pinned, i.profile_class, v.item_id IS NOT NULL AS has_vector"
             " FROM memory_items i LEFT JOIN memory_vectors_test v ON v.item_id = i.id"
             " WHERE i.tenant_id = %s AND i.data->>'document_id' = %s"
             " ORDER BY (i.data->>'chunk_index')::int",
@@ -237,10 +237,34 @@ async def test_delete_and_forget_remove_documents(pool, docs):
     assert counts["documents"] == 1 and await chunk_rows(pool) == []
 
 
-async def test_a_chunk_is_not_deleted_as_a_memory(pool, docs, writer):
-    """The memory delete (``DELETE /v1/memories/{id}``, mem0's delete) does not take one
-    chunk out of a document (the head's chunk_count went stale): it answers not found."""
+async def test_a_chunk_is_not_changed_or_deleted_as_a_memory(pool, docs, writer):
+    """The memory update and delete (``PATCH``/``DELETE /v1/memories/{id}``, mem0's) do
+    not change or take one chunk out of a document (its head would describe chunks that
+    are not there): they answer not found, and the chunk is as it was cut."""
     head = await docs.ingest(SERVICE, handbook("v1"))
-    first = (await chunk_rows(pool))[0]["id"]
-    assert await writer.delete(Owner("t1", None), first, actor="test") is False
-    assert len(await chunk_rows(pool)) == head.chunk_count
+    first = (await chunk_rows(pool))[0]
+    shared = Owner("t1", None)
+    assert await writer.delete(shared, first["id"], actor="test") is False
+    changed = await writer.update(
+        shared, first["id"], {"content": "rewritten"}, (await embed(["x"], is_query=False))[0]
+    )
+    assert changed is None
+    rows = await chunk_rows(pool)
+    assert len(rows) == head.chunk_count and rows[0]["content"] == first["content"]
+
+
+async def test_a_users_scope_delete_takes_their_documents_whole(pool, docs, writer):
+    """Deleting all of a user's memories (``DELETE /v1/memories?user_id=``, mem0's
+    ``delete_all``) takes their documents' chunks, so their heads go too (none is left
+    counting chunks that are gone); a delete narrowed to an agent or a session leaves them."""
+    note = DocumentInput(document_id="notes", text="Alice's notes.", scope="user")
+    await docs.ingest(ALICE, note)
+    await docs.ingest(SERVICE, handbook("v1"))
+    alice = Owner("t1", "alice")
+    assert await writer.delete_scope(alice, agent_id="bot") == 0
+    assert await writer.delete_scope(alice, session_id="s1") == 0
+    assert (await docs.store.head("t1", "notes"))["chunk_count"] == 1
+    assert await writer.delete_scope(alice) == 1
+    assert await docs.store.head("t1", "notes") is None
+    assert await docs.store.versions("t1", "notes") == []
+    assert (await docs.store.head("t1", "handbook"))["chunk_count"] == len(await chunk_rows(pool))
