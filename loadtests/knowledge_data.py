@@ -88,19 +88,7 @@ _ITEM_COPY = (
     "COPY memory_items (id, tenant_id, user_id, scope, type, content, data, dedupe_hash,"
     " source, created_at, updated_at) FROM STDIN (FORMAT BINARY)"
 )
-_ITEM_TYPES = [
-    "uuid",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "jsonb",
-    "text",
-    "text",
-    "timestamptz",
-    "timestamptz",
-]
+_ITEM_TYPES = ["uuid", *["text"] * 5, "jsonb", "text", "text", "timestamptz", "timestamptz"]
 
 
 def _chunk_row(i: int, texts: list[str], ts: datetime) -> tuple:
