@@ -50,6 +50,7 @@ from psycopg import sql
 from loadtests.knowledge_data import ORG, SYNTH_NOISE, TENANT, chunk_vectors, load, real_embeddings
 from loadtests.knowledge_report import faiss_alt, stats, table
 from serve_app.db.migrations import migrate
+from serve_app.settings import Settings
 from serve_app.store.vectors import ensure_table, shared_hnsw_name, table_name
 
 SLUG = "kb384"
@@ -272,9 +273,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--users", type=int, default=1000)
     ap.add_argument("--per-user", type=int, default=50)
-    ap.add_argument("--m", type=int, default=16)
-    ap.add_argument("--efc", type=int, default=64)
-    ap.add_argument("--ef-search", default="40,64,100,200")
+    shared = Settings().retrieval  # the product's shared-index parameters by default
+    ap.add_argument("--m", type=int, default=shared.pg_hnsw_shared_m)
+    ap.add_argument("--efc", type=int, default=shared.pg_hnsw_shared_ef_construction)
+    ap.add_argument("--ef-search", default=f"40,100,{shared.pg_hnsw_shared_ef_search},1000")
     ap.add_argument("--limit", type=int, default=100)  # RetrievalSettings.dense_depth
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--queries", type=int, default=100)  # of the 100 real ones (recall)

@@ -23,13 +23,14 @@ def plan_models(settings: Settings, dsn: str, spec: ModelSpec) -> ModelFacts:
     """
     wanted = Wanted(spec.table_slug, settings.embed.model, spec.name, spec.dim)
     r = settings.retrieval
-    params = (r.pg_hnsw_m, r.pg_hnsw_ef_construction)
     ensure_table(
         dsn,
         wanted.slug,
         wanted.dim,
-        hnsw=params if r.pg_hnsw else None,
-        shared_hnsw=params if r.pg_hnsw_shared else None,
+        hnsw=(r.pg_hnsw_m, r.pg_hnsw_ef_construction) if r.pg_hnsw else None,
+        shared_hnsw=(r.pg_hnsw_shared_m, r.pg_hnsw_shared_ef_construction)
+        if r.pg_hnsw_shared
+        else None,
     )
     active, filling = reconcile(
         dsn, wanted, lambda slug: known_spec(slug, settings), margin_s=settings.reembed.margin_s

@@ -25,6 +25,7 @@ from serve_app.store.records import MEMORY_COLUMNS, column_list, live, valid
 from serve_app.store.vectors import SHARED_PREDICATE, table_name
 
 _ITEM_COLS = column_list(MEMORY_COLUMNS, "i")
+HNSW_EF_SEARCH_MAX = 1000  # pgvector refuses a wider hnsw.ef_search
 
 
 def as_array(value: Any) -> np.ndarray:
@@ -65,10 +66,21 @@ class OwnerRows:
 
 
 class PgVectorSearch:
-    def __init__(self, pool: AsyncConnectionPool, model_slug: str, ef_search: int) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        model_slug: str,
+        ef_search: int,
+        *,
+        shared_ef_search: int | None = None,
+    ) -> None:
+        """``shared_ef_search``: the scan width of the shared owners' partial index (a
+        knowledge base of 10^6 chunks needs a wider one than the global index; None: the
+        same as ``ef_search``)."""
         self.pool = pool
         self.vectors = sql.Identifier(table_name(model_slug))
         self.ef_search = ef_search
+        self.shared_ef_search = shared_ef_search or ef_search
 
     async def probe(
         self, q: SearchQuery, *, count_cap: int, want_terms: bool, allowed_cap: int
@@ -191,18 +203,20 @@ class PgVectorSearch:
             query, params = self.dense_sql(q, vec, limit, owners, exact=part_exact, shared=shared)
             async with self.pool.connection() as conn, conn.transaction():
                 if not part_exact:
-                    await self.set_hnsw(conn, limit)
+                    await self.set_hnsw(conn, limit, shared=shared)
                 cur = await conn.execute(query, params)
                 rows.extend(await cur.fetchall())
         rows.sort(key=lambda r: -r["similarity"])  # relaxed_order may be slightly off
         return rows[:limit]
 
-    async def set_hnsw(self, conn: Any, limit: int) -> None:
-        """This transaction's HNSW scan: ef_search (at least the limit), iterative, and a
-        custom plan: psycopg prepares a statement run 5 times, and PostgreSQL's generic
-        plan of it (owner unknown, so estimated small) reads the owner btree and sorts
-        the whole owner (measured: 2.3 s instead of 25-95 ms at 10^5 chunks)."""
-        ef = sql.Literal(max(self.ef_search, limit))
+    async def set_hnsw(self, conn: Any, limit: int, *, shared: bool = False) -> None:
+        """This transaction's HNSW scan: ef_search (at least the limit; the shared
+        index's own width for a ``shared`` owner), iterative, and a custom plan: psycopg
+        prepares a statement run 5 times, and PostgreSQL's generic plan of it (owner
+        unknown, so estimated small) reads the owner btree and sorts the whole owner
+        (measured: 2.3 s instead of 25-95 ms at 10^5 chunks)."""
+        width = self.shared_ef_search if shared else self.ef_search
+        ef = sql.Literal(min(max(width, limit), HNSW_EF_SEARCH_MAX))
         await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(ef))
         await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")

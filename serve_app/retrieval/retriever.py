@@ -52,7 +52,12 @@ class Retriever:
         self.index_params = index_params(settings)  # built once, used per cache load
         self.r = settings.retrieval
         self.c = settings.cache
-        self.pg = PgVectorSearch(pool, model_slug, settings.retrieval.hnsw_ef_search)
+        self.pg = PgVectorSearch(
+            pool,
+            model_slug,
+            settings.retrieval.hnsw_ef_search,
+            shared_ef_search=settings.retrieval.pg_hnsw_shared_ef_search,
+        )
         self.weights = settings.rank
         self.cache = HotCache(settings.cache.budget_mb * 1024 * 1024)
         self._loading: dict[Key, asyncio.Task] = {}

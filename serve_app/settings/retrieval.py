@@ -73,6 +73,15 @@ class RetrievalSettings(BaseSettings):
     # (loadtests/bench_knowledge.py, docs/operations.md).
     pg_hnsw_shared: bool = True
     pg_hnsw_shared_min: int = 20_000
+    # Its graph and scan width. A knowledge base is one owner of up to 10^6 chunks, where
+    # m 16 / ef_construction 64 (the global index's) left recall@10 at 0.80 (ef_search
+    # 100) to 0.94 (1000, pgvector's maximum); m 32 / ef_construction 128 reach 0.955 at
+    # ef_search 400 and 0.985 at 1000 (bench_knowledge at 10^6, docs/operations.md).
+    # Changing m or ef_construction applies to an index built after (the existing one
+    # is kept, with a warning at start: rebuild it to apply them).
+    pg_hnsw_shared_m: int = Field(32, ge=2, le=100)
+    pg_hnsw_shared_ef_construction: int = Field(128, ge=4, le=1000)
+    pg_hnsw_shared_ef_search: int = Field(400, ge=1, le=1000)
     dense_depth: int = 100  # dense candidates fused per search (at least 3 x top_k)
     lexical_depth: int = 100  # lexical candidates fused per search
     # Hybrid fusion on cached owners (RRF always when cold).

@@ -16,9 +16,13 @@ owners' rows are not in it, so their writes pay nothing for it
 
 from __future__ import annotations
 
+import logging
+
 import psycopg
 import re2
 from psycopg import sql
+
+log = logging.getLogger("memserve")
 
 _SLUG = re2.compile(r"^[a-z0-9_]{1,48}$")
 
@@ -42,16 +46,28 @@ def _ensure_shared_hnsw(
     conn: psycopg.Connection, table: str, params: tuple[int, int] | None
 ) -> None:
     """Build (CONCURRENTLY: writes go on during a build over existing chunks) or drop
-    the partial HNSW index; an invalid leftover of an interrupted build is rebuilt."""
+    the partial HNSW index; an invalid leftover of an interrupted build is rebuilt. A
+    valid one built with other parameters is kept (rebuilding 10^6 chunks takes minutes
+    that a start should not wait for) and said in a warning: the operator rebuilds it."""
     index = shared_hnsw_name(table)
     row = conn.execute(
-        "SELECT ix.indisvalid FROM pg_index ix JOIN pg_class c ON c.oid = ix.indexrelid"
-        " WHERE c.relname = %s",
+        "SELECT ix.indisvalid, c.reloptions FROM pg_index ix"
+        " JOIN pg_class c ON c.oid = ix.indexrelid WHERE c.relname = %s",
         (index,),
     ).fetchone()
     if params is None or (row is not None and not row[0]):
         conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(index)))
         row = None
+    if params is not None and row is not None:
+        built = dict(o.split("=", 1) for o in row[1] or [])
+        wanted = {"m": str(params[0]), "ef_construction": str(params[1])}
+        if {k: built.get(k) for k in wanted} != wanted:
+            log.warning(
+                "%s was built with %s, the settings say %s: it serves as built until"
+                " rebuilt (REINDEX INDEX CONCURRENTLY does not change them; drop it and"
+                " restart, or create the new one and drop the old)",
+                index, built, wanted,
+            )  # fmt: skip
     if params is None or row is not None:
         return
     conn.execute(

@@ -99,6 +99,43 @@ def test_partial_index_is_built_over_shared_owners_and_dropped_when_off(fresh_db
     assert shared_hnsw_name(table) not in indexes(fresh_db, table)
 
 
+def test_an_index_built_with_other_parameters_is_kept_and_said(fresh_db, caplog) -> None:
+    """A start whose settings name other m / ef_construction keeps serving the built
+    index (a rebuild of 10^6 chunks is minutes) and says how to apply them."""
+    table = ensure_table(fresh_db, "vt", 4, shared_hnsw=(8, 32))
+    with caplog.at_level("WARNING", logger="memserve"):
+        ensure_table(fresh_db, "vt", 4, shared_hnsw=(8, 32))
+        assert not caplog.records
+        ensure_table(fresh_db, "vt", 4, shared_hnsw=(16, 64))
+    assert "m='8'" in indexes(fresh_db, table)[shared_hnsw_name(table)]
+    (warning,) = caplog.records
+    assert "'m': '8'" in warning.getMessage() and "'m': '16'" in warning.getMessage()
+
+
+async def test_the_shared_index_scans_its_own_width(fresh_db) -> None:
+    """hnsw.ef_search is the shared index's width for a shared owner, the global one's
+    otherwise, never below the limit or above pgvector's maximum."""
+    pool = await open_pool(fresh_db, Settings(), min_size=1)
+    try:
+        await widths(pool)
+    finally:
+        await pool.close()
+
+
+async def widths(pool) -> None:
+    """Each case's ``SHOW hnsw.ef_search`` inside the transaction ``set_hnsw`` set up."""
+    pg = PgVectorSearch(pool, SLUG, ef_search=40, shared_ef_search=300)
+    wide = PgVectorSearch(pool, SLUG, ef_search=40, shared_ef_search=5000)
+    for search, limit, shared, want in (
+        (pg, 100, True, "300"), (pg, 100, False, "100"), (pg, 10, False, "40"),
+        (pg, 500, True, "500"), (wide, 100, True, "1000"),
+    ):  # fmt: skip
+        async with pool.connection() as conn, conn.transaction():
+            await search.set_hnsw(conn, limit, shared=shared)
+            got = await (await conn.execute("SHOW hnsw.ef_search")).fetchone()
+        assert got["hnsw.ef_search"] == want, (limit, shared, got)
+
+
 def test_only_big_shared_owners_go_approximate() -> None:
     r = Settings().retrieval.model_copy(update={"pg_hnsw_shared_min": 1000})
     counts = {"@org": 5000, "@agent:a": 999, "alice": 10**6}
@@ -112,7 +149,7 @@ async def explain(pool, pg: PgVectorSearch, q: SearchQuery, vec, owners, *, shar
     query, params = pg.dense_sql(q, vec, 100, owners, exact=not shared, shared=shared)
     async with pool.connection() as conn, conn.transaction():
         if shared:
-            await pg.set_hnsw(conn, 100)
+            await pg.set_hnsw(conn, 100, shared=True)
         cur = await conn.execute(b"EXPLAIN " + query.as_bytes(conn), params)
         return "\n".join(r["QUERY PLAN"] for r in await cur.fetchall())
 

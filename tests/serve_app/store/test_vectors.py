@@ -44,8 +44,9 @@ def test_start_up_applies_the_settings(fresh_db, monkeypatch) -> None:
     monkeypatch.setattr("serve_app.reembed.plan.reconcile", stop)
     spec = type("Spec", (), {"table_slug": "vt", "name": "m", "dim": 4})()
     for env, want, shared in (
-        (None, None, (16, 64)),  # the shared owners' partial index is on by default
-        ({"pg_hnsw": True, "pg_hnsw_m": 12}, (12, 64), (12, 64)),
+        (None, None, (32, 128)),  # the shared owners' partial index is on by default
+        ({"pg_hnsw": True, "pg_hnsw_m": 12}, (12, 64), (32, 128)),
+        ({"pg_hnsw_shared_m": 24, "pg_hnsw_shared_ef_construction": 96}, None, (24, 96)),
         ({"pg_hnsw_shared": False}, None, None),
     ):
         settings = Settings(database_url=fresh_db)
