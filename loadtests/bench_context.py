@@ -238,7 +238,8 @@ def sample(i: int, source: str, msg: dict, lab: Labels, body: dict) -> Sample:
     """The retrieved candidates of one block (gate off) with their best cosine and score
     (logged per item in the JSON); even positions are the calibration half."""
     cands = [
-        Candidate(lab.key(m["id"]) or "", m.get("similarity"), m["content"], m.get("score"))
+        Candidate(lab.key(m["id"]) or "", m.get("similarity"), m["content"], m.get("score"),
+                  m.get("topic_similarity"))
         for m in body["memories"]
     ]
     half = "calibration" if i % 2 == 0 else "held_out"
@@ -337,7 +338,7 @@ def locomo_sample(question: str, gold: set[str], body: dict) -> Sample:
     """A LoCoMo block's candidates (gate off); profile items are in whatever the gate says."""
     cands = [
         Candidate(str(m["metadata"].get("dia_id")), m.get("similarity"), m["content"],
-                  m.get("score"))
+                  m.get("score"), m.get("topic_similarity"))
         for m in body["memories"]
     ]  # fmt: skip
     fixed = frozenset(str(m["metadata"].get("dia_id")) for m in body.get("profile", []))

@@ -1,14 +1,17 @@
 """Calibrating the evidence gate (issue 29) on bench_context's calibration half.
 
 Blocks are taken with the gate off (profile and parts on), so every candidate the
-search returns is seen with its best cosine to a part (logged per item in the JSON);
-the gate is then replayed for a grid of its thresholds (strong, weak, margin to the
-best candidate, shared words, time words ignored) with the rule of
+search returns is seen with its best cosine to a part (logged per item in the JSON,
+with its cosine to the parts without their time words: ``topic``); the gate is then
+replayed for a grid of its thresholds (strong, weak, margin to the best candidate,
+shared words, time words ignored, time-free similarity) with the rule of
 serve_app/context/evidence.py itself. The pick: among rules whose unneeded share is
 <= ``max_unneeded`` on the calibration half, the highest share of needed candidates
 kept, then the lowest unneeded share, then the loosest rule (the most LoCoMo-like
-evidence kept). The pick is replayed on the held-out half and on LoCoMo dev (not tuned
-on) to show whether it overfits.
+evidence kept), then the time-free rule (``time_free``: on the calibration half it
+ties with the plain one, so it is chosen by its cause, not by this replay; the
+held-out half and LoCoMo show what it does). The pick is replayed on the held-out
+half and on LoCoMo dev (not tuned on) to show whether it overfits.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ WEAK = (0.15, 0.2, 0.25, 0.3, 0.35)
 MARGIN = (2.0, 0.3, 0.2, 0.15, 0.1, 0.05)
 MIN_SHARED = (1, 2)
 TIME_WORDS = (False, True)
+TIME_FREE = (False, True)
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Candidate:
     similarity: float | None
     content: str
     score: float | None = None
+    topic: float | None = None  # cosine to the parts without time words (None: none)
 
 
 @dataclass
@@ -57,7 +62,8 @@ def as_json(s: Sample) -> dict:
 
 def kept(s: Sample, ev: Evidence) -> list[Candidate]:
     msg = stems(s.message)
-    reasons = ev.admit([(c.similarity, stems(c.content)) for c in s.candidates], msg)
+    cands = [(c.similarity, stems(c.content)) for c in s.candidates]
+    reasons = ev.admit(cands, msg, [c.topic for c in s.candidates])
     return [c for c, why in zip(s.candidates, reasons, strict=True) if why is not None]
 
 
@@ -94,11 +100,11 @@ def replay_locomo(samples: Sequence[Sample], pick: dict) -> dict[str, float]:
 
 
 def evidence_of(row: dict) -> Evidence:
-    names = ("strong", "weak", "margin", "min_shared", "ignore_time_words")
-    return Evidence(**{k: row[k] for k in names})
+    names = ("strong", "weak", "margin", "min_shared", "ignore_time_words", "time_free")
+    return Evidence(**{k: row[k] for k in names if k in row})
 
 
-OFF = {"margin": 2.0, "min_shared": 1, "ignore_time_words": False}
+OFF = {"margin": 2.0, "min_shared": 1, "ignore_time_words": False, "time_free": False}
 
 
 def levers(cal: Sequence[Sample], held: Sequence[Sample], pick: Evidence) -> dict[str, dict]:
@@ -127,8 +133,10 @@ def _brief(row: dict) -> dict:
 
 def grid() -> list[Evidence]:
     return [
-        Evidence(a, b, m, n, t)
-        for a, b, m, n, t in itertools.product(STRONG, WEAK, MARGIN, MIN_SHARED, TIME_WORDS)
+        Evidence(a, b, m, n, t, f)
+        for a, b, m, n, t, f in itertools.product(
+            STRONG, WEAK, MARGIN, MIN_SHARED, TIME_WORDS, TIME_FREE
+        )
         if b <= a
     ]
 
@@ -141,7 +149,7 @@ def calibrate(samples: Sequence[Sample], max_unneeded: float = 0.15) -> dict:
     best = max(
         ok,
         key=lambda g: (g["needed_kept_share"], -g["unneeded_share"], -g["weak"], g["margin"],
-                       -g["min_shared"], -g["strong"]),
+                       -g["min_shared"], -g["strong"], g["time_free"]),
     )  # fmt: skip
     return {
         "pick": best,

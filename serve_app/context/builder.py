@@ -26,6 +26,7 @@ from serve_app.context import knowledge as kb
 from serve_app.context.evidence import Evidence, stems
 from serve_app.context.expand import expand_query
 from serve_app.context.format import Block, format_context
+from serve_app.context.fuse import fuse, probes_of, topic_cosines
 from serve_app.context.parts import is_small_talk, split_parts
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import format_with_profile, profile_shown
@@ -293,7 +294,8 @@ class ContextBuilder:
         cands = [
             (m.get("best_similarity", m.get("similarity")), stems(m["content"])) for m in memories
         ]
-        for m, why in zip(memories, ev.admit(cands, message), strict=True):
+        topics = [m.get("topic_similarity") for m in memories]
+        for m, why in zip(memories, ev.admit(cands, message, topics), strict=True):
             if why is not None:
                 m["why"] = why
                 out.append(m)
@@ -306,10 +308,16 @@ class ContextBuilder:
         encoder batch; a memory found by several texts keeps its best score and its
         best cosine to any of them (``best_similarity``). With the knowledge lever the
         first text also searches the shared owners on their own (so chunks do not take
-        memories' places), and chunks come back apart: (memories, chunks)."""
+        memories' places), and chunks come back apart: (memories, chunks). With the
+        evidence rule's ``time_free``, a text with time words is searched once more
+        without them (dense, in the same call): each memory's ``topic_similarity`` is
+        its best cosine to the texts without time words (-1: they did not find it)."""
         owners = owners_for(req.user_id, req.agent_id)
         knowledge = req.levers.knowledge and self.cite is not None
         searches = []
+        # per search: are its cosines free of time words (a probe, or a text without
+        # time words, when some text has them)?
+        time_free: list[bool] = []
         if knowledge:
             searches.append(
                 SearchQuery(
@@ -318,7 +326,12 @@ class ContextBuilder:
                     text=texts[0], owners=shared_owners(req.agent_id),
                 )
             )  # fmt: skip
+            time_free.append(False)
+        probes = probes_of(texts) if req.levers.any and req.levers.evidence.time_free else {}
+        bare = list(dict.fromkeys(probes.values()))  # each probe text searched once
         for text in texts:
+            plain = bool(probes) and text not in probes
+            time_free.append(plain)
             searches.append(
                 SearchQuery(
                     tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
@@ -332,14 +345,29 @@ class ContextBuilder:
                         threshold=req.threshold, session_id=req.session_id, text=text,
                     )
                 )  # fmt: skip
-        found = [m for batch in await self.search(searches) for m in batch]
+                time_free.append(plain)
+        for probe in bare:
+            searches.append(
+                SearchQuery(
+                    tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
+                    threshold=req.threshold, text=probe, owners=owners, mode="dense",
+                )
+            )  # fmt: skip
+            time_free.append(True)
+        batches = await self.search(searches)
+        topic = topic_cosines(batches, time_free) if probes else None
+        batches = batches[: len(batches) - len(bare)]  # probes only judge, they add nothing
+        found = [m for batch in batches for m in batch]
         found = [m for m in found if visible_in_session(m, req.session_id)]
         if len(texts) > 1:
-            found = _fuse(found)
+            found = fuse(found)
         found.sort(key=lambda m: (-float(m.get("score") or 0.0), str(m["id"])))
         kept = dedupe(found)
         chunks = [m for m in kept if knowledge and kb.is_chunk(m)]
         kept = [m for m in kept if not (knowledge and kb.is_chunk(m))]
+        if topic is not None:
+            for m in kept:
+                m["topic_similarity"] = topic.get(str(m["id"]), -1.0)
         return (kept if req.levers.gate else kept[: req.top_k]), chunks
 
 
@@ -353,21 +381,3 @@ def _split_facts(facts: Sequence[dict[str, Any]]) -> tuple[list, list]:
             f["why"] = f"profile: {cls}"
         (p_facts if cls is not None else other).append(f)
     return p_facts, other
-
-
-def _fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per memory: its best score, and its best cosine to any part."""
-    best: dict[str, dict[str, Any]] = {}
-    sims: dict[str, float] = {}
-    for m in found:
-        key = str(m["id"])
-        sim = float(m["similarity"]) if m.get("similarity") is not None else -1.0
-        sims[key] = max(sims.get(key, -1.0), sim)
-        if key not in best or float(m.get("score") or 0) > float(best[key].get("score") or 0):
-            best[key] = m
-    out = []
-    for key, m in best.items():
-        m = dict(m)
-        m["best_similarity"] = m["similarity"] = sims[key]  # the response shows the best
-        out.append(m)
-    return out

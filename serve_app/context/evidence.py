@@ -17,6 +17,13 @@ boost with cosine -0.001). So an item is admitted only on its own evidence:
   "Saturday", "last") are no evidence of what an item is about, so they are not
   counted (``ignore_time_words``).
 
+Time words move the embedding too: "Suggest a dinner menu for guests on Saturday" is at
+cosine 0.40 to "Plays tennis at the club on Wednesday evenings", and only 0.27 once
+"on Saturday" is gone. With ``time_free`` the similarity path takes the lower of an
+item's cosine to the message and to the message without its time words
+(:func:`without_time`, searched in the same backend call), so a when-word can take
+similarity away but never add it; the shared-words path keeps the plain cosine.
+
 Every threshold is a setting (``MEMSERVE_CONTEXT_EVIDENCE_*``), calibrated on
 loadtests/bench_context.py (docs/operations.md).
 """
@@ -34,9 +41,44 @@ _TIME_WORDS = """
     monday tuesday wednesday thursday friday saturday sunday weekend weekends weekday
     weekdays today tonight tomorrow yesterday morning mornings evening evenings night
     nights afternoon week weeks month months year years daily weekly monthly yearly
-    last next ago
+    last next ago january february march april june july august september october
+    november december summer winter autumn
     """
-TIME_STEMS = frozenset(w[:STEM] for w in _TIME_WORDS.split())
+TIME_WORDS = frozenset(_TIME_WORDS.split())
+TIME_STEMS = frozenset(w[:STEM] for w in TIME_WORDS)
+
+
+# Words that only lead into a time phrase ("on Saturday", "this weekend", "in January").
+_LEADS = frozenset(
+    ("this", "next", "last", "on", "in", "at", "every", "each", "by", "until", "since",
+     "during", "for", "the", "a", "of")
+)  # fmt: skip
+_PUNCT = "?.!,;:'\"()"
+
+
+def is_time_word(token: str) -> bool:
+    """A word that only says when ("Saturday", "tonight's", "January"): the whole word,
+    not its stem ("Saturn", "sundae" say what)."""
+    w = token.lower().strip(_PUNCT)
+    return w.removesuffix("'s") in TIME_WORDS
+
+
+def without_time(text: str) -> str | None:
+    """``text`` without its time words and the words that lead into them ("on
+    Saturday", "this weekend"); None when it has none, or nothing but them (then the
+    text is about time and the plain cosine stands). A linear scan over the words."""
+    out: list[str] = []
+    dropped = False
+    for tok in text.split():
+        if is_time_word(tok):
+            dropped = True
+            while out and out[-1].lower() in _LEADS:
+                out.pop()
+            continue
+        out.append(tok)
+    if not dropped or not stems(" ".join(out)):
+        return None
+    return " ".join(out)
 
 
 def stems(text: str) -> frozenset[str]:
@@ -59,11 +101,21 @@ class Evidence:
     margin: float = 2.0  # >= 2: off (cosines lie in [-1, 1])
     min_shared: int = 1
     ignore_time_words: bool = False
+    time_free: bool = False  # the similarity path takes min(cosine, cosine without time words)
 
     def shared(self, item_stems: frozenset[str], message: frozenset[str]) -> frozenset[str]:
         """The content-word stems that count as shared evidence."""
         both = item_stems & message
         return both - TIME_STEMS if self.ignore_time_words else both
+
+    def similar(self, similarity: float | None, topic: float | None = None) -> float:
+        """The cosine the similarity path judges: with ``time_free``, the lower of the
+        plain one and ``topic`` (the cosine to the message without its time words;
+        None: the message has none, so the plain cosine)."""
+        sim = _cosine(similarity)
+        if self.time_free and topic is not None:
+            return min(sim, float(topic))
+        return sim
 
     def why(
         self,
@@ -71,26 +123,38 @@ class Evidence:
         item_stems: frozenset[str],
         message: frozenset[str],
         best: float | None = None,
+        topic: float | None = None,
     ) -> str | None:
         """A reason to admit the item ("similar to the message (cosine 0.52)", "shares
-        'bakery'..."), or None. ``best``: the best cosine among this message's
-        candidates (None: the item's own, i.e. no margin)."""
+        'bakery'..."), or None. ``best``: the best judged cosine among this message's
+        candidates (None: the item's own, i.e. no margin); ``topic``: see
+        :meth:`similar`."""
         sim = _cosine(similarity)
-        near_best = best is None or sim >= best - self.margin
-        if sim >= self.strong and near_best:
-            return f"similar to the message (cosine {sim:.2f})"
+        judged = self.similar(similarity, topic)
+        near_best = best is None or judged >= best - self.margin
+        if judged >= self.strong and near_best:
+            bare = " without its time words" if judged < sim else ""
+            return f"similar to the message (cosine {judged:.2f}{bare})"
         shared = self.shared(item_stems, message)
         if len(shared) >= self.min_shared and sim >= self.weak:
             return f"shares {_quote(shared)} with the message (cosine {sim:.2f})"
         return None
 
     def admit(
-        self, candidates: Sequence[tuple[float | None, frozenset[str]]], message: frozenset[str]
+        self,
+        candidates: Sequence[tuple[float | None, frozenset[str]]],
+        message: frozenset[str],
+        topics: Sequence[float | None] | None = None,
     ) -> list[str | None]:
-        """The reason (or None) for each (cosine, stems) candidate of one message; the
-        margin is taken against the best cosine among them. One pass, linear."""
-        best = max((_cosine(s) for s, _ in candidates), default=-1.0)
-        return [self.why(s, st, message, best) for s, st in candidates]
+        """The reason (or None) for each (cosine, stems) candidate of one message;
+        ``topics``: each one's cosine without time words (:meth:`similar`). The margin
+        is taken against the best judged cosine among them. One pass, linear."""
+        tops = list(topics) if topics is not None else [None] * len(candidates)
+        judged = [self.similar(s, t) for (s, _), t in zip(candidates, tops, strict=True)]
+        best = max(judged, default=-1.0)
+        return [
+            self.why(s, st, message, best, t) for (s, st), t in zip(candidates, tops, strict=True)
+        ]
 
 
 def _quote(shared: Iterable[str]) -> str:

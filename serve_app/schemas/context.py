@@ -76,6 +76,9 @@ class ContextFact(BaseModel):
 
 class ContextMemory(ScoredMemory):
     why: str | None = None  # the evidence that admitted it ("similar to the message ...")
+    # its best cosine to the message's parts without their time words (the gate judges
+    # the lower of this and ``similarity``); null: the message has no time words
+    topic_similarity: float | None = None
 
 
 class ProfileMemory(Memory):

@@ -80,6 +80,7 @@ def levers(d: ContextSettings) -> Levers:
             d.evidence_margin,
             d.evidence_min_shared,
             d.evidence_ignore_time_words,
+            d.evidence_time_free,
         ),
         small_talk=d.small_talk,
         knowledge=d.knowledge,

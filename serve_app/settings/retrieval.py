@@ -165,6 +165,10 @@ class ContextSettings(BaseSettings):
     evidence_margin: float = Field(0.1, ge=0, le=2)
     evidence_min_shared: int = Field(2, ge=1, le=5)
     evidence_ignore_time_words: bool = False
+    # The similarity path judges the lower of an item's cosine to the message and to the
+    # message without its time words ("on Saturday", "this weekend": searched once more
+    # without them, dense, in the same backend call), so when-words never add evidence.
+    evidence_time_free: bool = True
     # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
     small_talk: Literal["profile", "nothing"] = "profile"
     # Knowledge base (issue 33): the readable documents' chunks (org, the agent's, the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from loadtests.bench_context import DATA, ScriptedExtractor, settings_for
 from loadtests.context_calibrate import Candidate, Sample, calibrate, replay
@@ -61,3 +62,19 @@ def test_variants_switch_levers_and_the_scripted_llm_extracts_what_was_said():
     got = json.loads(fake("extract", [{"role": "user", "content": text}]))
     assert [m["class"] for m in got["memories"]] == ["constraint"]
     assert fake("chat", []) is None
+
+
+def test_calibration_replays_the_time_free_cosine():
+    """A candidate's ``topic`` cosine (to the message without its time words) is what the
+    time-free rule judges; the levers report says what the rule does without it."""
+    menu = Sample("Suggest a dinner menu for guests on Saturday", frozenset({"fish"}),
+                  [Candidate("fish", 0.45, "Eats fish, no meat", topic=0.47),
+                   Candidate("tennis", 0.40, "Plays tennis on Wednesday evenings", topic=0.27)],
+                  half="held_out")  # fmt: skip
+    free = Evidence(0.35, 0.15, 0.1, 2, False, True)
+    assert replay([menu], free)["unneeded_share"] == 0.0
+    assert replay([menu], replace(free, time_free=False))["unneeded_share"] == 0.5
+    cal = Sample("recommend a green tea", frozenset({"tea"}), [Candidate("tea", 0.5, "Loves tea")])
+    out = calibrate([cal, menu])
+    assert out["pick"]["time_free"] is True  # a tie on the calibration half: the cause decides
+    assert out["levers"]["time_free"]["pick_without"]["held_out"]["unneeded_share"] == 0.5

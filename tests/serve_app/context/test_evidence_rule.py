@@ -84,8 +84,10 @@ def test_builder_applies_the_rule_against_the_best_part_cosine():
 def test_settings_reach_the_rule():
     s = ContextSettings(evidence_similarity=0.5, evidence_similarity_lexical=0.25,
                         evidence_margin=0.3, evidence_min_shared=2,
-                        evidence_ignore_time_words=True)  # fmt: skip
-    assert levers(s).evidence == Evidence(0.5, 0.25, 0.3, 2, True)
+                        evidence_ignore_time_words=True,
+                        evidence_time_free=False)  # fmt: skip
+    assert levers(s).evidence == Evidence(0.5, 0.25, 0.3, 2, True, False)
+    assert levers(ContextSettings()).evidence.time_free  # the calibrated default
     d = levers(ContextSettings()).evidence
     assert d.weak <= d.strong and d.min_shared >= 1
 
