@@ -17,7 +17,9 @@ in a session turn and extracted by the scripted LLM of tests/fakes/llm_server.py
 
 Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings): ``search`` (plain
 /v1/search top-k, on the baseline service), ``baseline`` (today's block: every lever
-off), ``profile``, ``split``, ``gate`` (one lever each), ``all`` (the defaults).
+off), ``profile``, ``split``, ``gate`` (one lever each), ``all`` (the defaults),
+``nogate`` (the gate off: its calibration data), ``timewords`` (the defaults with
+the gate's time-free lever off).
 Per variant and source: needed recall, unneeded share (profile material excluded),
 retrieved-section unneeded share, profile/total tokens, p50/p95 latency, server CPU ms
 per call (whole process tree, /proc). LoCoMo dev: evidence R@10 of /v1/search and of
@@ -75,6 +77,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "all": {},
     # gate off, the rest on: what the gate is calibrated on (--calibrate)
     "nogate": {"RELEVANCE_GATE": "false"},
+    # the defaults but the gate's similarity path counts time words (before the
+    # time-free lever): the same run's before/after for that lever
+    "timewords": {"EVIDENCE_TIME_FREE": "false"},
 }
 ENV = {
     "MEMSERVE_RATE_LIMIT_PER_S": "0",
@@ -238,8 +243,13 @@ def sample(i: int, source: str, msg: dict, lab: Labels, body: dict) -> Sample:
     """The retrieved candidates of one block (gate off) with their best cosine and score
     (logged per item in the JSON); even positions are the calibration half."""
     cands = [
-        Candidate(lab.key(m["id"]) or "", m.get("similarity"), m["content"], m.get("score"),
-                  m.get("topic_similarity"))
+        Candidate(
+            lab.key(m["id"]) or "",
+            m.get("similarity"),
+            m["content"],
+            m.get("score"),
+            m.get("topic_similarity"),
+        )
         for m in body["memories"]
     ]
     half = "calibration" if i % 2 == 0 else "held_out"
@@ -367,7 +377,7 @@ def _one_variant(variant: str, data: dict, args: argparse.Namespace) -> dict:
         with memserve_server(ROOT, cmd, settings_for(variant, extra)) as server:
             print(f"[{variant}] service ready in {server.startup_s:.1f}s", flush=True)
             res = asyncio.run(run_variant(server, variant, data, args.sources, args))
-            if args.locomo_queries >= 0 and variant in ("baseline", "all", "nogate"):
+            if args.locomo_queries >= 0 and variant in ("baseline", "all", "nogate", "timewords"):
                 print(f"[{variant}] LoCoMo ...", flush=True)
                 res["locomo"] = asyncio.run(locomo(server, variant, args.locomo_queries))
                 if variant == "nogate" and "calibration" in res:

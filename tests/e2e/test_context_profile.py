@@ -77,6 +77,20 @@ def test_parts_and_gate(api, person):
     assert all(x["why"] for x in body["memories"])
     tea = context(api, uid, "Recommend a green tea for the evening")
     assert [x["id"] for x in tea["memories"]] == [m["tea"]["id"]]
+    # "for the evening" is a time phrase: the gate also judges the cosine without it
+    assert tea["memories"][0]["topic_similarity"] is not None
+    assert all(x["topic_similarity"] is None for x in body["memories"])  # no time words
+
+
+def test_time_words_alone_admit_nothing(api):
+    """ "on Saturday" made a weekday hobby look similar to a dinner menu (cosine 0.40,
+    0.27 without the time words): the time-free gate keeps it out."""
+    uid = "when_" + uuid.uuid4().hex[:8]
+    tennis = add(api, user_id=uid, content="Plays tennis at the club on Wednesday evenings")
+    body = context(api, uid, "Suggest a dinner menu for guests on Saturday")
+    assert body["memories"] == []
+    serve = context(api, uid, "How do I improve my tennis serve on Saturday?")
+    assert [x["id"] for x in serve["memories"]] == [tennis["id"]]
 
 
 def test_small_talk_gets_the_profile_only(api, person):
