@@ -3,7 +3,9 @@
 "What city am I in? Any good bakeries around?" asks two things; searched as one text
 the second drowns the first. Each part is searched on its own (all parts in one
 backend call, so one encoder batch) and the results are fused by their best part.
-The whole message stays a part too, so what it matched before still matches.
+The whole message stays a part too, so what it matched before still matches. A dot
+after a common abbreviation ("Dr. Smith", "e.g.", "9 a.m. tomorrow") or an initial does
+not end a sentence; "What do Anna and Ben like?" is searched for each of them too.
 
 A plain scan, linear in the message: no regular expressions on request text.
 """
@@ -14,21 +16,51 @@ from serve_app.context.expand import key_terms
 from serve_app.context.prefilter import is_greeting
 
 _ENDS = ".?!;\n"
+# Abbreviations a dot never ends a sentence after: titles before a name ("Dr. Smith"),
+# "e.g." and "i.e." before what they introduce, "St. Louis".
+NEVER_END = frozenset(
+    ("dr", "mr", "mrs", "ms", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e", "cf",
+     "approx", "dept", "fig")
+)  # fmt: skip
+# Abbreviations that end a sentence only before a capital ("... pears, etc. Then I"),
+# not inside one ("at 9 a.m. tomorrow").
+MAYBE_END = frozenset(("etc", "a.m", "p.m", "inc", "ltd", "co", "al"))
 # Words that start a new intent inside a sentence ("..., and plan a trip").
 _JOINERS = frozenset({"and", "but", "also", "plus", "then"})
 MIN_PART_WORDS = 3  # a clause shorter than this stays with its neighbour
+_OPENERS = "\"'([{"
+_TRAIL = ",.?!;:"
+
+
+def _ends_sentence(text: str, i: int) -> bool:
+    """Whether the dot at ``i`` ends a sentence: it is followed by a space (not "3.5",
+    "example.com") and does not close an abbreviation or an initial ("J. K. Rowling").
+    Looks back over the dot's own word only, so a scan of the text stays linear."""
+    n = len(text)
+    if i + 1 < n and not text[i + 1].isspace():
+        return False
+    start = i
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    word = text[start:i].lstrip(_OPENERS).lower()
+    if word in NEVER_END or (len(word) == 1 and word.isalpha()):
+        return False
+    if word in MAYBE_END:
+        j = i + 1
+        while j < n and text[j].isspace():
+            j += 1
+        return j >= n or text[j].isupper()
+    return True
 
 
 def sentences(text: str) -> list[str]:
-    """Split at . ? ! ; and new lines (a dot inside a number or word does not end one)."""
+    """Split at . ? ! ; and new lines; a dot inside a number or a word, after a common
+    abbreviation or an initial, does not end a sentence (:func:`_ends_sentence`)."""
     out: list[str] = []
     start = 0
-    n = len(text)
     for i, ch in enumerate(text):
-        if ch not in _ENDS:
+        if ch not in _ENDS or (ch == "." and not _ends_sentence(text, i)):
             continue
-        if ch == "." and i + 1 < n and not text[i + 1].isspace():
-            continue  # 3.5, e.g., example.com
         part = text[start : i + 1].strip()
         if part:
             out.append(part)
@@ -60,11 +92,54 @@ def clauses(sentence: str) -> list[str]:
     return [" ".join(c).strip(" ,") for c in out if c]
 
 
+def _is_name(word: str) -> bool:
+    """A capitalised word that can be a person's name ("Anna", "Ben's"), not "I"."""
+    w = word.strip(_TRAIL).removesuffix("'s").removesuffix("\u2019s")
+    return len(w) > 1 and w[0].isupper() and w[1:].isalpha() and not w.isupper()
+
+
+def per_person(clause: str, limit: int = 6) -> list[str]:
+    """One text per person of a clause that asks about several together: "What do Anna
+    and Ben like?" -> "What do Anna like?", "What do Ben like?", so each one's memories
+    are searched for (names joined by "and"/"or"/"&" or commas; the first such list in
+    the clause). Empty when the clause names fewer than two people together; at most
+    ``limit`` texts, so the output stays linear in the clause."""
+    words = clause.split()
+    i = 0
+    while i < len(words):
+        names: list[int] = []
+        j = i
+        while j < len(words) and _is_name(words[j]):
+            names.append(j)
+            last = words[j]
+            if last.endswith(","):
+                j += 1
+            elif j + 1 < len(words) and words[j + 1].lower() in ("and", "or", "&"):
+                j += 2
+            else:
+                break
+            if j < len(words) and words[j].lower() in ("and", "or", "&"):
+                j += 1  # "Anna, Ben, and Carla"
+        if len(names) >= 2:
+            head, tail = words[: names[0]], words[names[-1] + 1 :]
+            if head and head[-1].lower() in ("both", "either"):
+                head = head[:-1]  # "have both Jean and John visited" -> "have Jean visited"
+            end = words[names[-1]]
+            trail = end[len(end.rstrip(_TRAIL)) :]  # the "?" of "... Anna and Ben?"
+            return [
+                " ".join([*head, words[k].rstrip(_TRAIL) + trail, *tail]) for k in names[:limit]
+            ]
+        i = max(j, i + 1)
+    return []
+
+
 def split_parts(message: str, max_parts: int) -> list[str]:
-    """The parts to search: the message, then its sentences/clauses that carry content
-    words (greetings and fillers dropped), without repeats, at most ``max_parts``."""
+    """The parts to search: the message, then its sentences/clauses (and, for a clause
+    about several people, one text per person) that carry content words (greetings and
+    fillers dropped), without repeats, at most ``max_parts``."""
     parts = [message]
     pieces = [c for s in sentences(message) for c in clauses(s)]
+    pieces = [p for c in pieces for p in (c, *per_person(c, max_parts))]
     if len(pieces) > 1:
         for p in pieces:
             if is_greeting(p) or not key_terms(p):
