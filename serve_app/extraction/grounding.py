@@ -29,7 +29,9 @@ that names the old value ("Alex and I split up" then "The user is dating Alex" a
 definitely" then "Blue is the user's favourite colour") looks the same, and dropping
 confirmations would be false drops. Those are the reconcile step's (UPDATE/INVALIDATE).
 An item unsupported by both turns and known block (a hallucination, a far inference)
-is not this check's business and is kept. Work is linear in the turns' characters
+is not this check's business and is kept. A memory that says the opposite of what the
+user said ("does not eat fish" after "I love fish") is serve_app/extraction/negation.py's
+(reason ``negated``). Work is linear in the turns' characters
 (each turn scanned up to a cap) and the number of items; no regex.
 """
 
@@ -119,7 +121,7 @@ def words(text: str, max_chars: int) -> list[str]:
     return [w for w in out if len(w) > 1 or w.isdigit()]
 
 
-def _unit(word: str) -> str:
+def unit(word: str) -> str:
     """A word's comparable form: each hyphen part stemmed (a date stays as written)."""
     if "-" in word and parse_when(word) is not None:
         return word
@@ -140,7 +142,7 @@ class Evidence:
                 self.time_cue = True
             if w in STOPWORDS:
                 continue
-            u = _unit(w)
+            u = unit(w)
             self.units.add(u)
             self.parts.update(u.split("-"))
 
@@ -157,7 +159,7 @@ def content_units(text: str, max_chars: int) -> list[str]:
     seen: dict[str, None] = {}
     for w in words(text, max_chars):
         if w not in STOPWORDS:
-            seen.setdefault(_unit(w), None)
+            seen.setdefault(unit(w), None)
     return list(seen)
 
 
@@ -183,6 +185,7 @@ class Candidate:
     index: int  # position in its own list
     value: str
     text: str
+    reason: str = REASON  # copied_known, or negated (serve_app/extraction/negation.py)
 
 
 def is_date(unit: str) -> bool:

@@ -19,6 +19,7 @@ Nothing here raises into the chat path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import datetime
@@ -30,7 +31,6 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.decisions import Provenance
 from serve_app.extraction.episodes import Compressor
-from serve_app.extraction.grounding import REASON as UNGROUNDED
 from serve_app.extraction.grounding import Limits as GroundLimits
 from serve_app.extraction.grounding import grounded
 from serve_app.extraction.guidance import GuidanceFor, for_request, from_env, guidance_prompt
@@ -43,6 +43,7 @@ from serve_app.extraction.junk import (
     turn_of,
 )
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
+from serve_app.extraction.negation import without_negated
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import BadOutput, ExtractedFact, ExtractedMemory, parse_extraction
 from serve_app.extraction.prompts import (
@@ -248,14 +249,19 @@ class ExtractionPipeline:
         facts: list[ExtractedFact],
         out: Outcome,
     ) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
-        """Drop and count what the model copied from the known block (grounding.py)."""
+        """Drop and count what the model copied from the known block (grounding.py) and
+        memories that say the opposite of what the user said (negation.py)."""
         if not self.settings.extract.ground:
             return memories, facts
         memories, facts, drop = await grounded(
             turns, known, memories, facts, self.embed, self.ground_limits
         )
+        memories, contrary = await asyncio.to_thread(
+            without_negated, turns, memories, self.ground_limits
+        )
+        drop = [*drop, *contrary]
         for c in drop:
-            self.metrics.ungrounded(c.kind, UNGROUNDED)
+            self.metrics.ungrounded(c.kind, c.reason)
             log.info("extraction dropped an ungrounded %s: %.80r", c.kind, c.value)
         out.ungrounded += len(drop)
         return memories, facts
