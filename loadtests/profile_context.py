@@ -1,0 +1,154 @@
+"""CPU per context block, in process (issue 29): where a /v1/context call spends its CPU.
+
+bench_context.py measures the service (Ray, HTTP, one replica per role) on a shared
+box where wall time is noise; this script runs the same builder through the
+composition root in one process (real embedded PostgreSQL, the real int8 encoder and
+retriever; no Ray, no HTTP: ``tests/serve_app/inprocess.py``), so CPU seconds per call
+can be read exactly and profiled. Per variant (``MEMSERVE_CONTEXT_*`` levers, as in
+bench_context): the users of ``loadtests/data/context_bench.json`` added (typed or
+untyped), every message asked ``--repeat`` times after one warm-up pass, and
+
+- ``cpu_ms_per_call``: this process's CPU (the app's and the encoder's work) plus
+  PostgreSQL's backends (found by the data directory), per call;
+- with ``--profile``, cProfile's top functions (timer: process CPU time, so awaits and
+  other processes do not count) by own time and by cumulative time.
+
+    nice -n 19 python -m loadtests.profile_context --variants baseline,all --repeat 3
+    nice -n 19 python -m loadtests.profile_context --variants all --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadtests import procstat  # noqa: E402
+from loadtests.bench_context import DATA, VARIANTS  # noqa: E402
+from loadtests.harness import write_json  # noqa: E402
+from models import load_encoder  # noqa: E402
+from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
+from serve_app.db.migrations import migrate  # noqa: E402
+from serve_app.model_facts import ModelFacts  # noqa: E402
+from serve_app.settings import Settings  # noqa: E402
+from serve_app.store import NewMemory, Owner  # noqa: E402
+from serve_app.store.vectors import ensure_table  # noqa: E402
+from tests.serve_app.inprocess import in_process_services  # noqa: E402
+
+SLUG = "all-minilm-l6-v2-int8"
+TENANT = "t1"
+_LEVERS = {
+    "PROFILE": "profile",
+    "SPLIT_PARTS": "split_parts",
+    "RELEVANCE_GATE": "relevance_gate",
+    "EVIDENCE_TIME_FREE": "evidence_time_free",
+}
+
+
+def context_fields(variant: str) -> dict[str, bool]:
+    """bench_context's variant as ContextSettings fields."""
+    return {_LEVERS[k]: v == "true" for k, v in VARIANTS[variant].items()}
+
+
+async def load(services, data: dict, prefix: str, typed: bool) -> dict[str, Owner]:
+    owners = {}
+    for u in data["users"]:
+        owner = Owner(TENANT, f"{prefix}-{u['id']}")
+        items = [NewMemory(m["content"], m["type"] if typed else "semantic")
+                 for m in u["memories"]]  # fmt: skip
+        await services.memories.add(owner, items, actor="bench")
+        for f in u.get("facts", []):
+            await services.facts.set(owner, f["category"], f["key"], f["value"])
+        owners[u["id"]] = owner
+    return owners
+
+
+def pg_cpu(data_dir: str) -> float:
+    snap = procstat.snapshot([], match=lambda cmd: data_dir in cmd)
+    return sum(p.cpu_s for p in snap.values())
+
+
+async def one_variant(variant: str, dsn: str, pg_dir: str, encoder, args) -> dict:
+    data = json.loads(DATA.read_text())
+    settings = Settings().with_(context=context_fields(variant))
+    model = ModelFacts.of(encoder.spec)
+    async with in_process_services(settings, model, dsn, encoder) as services:
+        owners = await load(services, data, variant, args.source == "typed")
+        asks = [(owners[m["user"]], m["text"]) for m in data["messages"]]
+        for owner, text in asks:  # warm-up: caches loaded, code paths run once
+            await services.context.build(owner, text)
+        # CPU seconds, not wall time: the box is shared, and awaits are not work
+        prof = cProfile.Profile(time.process_time) if args.profile else None
+        cpu0, pg0, wall0 = time.process_time(), pg_cpu(pg_dir), time.perf_counter()
+        if prof:
+            prof.enable()
+        for _ in range(args.repeat):
+            for owner, text in asks:
+                await services.context.build(owner, text)
+        if prof:
+            prof.disable()
+        calls = args.repeat * len(asks)
+        own = time.process_time() - cpu0
+        pg = pg_cpu(pg_dir) - pg0
+        out = {
+            "calls": calls,
+            "cpu_ms_per_call": round((own + pg) * 1000 / calls, 3),
+            "process_cpu_ms_per_call": round(own * 1000 / calls, 3),
+            "postgres_cpu_ms_per_call": round(pg * 1000 / calls, 3),
+            "wall_ms_per_call": round((time.perf_counter() - wall0) * 1000 / calls, 3),
+        }
+        if prof:
+            out["profile"] = {k: _top(prof, k, args.top) for k in ("tottime", "cumulative")}
+        return out
+
+
+def _top(prof: cProfile.Profile, key: str, n: int) -> str:
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(n)
+    return buf.getvalue()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--variants", default="baseline,all")
+    ap.add_argument("--source", choices=("typed", "untyped"), default="untyped")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="cProfile the timed passes")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    encoder = load_encoder(SLUG, threads=1)
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="memserve-ctxprof-") as tmp:
+        pg = EmbeddedPostgres(Path(tmp))
+        dsn = pg.start()
+        try:
+            migrate(dsn)
+            ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
+            for v in [v for v in args.variants.split(",") if v]:
+                results[v] = asyncio.run(one_variant(v, dsn, tmp, encoder, args))
+                brief = {k: x for k, x in results[v].items() if k != "profile"}
+                print(f"[{v}] {json.dumps(brief)}", flush=True)
+                for k, text in results[v].get("profile", {}).items():
+                    print(f"--- {v} by {k}\n{text}", flush=True)
+        finally:
+            pg.stop()
+    base = results.get("baseline", {}).get("cpu_ms_per_call")
+    if base:
+        for r in results.values():
+            r["cpu_vs_baseline"] = round(r["cpu_ms_per_call"] / base, 3)
+    payload = {"variants": results, "config": vars(args) | {"data": str(DATA)}}
+    print(f"wrote {write_json('profile_context', payload)}")
+
+
+if __name__ == "__main__":
+    main()
