@@ -134,18 +134,19 @@ def main() -> None:
         try:
             migrate(dsn)
             ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
-            for v in [v for v in args.variants.split(",") if v]:
-                results[v] = asyncio.run(one_variant(v, dsn, tmp, encoder, args))
-                brief = {k: x for k, x in results[v].items() if k != "profile"}
-                print(f"[{v}] {json.dumps(brief)}", flush=True)
-                for k, text in results[v].get("profile", {}).items():
-                    print(f"--- {v} by {k}\n{text}", flush=True)
+            for n, v in enumerate(v for v in args.variants.split(",") if v):
+                name = v if v not in results else f"{v}#{n}"  # a variant asked again
+                results[name] = r = asyncio.run(one_variant(v, dsn, tmp, encoder, args))
+                brief = {k: x for k, x in r.items() if k != "profile"}
+                print(f"[{name}] {json.dumps(brief)}", flush=True)
+                for k, text in r.get("profile", {}).items():
+                    print(f"--- {name} by {k}\n{text}", flush=True)
         finally:
             pg.stop()
-    base = results.get("baseline", {}).get("cpu_ms_per_call")
-    if base:
+    base = [r["cpu_ms_per_call"] for k, r in results.items() if k.split("#")[0] == "baseline"]
+    if base:  # against the mean of the baseline runs
         for r in results.values():
-            r["cpu_vs_baseline"] = round(r["cpu_ms_per_call"] / base, 3)
+            r["cpu_vs_baseline"] = round(r["cpu_ms_per_call"] * len(base) / sum(base), 3)
     payload = {"variants": results, "config": vars(args) | {"data": str(DATA)}}
     print(f"wrote {write_json('profile_context', payload)}")
 
