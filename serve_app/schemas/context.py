@@ -77,7 +77,8 @@ class ContextFact(BaseModel):
 class ContextMemory(ScoredMemory):
     why: str | None = None  # the evidence that admitted it ("similar to the message ...")
     # its best cosine to the message's parts without their time words (the gate judges
-    # the lower of this and ``similarity``); null: the message has no time words
+    # the lower of this and ``similarity``); null: the message has no time words (or the
+    # lever is off); -1: the search without them did not return it
     topic_similarity: float | None = None
 
 
