@@ -46,6 +46,8 @@ from serve_app.periodic import Periodic
 from serve_app.profile.classify import ProfileClassifier
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
+from serve_app.services.document_jobs import DocumentJobWorker
+from serve_app.services.documents import DocumentService, document_service
 from serve_app.services.tenants import tenant_service
 from serve_app.settings import get_settings
 from serve_app.spend.meter import SpendMeter
@@ -112,6 +114,9 @@ class Extractor:
         self._reembed_task = asyncio.ensure_future(self.reembed.run())
         self.scheduler.start_scanning(settings.extract.scan_interval_s)
         self.webhooks.start()
+        # Big documents accepted as jobs by the Ingress (202): embedded and written here.
+        self.document_jobs = DocumentJobWorker(self._documents(model), settings.documents)
+        self.document_jobs.start()
         log.info(
             "extractor ready: %s",
             f"LLM {config.model} at {config.base_url}" if self.llm else "disabled (no LLM)",
@@ -148,11 +153,17 @@ class Extractor:
                             self.settings.consolidate, self.consolidation_metrics,
                             writer=self._writer(model))  # fmt: skip
 
+    def _documents(self, model: ModelFacts) -> DocumentService:
+        """The document service the job worker writes through (``model``'s table)."""
+        embed = functools.partial(self._embed, model=model)
+        return document_service(self.pool, self._writer(model), embed, self.settings, model)
+
     def _switch(self, model: ModelFacts) -> None:
         """The active model changed: new work reads and writes its table (work in flight
         finishes on the old one; the worker's settle passes pick up what it writes)."""
         self.pipeline = self.scheduler.pipeline = self._pipeline(model)
         self.consolidator = self._consolidator(model)
+        self.document_jobs.documents = self._documents(model)
 
     async def _embed(
         self, texts: Sequence[str], *, is_query: bool, model: ModelFacts
@@ -186,6 +197,12 @@ class Extractor:
         await self.scheduler.drain()
         return n
 
+    async def document_jobs_now(self) -> int:
+        """Claim document jobs now and wait for them (tests, operators); how many."""
+        n = await self.document_jobs.run_once()
+        await self.document_jobs.drain()
+        return n
+
     async def _consolidate_due(self) -> None:
         c = self.settings.consolidate
         await run_due(self.consolidator, c.min_interval_s, c.users_per_tick)
@@ -202,6 +219,7 @@ class Extractor:
             "model": self.models.active.name,
             "spend": dict(self.spend.metrics.counts),
             "webhooks": dict(self.webhooks.metrics.counts),
+            "document_jobs": dict(self.document_jobs.counts),
         }
 
     async def spend_upkeep_now(self) -> int:
@@ -209,6 +227,8 @@ class Extractor:
         return await self.spend.maintain()
 
     async def __del__(self) -> None:
+        if getattr(self, "document_jobs", None) is not None:
+            await self.document_jobs.stop()  # a job cut here is claimed again after its lease
         if getattr(self, "webhooks", None) is not None:
             await self.webhooks.stop()
         if getattr(self, "_consolidating", None) is not None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Any
+from uuid import UUID
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from serve_app.api.deps import Caller, Svc
@@ -19,6 +21,7 @@ from serve_app.schemas.documents import (
     DocumentDeleted,
     DocumentDetail,
     DocumentInput,
+    DocumentJob,
     DocumentList,
     DocumentOut,
     DocumentScope,
@@ -101,12 +104,32 @@ async def _from_form(request: Request) -> DocumentInput:
         raise _invalid(exc) from None
 
 
-@router.post("", status_code=201, response_model=DocumentOut, openapi_extra=_UPLOAD_SCHEMA)
+def prefers_async(header: str | None) -> bool:
+    """``Prefer: respond-async`` (RFC 7240: comma-separated preferences, each a token
+    with optional ``=value`` and parameters; a plain split, linear in the header)."""
+    if not header:
+        return False
+    prefs = (p.split(";", 1)[0].split("=", 1)[0].strip().lower() for p in header.split(","))
+    return "respond-async" in prefs
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=DocumentOut,
+    openapi_extra=_UPLOAD_SCHEMA,
+    responses={202: {"model": DocumentJob, "description": "accepted as a job"}},
+)
 async def post_document(request: Request, caller: Caller, services: Svc):
     """A document (JSON ``text``, or a multipart ``file``: text, Markdown, HTML, PDF)
     into scope org, agent or user. Re-posting a ``document_id`` replaces its chunks in one
     transaction (the version goes up; the old version's row is kept). 413 over the
-    document bounds (``MEMSERVE_DOC_*``), 422 for a file that cannot be read."""
+    document bounds (``MEMSERVE_DOC_*``), 422 for a file that cannot be read.
+
+    More than ``MEMSERVE_DOC_SYNC_CHUNKS`` chunks, or ``Prefer: respond-async``: 202 with
+    a job (``GET /v1/documents/jobs/{job_id}``) once the document is stored durably; it
+    is embedded and written in the background. Its refusals (rights, rate units, chunk
+    quota, ``MEMSERVE_DOC_JOBS_PER_TENANT`` open jobs: 429) come before the 202."""
     docs = _service(services)
     ctype = request.headers.get("content-type", "").lower()
     if ctype.startswith("multipart/form-data"):
@@ -123,9 +146,27 @@ async def post_document(request: Request, caller: Caller, services: Svc):
         if services.tenants is None or caller.role == "admin"
         else await services.tenants.effective(caller.tenant_id)
     )
-    return await docs.ingest(
-        caller, doc, charge=lambda units: services.auth.charge(caller, user, units, tenant)
+    out = await docs.ingest(
+        caller,
+        doc,
+        charge=lambda units: services.auth.charge(caller, user, units, tenant),
+        prefer_async=prefers_async(request.headers.get("prefer")),
     )
+    if isinstance(out, dict):  # accepted as a job
+        job = DocumentJob.model_validate(out).model_dump(mode="json")
+        where = {"Location": f"/v1/documents/jobs/{job['job_id']}"}
+        return JSONResponse(job, status_code=202, headers=where)
+    return out
+
+
+@router.get("/jobs/{job_id}", response_model=DocumentJob)
+async def get_document_job(
+    job_id: UUID, caller: Caller, services: Svc, agent_id: Identifier | None = None
+):
+    """A document job: ``queued``, ``running`` (``embedded`` of ``chunk_count``),
+    ``done`` (the ``version`` it wrote) or ``failed`` (``error``). Who may read it: as
+    its document (another user's or tenant's job is a 404)."""
+    return await _service(services).job(caller, job_id, agent_id=agent_id)
 
 
 @router.get("", response_model=DocumentList)

@@ -8,7 +8,17 @@ from typing import Any
 
 from serve_app.client.call import Call, clean, with_params
 from serve_app.client.endpoint import Endpoint
-from serve_app.schemas.documents import DocumentDeleted, DocumentDetail, DocumentList, DocumentOut
+from serve_app.schemas.documents import (
+    DocumentDeleted,
+    DocumentDetail,
+    DocumentJob,
+    DocumentList,
+    DocumentOut,
+)
+
+# A post answered 202 (a big document, or ``respond_async``) is a job, not the head yet.
+_ASYNC = {202: DocumentJob}
+_PREFER_ASYNC = {"Prefer": "respond-async"}
 
 
 class DocumentsApi:
@@ -17,13 +27,15 @@ class DocumentsApi:
     @Endpoint
     @staticmethod
     def add_document(
-        text: str, *, content_type: str = "text/plain", **fields: Any
-    ) -> Call[DocumentOut]:
+        text: str, *, content_type: str = "text/plain", respond_async: bool = False, **fields: Any
+    ) -> Call[DocumentOut | DocumentJob]:
         """A document's text (``content_type`` text/plain, text/markdown or text/html).
         ``fields``: document_id (re-posting one replaces it), title, source_url, metadata,
-        tags, scope ("org" by default, "agent" with agent_id, "user" with user_id)."""
+        tags, scope ("org" by default, "agent" with agent_id, "user" with user_id).
+        A big document (or ``respond_async``) comes back as a :class:`DocumentJob`."""
         body = clean({**fields, "text": text, "content_type": content_type})
-        return Call("POST", "/v1/documents", json=body, model=DocumentOut)
+        return Call("POST", "/v1/documents", json=body, model=DocumentOut, by_status=_ASYNC,
+                    headers=_PREFER_ASYNC if respond_async else None)  # fmt: skip
 
     @Endpoint
     @staticmethod
@@ -34,10 +46,12 @@ class DocumentsApi:
         content_type: str | None = None,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
+        respond_async: bool = False,
         **fields: Any,
-    ) -> Call[DocumentOut]:
+    ) -> Call[DocumentOut | DocumentJob]:
         """A file (a path or its bytes: PDF, Markdown, HTML, text) as a multipart post;
-        the type is ``content_type`` or guessed by the service from the file name."""
+        the type is ``content_type`` or guessed by the service from the file name. A big
+        document (or ``respond_async``) comes back as a :class:`DocumentJob`."""
         if isinstance(file, bytes):
             data, name = file, filename or "document"
         else:
@@ -50,7 +64,15 @@ class DocumentsApi:
         if metadata is not None:
             form["metadata"] = json.dumps(metadata)
         files = {"file": (name, data, content_type or "application/octet-stream")}
-        return Call("POST", "/v1/documents", files=files, form=form, model=DocumentOut)
+        return Call("POST", "/v1/documents", files=files, form=form, model=DocumentOut,
+                    by_status=_ASYNC, headers=_PREFER_ASYNC if respond_async else None)  # fmt: skip
+
+    @Endpoint
+    @staticmethod
+    def document_job(job_id: str, *, agent_id: str | None = None) -> Call[DocumentJob]:
+        """A document job's state (queued, running, done with its version, or failed)."""
+        params = {"agent_id": agent_id}
+        return with_params("GET", f"/v1/documents/jobs/{job_id}", params, DocumentJob)
 
     @Endpoint
     @staticmethod

@@ -97,6 +97,24 @@ class DocumentOut(StrictModel):
     updated_at: datetime
 
 
+class DocumentJob(StrictModel):
+    """A document accepted as a job (202) and its state (``GET /v1/documents/jobs/{id}``):
+    queued, running (``embedded`` of ``chunk_count`` so far), done (``version`` written)
+    or failed (``error`` says why)."""
+
+    job_id: str
+    document_id: str
+    status: Literal["queued", "running", "done", "failed"]
+    chunk_count: int
+    embedded: int = 0
+    attempts: int = 0
+    error: str | None = None
+    version: int | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
 class DocumentChunk(StrictModel):
     """One chunk as ``GET /v1/documents/{id}`` lists it (a citable piece of the text)."""
 

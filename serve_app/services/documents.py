@@ -1,9 +1,5 @@
-"""The knowledge base's use cases: ingest (post and re-post), list, get, delete documents.
-
-Who may do what (issue 33): org and agent documents are written by service and admin
-keys only (a user key: 403) and read by every key of the tenant (an agent's only with
-that ``agent_id``); a user's documents are written and read by that user's key or a
-service key naming the user. Anything a caller may not read is a 404, as if missing.
+"""The knowledge base's ingestion: post and re-post documents (reads and who may do
+what: serve_app/services/document_access.py).
 
 An ingest parses and chunks in a worker thread, embeds the chunks through the same
 Embedder as memories in batches of ``MEMSERVE_DOC_EMBED_BATCH`` (each batch queues
@@ -13,33 +9,37 @@ chunks, add the new ones through the :class:`GuardedWriter` (quotas count chunks
 erasure guard; history), write the head and the version row. Readers see the old
 version or the new, never a mix. At most ``MEMSERVE_DOC_CONCURRENT`` documents are
 processed at once per Ingress replica, so big uploads take turns while small memory
-writes are never queued behind them (they do not take this semaphore).
+writes are never queued behind them (they do not take this semaphore). A big document
+(over ``MEMSERVE_DOC_SYNC_CHUNKS`` chunks) is not embedded in the request: it is
+accepted as a durable job (202) that an Extractor replica writes with the same swap
+(serve_app/services/document_jobs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
-import json
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import numpy as np
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.auth import Principal, check_user_id, resolve_owner
+from serve_app.auth import Principal
 from serve_app.documents.chunking import Chunk, ChunkSizes, chunk, load_tokenizer, sizes_for
 from serve_app.documents.parse import DocumentRefused, Limits, parse
 from serve_app.errors import ApiError
 from serve_app.model_facts import ModelFacts
 from serve_app.schemas.documents import DocumentInput, DocumentOut, ExportedDocument
-from serve_app.services.memories import SHARED_WRITERS, Embed
+from serve_app.services.document_access import DocumentAccess
+from serve_app.services.document_jobs import JobLost, job_view, stored_chunks
+from serve_app.services.memories import Embed
 from serve_app.services.write_errors import write_errors
 from serve_app.settings import DocumentSettings, Settings
 from serve_app.store import events
+from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.documents import CHUNK_SOURCE, CHUNK_TYPE, DocumentStore
 from serve_app.store.guarded import ForgetInProgress, GuardedWriter
 from serve_app.store.records import NewMemory, Owner, owner_key
@@ -50,25 +50,7 @@ Tokenizer = Callable[[], Any]  # the active model's tokenizer (loaded once, lazi
 Charge = Callable[[float], None]  # spends rate units of the caller (429 when out)
 
 
-def _not_found(document_id: str) -> ApiError:
-    return ApiError(404, "not_found", f"document {document_id!r} not found")
-
-
-def _cursor(row: dict[str, Any]) -> str:
-    raw = json.dumps([row["updated_at"].isoformat(), row["document_id"]]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _uncursor(token: str) -> tuple[str, str]:
-    try:
-        at, doc = json.loads(base64.urlsafe_b64decode((token + "=" * (-len(token) % 4)).encode()))
-        datetime.fromisoformat(at)
-        return str(at), str(doc)
-    except Exception:  # any malformed cursor is the caller's error
-        raise ApiError(422, "invalid_request", "invalid cursor") from None
-
-
-class DocumentService:
+class DocumentService(DocumentAccess):
     def __init__(
         self,
         pool: AsyncConnectionPool,
@@ -89,50 +71,67 @@ class DocumentService:
         self.sizes = sizes
         self.limits = Limits(max_chars=settings.max_chars, max_pdf_pages=settings.max_pdf_pages)
         self._turns = asyncio.Semaphore(settings.concurrent)
-
-    # ---------- who may do what ----------
-
-    @staticmethod
-    def _owner(caller: Principal, doc: DocumentInput) -> Owner:
-        if doc.scope in ("org", "agent"):
-            if caller.role not in SHARED_WRITERS:
-                raise ApiError(
-                    403, "forbidden", "org and agent documents are written by service keys only"
-                )
-            return Owner(caller.tenant_id, None)
-        return resolve_owner(caller, doc.user_id)
-
-    @staticmethod
-    def _readable(caller: Principal, head: dict[str, Any], agent_id: str | None) -> bool:
-        if caller.role in SHARED_WRITERS:
-            return True
-        owner = head["owner"]
-        return (
-            owner == "@org"
-            or owner == caller.user_id
-            or (agent_id is not None and owner == owner_key(None, "agent", agent_id))
-        )
-
-    @staticmethod
-    def _writable(caller: Principal, head: dict[str, Any]) -> bool:
-        return caller.role in SHARED_WRITERS or head["owner"] == caller.user_id
+        self.jobs = DocumentJobStore(pool)  # big posts queue here (services/document_jobs.py)
 
     # ---------- ingest ----------
 
     async def ingest(
-        self, principal: Principal, doc: DocumentInput, *, charge: Charge | None = None
-    ) -> DocumentOut:
+        self,
+        principal: Principal,
+        doc: DocumentInput,
+        *,
+        charge: Charge | None = None,
+        prefer_async: bool = False,
+    ) -> DocumentOut | dict[str, Any]:
         """Store ``doc`` as the new version of its id (a new document without one);
-        ``charge``: spends one rate unit per chunk before anything is embedded."""
+        ``charge``: spends one rate unit per chunk before anything is embedded. Over
+        ``sync_chunks`` chunks, or with ``prefer_async``, or behind an open job of the
+        same id: queued as a job (services/document_jobs.py) and its view returned."""
         owner = self._owner(principal, doc)
-        document_id = doc.document_id or uuid.uuid4().hex
         async with self._turns:
-            text, chunks, title = await asyncio.to_thread(self._prepare, doc)
+            head, chunks = await self._parsed(owner, doc)
+            if (
+                prefer_async
+                or len(chunks) > self.settings.sync_chunks
+                or await self.jobs.has_open(principal.tenant_id, head["document_id"])
+            ):
+                return await self._accept(principal, owner, head, chunks, charge)
             if charge is not None:
                 charge(float(len(chunks)))
             vectors = await self._embed([c.text for c in chunks])
+        with write_errors():
+            return DocumentOut.model_validate(
+                await self._swap(principal, owner, head, chunks, vectors)
+            )
+
+    async def ingest_many(
+        self, principal: Principal, docs: list[DocumentInput], *, charge: Charge | None = None
+    ) -> list[DocumentOut]:
+        """Several documents all or nothing (mem0's add with document messages): each
+        parsed and embedded first, then every swap in one transaction."""
+        owners = [self._owner(principal, d) for d in docs]
+        async with self._turns:
+            parsed = [await self._parsed(o, d) for o, d in zip(owners, docs, strict=True)]
+            if charge is not None:
+                charge(float(sum(len(c) for _, c in parsed)))
+            vectors = [await self._embed([c.text for c in chunks]) for _, chunks in parsed]
+        # Document locks in one order (two adds naming the same documents never deadlock).
+        order = sorted(range(len(docs)), key=lambda i: parsed[i][0]["document_id"])
+        saved: dict[int, dict[str, Any]] = {}
+        with write_errors():
+            async with self.pool.connection() as conn, conn.transaction():
+                for i in order:
+                    head, chunks = parsed[i]
+                    saved[i] = await self._swap_in(
+                        conn, principal, owners[i], head, chunks, vectors[i], principal.actor
+                    )
+        return [DocumentOut.model_validate(saved[i]) for i in range(len(docs))]
+
+    async def _parsed(self, owner: Owner, doc: DocumentInput) -> tuple[dict[str, Any], list[Chunk]]:
+        """The head fields and chunks of ``doc`` (parsed and chunked in a worker thread)."""
+        text, chunks, title = await asyncio.to_thread(self._prepare, doc)
         head = {
-            "document_id": document_id,
+            "document_id": doc.document_id or uuid.uuid4().hex,
             "owner": owner_key(owner.user_id, doc.scope, doc.agent_id),
             "scope": doc.scope,
             "agent_id": doc.agent_id,
@@ -146,10 +145,41 @@ class DocumentService:
             "chars": len(text),
             "chunk_count": len(chunks),
         }
+        return head, chunks
+
+    async def _accept(
+        self,
+        caller: Principal,
+        owner: Owner,
+        head: dict[str, Any],
+        chunks: list[Chunk],
+        charge: Charge | None,
+    ) -> dict[str, Any]:
+        """Queue the document as a job once the write would be allowed now: the id's
+        owner (403/409), rate units (429), the chunks the version adds against the
+        quota (403) and a running forget (409), the tenant's open jobs (429)."""
+        old = await self.store.head(caller.tenant_id, head["document_id"])
+        self._check_replace(caller, old, head)
+        if charge is not None:
+            charge(float(len(chunks)))
+        added = len(chunks) - (old["chunk_count"] if old is not None else 0)
+        rows = [self._chunk_row(head, 0, c) for c in chunks[: max(added, 0)]]
         with write_errors():
-            return DocumentOut.model_validate(
-                await self._swap(principal, owner, head, chunks, vectors)
-            )
+            refused = await self.writer.refusal(owner, rows) if rows else None
+            if refused is not None:
+                raise refused
+        job = await self.jobs.enqueue(
+            caller.tenant_id, head["document_id"], head["owner"],
+            (caller.key_id, caller.role, caller.user_id), head, stored_chunks(chunks),
+            cap=self.settings.jobs_per_tenant,
+        )  # fmt: skip
+        if job is None:
+            raise ApiError(
+                429, "too_many_jobs",
+                f"the tenant has {self.settings.jobs_per_tenant} document jobs open;"
+                " retry when one has finished", headers={"Retry-After": "10"},
+            )  # fmt: skip
+        return job_view(job)
 
     def _prepare(self, doc: DocumentInput) -> tuple[str, list[Chunk], str | None]:
         """Parse and chunk (CPU work: runs in a worker thread)."""
@@ -212,31 +242,49 @@ class DocumentService:
         vectors: np.ndarray,
         *,
         actor: str | None = None,
+        job: tuple[uuid.UUID, uuid.UUID] | None = None,
     ) -> dict[str, Any]:
-        """Replace the document's chunks and head in one transaction."""
-        tenant, document_id = caller.tenant_id, head["document_id"]
-        actor = actor or caller.actor
+        """Replace the document's chunks and head in one transaction; ``job``: the
+        (id, token) of the job this writes, held first and marked done in it."""
         async with self.pool.connection() as conn, conn.transaction():
-            old = await self.store.lock(conn, tenant, document_id)
-            if old is not None and not self._writable(caller, old):
-                if self._readable(caller, old, head["agent_id"]):
-                    raise ApiError(403, "forbidden", "this key may not replace that document")
-                raise ApiError(409, "conflict", f"document_id {document_id!r} is taken")
-            version = 1 if old is None else old["version"] + 1
-            await conn.execute(events.QUIET)  # one document event, not one per chunk
-            await self.store.remove_chunks(conn, tenant, document_id, actor)
-            items = [self._chunk_row(head, version, c) for c in chunks]
-            rows = await self.writer.add(owner, items, vectors, actor=actor, conn=conn)
-            if len(rows) != len(items):
-                raise ForgetInProgress(owner)
-            saved = await self.store.save_head(conn, tenant, head, actor)
-            await conn.execute(events.LOUD)
-            await events.emit(
-                conn, tenant, "document.ingested", user_id=owner.user_id,
-                agent_id=head["agent_id"],
-                data={"document_id": document_id, "version": saved["version"],
-                      "chunk_count": len(items), "scope": head["scope"]},
-            )  # fmt: skip
+            if job is not None and not await self.jobs.hold(conn, *job):
+                raise JobLost(job[0])
+            saved = await self._swap_in(
+                conn, caller, owner, head, chunks, vectors, actor or caller.actor
+            )
+            if job is not None:
+                await self.jobs.done(conn, job[0], saved["version"])
+        return saved
+
+    async def _swap_in(
+        self,
+        conn: AsyncConnection,
+        caller: Principal,
+        owner: Owner,
+        head: dict[str, Any],
+        chunks: list[Chunk],
+        vectors: np.ndarray,
+        actor: str,
+    ) -> dict[str, Any]:
+        """The swap's statements in ``conn``'s transaction (the caller commits)."""
+        tenant, document_id = caller.tenant_id, head["document_id"]
+        old = await self.store.lock(conn, tenant, document_id)
+        self._check_replace(caller, old, head)
+        version = 1 if old is None else old["version"] + 1
+        await conn.execute(events.QUIET)  # one document event, not one per chunk
+        await self.store.remove_chunks(conn, tenant, document_id, actor)
+        items = [self._chunk_row(head, version, c) for c in chunks]
+        rows = await self.writer.add(owner, items, vectors, actor=actor, conn=conn)
+        if len(rows) != len(items):
+            raise ForgetInProgress(owner)
+        saved = await self.store.save_head(conn, tenant, head, actor)
+        await conn.execute(events.LOUD)
+        await events.emit(
+            conn, tenant, "document.ingested", user_id=owner.user_id,
+            agent_id=head["agent_id"],
+            data={"document_id": document_id, "version": saved["version"],
+                  "chunk_count": len(items), "scope": head["scope"]},
+        )  # fmt: skip
         return saved
 
     @staticmethod
@@ -261,98 +309,6 @@ class DocumentService:
             source=CHUNK_SOURCE,
             pinned=False,  # never in a user's profile block
         )
-
-    # ---------- reads ----------
-
-    async def list(
-        self,
-        caller: Principal,
-        *,
-        scope: str | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        tag: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> dict[str, Any]:
-        """A page of the documents the caller may read, newest first (filters narrow it)."""
-        check_user_id(user_id)
-        limit = min(limit or self.settings.list_limit, self.settings.list_limit)
-        owners = self._list_owners(caller, scope, agent_id, user_id)
-        after = _uncursor(cursor) if cursor else None
-        rows = await self.store.list(
-            caller.tenant_id, owners, scope=scope, tag=tag, after=after, limit=limit + 1
-        )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return {"documents": rows, "next_cursor": _cursor(rows[-1]) if more else None}
-
-    @staticmethod
-    def _list_owners(
-        caller: Principal, scope: str | None, agent_id: str | None, user_id: str | None
-    ) -> list[str] | None:
-        """The owners a list may show (None: all of the tenant's, service keys only)."""
-        agent = [owner_key(None, "agent", agent_id)] if agent_id else []
-        if caller.role == "user":
-            if user_id is not None and user_id != caller.user_id:
-                raise ApiError(403, "forbidden", "a user key may only act for its own user")
-            mine = {"org": ["@org"], "agent": agent, "user": [caller.user_id]}
-            if scope is not None:
-                return [o for o in mine[scope] if o]
-            return ["@org", *agent, str(caller.user_id)]
-        if user_id is not None:
-            return [user_id]
-        if agent_id is not None:
-            return agent
-        return None
-
-    async def get(
-        self,
-        caller: Principal,
-        document_id: str,
-        *,
-        agent_id: str | None = None,
-        after: int = -1,
-        limit: int | None = None,
-    ) -> dict[str, Any]:
-        """The document's head and a page of its chunks (``chunk_index`` > ``after``)."""
-        head = await self.store.head(caller.tenant_id, document_id)
-        if head is None or not self._readable(caller, head, agent_id):
-            raise _not_found(document_id)
-        limit = min(limit or self.settings.list_limit, self.settings.list_limit)
-        rows = await self.store.chunks(caller.tenant_id, document_id, after=after, limit=limit + 1)
-        more = len(rows) > limit
-        chunks = [
-            {
-                "id": str(r["id"]),
-                "content": r["content"],
-                "chunk_index": r["data"].get("chunk_index", 0),
-                "char_start": r["data"].get("char_start", 0),
-                "char_end": r["data"].get("char_end", 0),
-                "heading_path": r["data"].get("heading_path") or [],
-            }
-            for r in rows[:limit]
-        ]
-        return {
-            "document": head,
-            "chunks": chunks,
-            "next_cursor": str(chunks[-1]["chunk_index"]) if more else None,
-        }
-
-    async def delete(
-        self, caller: Principal, document_id: str, *, agent_id: str | None = None
-    ) -> dict[str, Any]:
-        """Delete the document, its chunks and its versions (404 if not readable, 403 if
-        readable but not the caller's to delete)."""
-        head = await self.store.head(caller.tenant_id, document_id)
-        if head is None or not self._readable(caller, head, agent_id):
-            raise _not_found(document_id)
-        if not self._writable(caller, head):
-            raise ApiError(403, "forbidden", "this key may not delete that document")
-        n = await self.store.delete(caller.tenant_id, document_id, caller.actor)
-        if n is None:
-            raise _not_found(document_id)
-        return {"document_id": document_id, "deleted": True, "chunks": n}
 
 
 def document_service(

@@ -30,3 +30,14 @@ class DocumentSettings(BaseSettings):
     # other tenants' memory writes).
     concurrent: int = Field(2, ge=1)
     list_limit: int = Field(100, ge=1)  # documents or chunks per page
+    # Durable ingest jobs (issue 33): a post of more chunks than ``sync_chunks`` (or with
+    # ``Prefer: respond-async``) is stored as a job after parse+chunk and answered 202;
+    # an Extractor replica embeds and writes it (serve_app/services/document_jobs.py).
+    sync_chunks: int = Field(128, ge=1)
+    jobs_per_tenant: int = Field(20, ge=1)  # open (queued or running) jobs; 429 beyond
+    job_concurrency: int = Field(2, ge=1)  # jobs one Extractor replica runs at once
+    job_poll_s: float = Field(1.0, ge=0)  # how often a replica looks for jobs (0: never)
+    job_lease_s: float = Field(120.0, gt=0)  # renewed per embed slice; a dead worker's expires
+    job_max_attempts: int = Field(3, ge=1)  # claims of one job before it is failed
+    job_retry_s: float = Field(10.0, ge=0)  # wait after a transient failure (Embedder, DB)
+    job_retention_s: float = Field(86_400.0, gt=0)  # finished jobs stay readable this long

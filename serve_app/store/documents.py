@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store import events
+from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.memory_writes import delete_statement
 from serve_app.store.records import column_list
 from serve_app.store.versions import CHANGES_CHANNEL
@@ -204,6 +205,9 @@ class DocumentStore:
     async def delete(self, tenant_id: str, document_id: str, actor: str | None) -> int | None:
         """The document, its chunks and its versions, in one transaction; None if absent."""
         async with self.pool.connection() as conn, conn.transaction():
+            # Its open ingest jobs first (none re-adds it), locking them in the order a
+            # job's swap does (job row, then the document): a swap under way commits first.
+            await DocumentJobStore.drop_document(conn, tenant_id, document_id)
             head = await self.lock(conn, tenant_id, document_id)
             if head is None:
                 return None

@@ -24,13 +24,24 @@ from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store import events
+from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.documents import DocumentStore
 from serve_app.store.erasure import Erasure
 from serve_app.store.turns import INFER_PREFIX
 from serve_app.store.vectors import table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
-KINDS = ("memories", "vectors", "history", "facts", "turns", "sessions", "events", "documents")
+KINDS = (
+    "memories",
+    "vectors",
+    "history",
+    "facts",
+    "turns",
+    "sessions",
+    "events",
+    "documents",
+    "document_jobs",
+)
 
 
 @dataclass(frozen=True)
@@ -182,6 +193,7 @@ class ForgetStore:
         where, params = scope.turns_where()
         counts["turns"] = await self._rows(conn, held, "session_turns", "id", where, params)
         counts["sessions"] = await self._sessions(conn, scope)
+        counts["document_jobs"] = await self._document_jobs(conn, scope)
         await self._memories(conn, held, scope, counts)  # document chunks too
         counts["documents"] = await self._documents(conn, scope)
         counts["history"] += await self._history(conn, held, scope)
@@ -250,6 +262,13 @@ class ForgetStore:
         if scope.agent_id is not None or scope.session_id is not None:
             return 0
         return await DocumentStore.erase_owner(conn, scope.tenant_id, scope.user_id)
+
+    async def _document_jobs(self, conn: AsyncConnection, scope: Scope) -> int:
+        """The scope's document ingest jobs, before its chunks: a job being written waits
+        for (its job row lock) or loses to this, so none lands after the deletes."""
+        if scope.agent_id is not None or scope.session_id is not None:
+            return 0
+        return await DocumentJobStore.drop_owner(conn, scope.tenant_id, scope.user_id)
 
     async def _sessions(self, conn: AsyncConnection, scope: Scope) -> int:
         where, params = scope.where(("user_id", "agent_id", "session_id"))

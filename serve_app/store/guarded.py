@@ -35,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.profile.classify import ProfileClassifier
 from serve_app.settings import Settings
 from serve_app.store import erasure, imports, quota, supersede
+from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.documents import DocumentStore
 from serve_app.store.facts import FactStore
 from serve_app.store.memories import BATCH_GUARD, MemoryStore
@@ -287,15 +288,19 @@ class GuardedWriter:
         session_id: str | None = None,
         actor: str | None = None,
     ) -> int:
+        # The whole set (an agent's shared memories, or all of a user's) takes its
+        # documents (issue 33): ingest jobs first (none lands after the chunks' delete),
+        # then the chunks with the memories, then heads and versions. A delete narrowed
+        # to an agent or session leaves a user's documents, whose chunks carry neither.
+        whole = session_id is None and (owner.user_id is None) == (agent_id is not None)
+        key = owner.user_id or owner_key(None, "agent", agent_id)
+        if whole:
+            async with self.pool.connection() as conn:
+                await DocumentJobStore.drop_owner(conn, owner.tenant_id, key)
         n = await self.memories._raw_delete_scope(
             owner, agent_id=agent_id, session_id=session_id, actor=actor
         )
-        if session_id is None and (owner.user_id is None) == (agent_id is not None):
-            # The whole set went (an agent's shared memories, or all of a user's), its
-            # documents' chunks with it (issue 33): their heads and versions go too. A
-            # delete narrowed to an agent or session leaves a user's documents, whose
-            # chunks carry neither.
-            key = owner.user_id or owner_key(None, "agent", agent_id)
+        if whole:
             async with self.pool.connection() as conn:
                 await DocumentStore.erase_owner(conn, owner.tenant_id, key)
         return n

@@ -80,7 +80,8 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
 async def _add_documents(
     body: m.AddRequest, parts: list[DocumentPart], scope: Scope, caller: Caller, services: Svc
 ) -> list[dict[str, Any]]:
-    """Every part is read (and refused) before the first is ingested."""
+    """Every part is read (and refused) before anything is written, and the documents
+    are written all or nothing (one transaction: a later one's refusal leaves none)."""
     if services.documents is None or services.fetcher is None:
         raise ApiError(503, "unavailable", "documents are not served by this replica")
     read = [await services.fetcher.load(p.ref) for p in parts]
@@ -93,15 +94,11 @@ async def _add_documents(
         if services.tenants is None or caller.role == "admin"
         else await services.tenants.effective(caller.tenant_id)
     )
-    results = []
-    for part, doc in zip(parts, docs, strict=True):
-        out = await services.documents.ingest(
-            caller,
-            doc,
-            charge=lambda units, u=doc.user_id: services.auth.charge(caller, u, units, tenant),
-        )
-        results.append(added(part, out))
-    return results
+    user = docs[0].user_id  # one scope for the whole add
+    outs = await services.documents.ingest_many(
+        caller, docs, charge=lambda units: services.auth.charge(caller, user, units, tenant)
+    )
+    return [added(part, out) for part, out in zip(parts, outs, strict=True)]
 
 
 async def _add_texts(

@@ -1,0 +1,137 @@
+"""The document job queue (migration 0024, store/document_jobs.py) against a real
+PostgreSQL: the per-tenant cap, claims under a lease, fairness between tenants, a
+document's jobs in order, lease expiry, erasure and tenant isolation."""
+
+from __future__ import annotations
+
+import asyncio
+
+from serve_app.store.document_jobs import DocumentJobStore
+from serve_app.store.forget import ForgetStore, Scope
+from serve_app.store.vectors import ensure_table
+from tests.serve_app.store.unit_vectors import DIM
+
+CALLER = ("k-svc", "service", None)
+
+
+async def enqueue(jobs: DocumentJobStore, tenant: str, doc: str, owner: str = "@org", cap=100):
+    head = {"document_id": doc, "scope": "org", "user_id": None, "agent_id": None}
+    return await jobs.enqueue(
+        tenant, doc, owner, CALLER, head, [[0, f"text of {doc}", 0, 10, ["T"]]], cap=cap
+    )
+
+
+async def test_enqueue_stores_the_job_and_caps_open_jobs_per_tenant(pool):
+    jobs = DocumentJobStore(pool)
+    first = await enqueue(jobs, "t1", "a", cap=2)
+    assert first["status"] == "queued" and first["chunk_count"] == 1 and first["attempts"] == 0
+    assert await enqueue(jobs, "t1", "b", cap=2) is not None
+    assert await enqueue(jobs, "t1", "c", cap=2) is None  # two open: the third is refused
+    assert await enqueue(jobs, "t2", "c", cap=2) is not None  # another tenant's own cap
+    assert await jobs.has_open("t1", "a") and not await jobs.has_open("t1", "c")
+
+    got = await jobs.get("t1", first["job_id"])
+    assert got["document_id"] == "a" and "chunks" not in got
+    assert await jobs.get("t2", first["job_id"]) is None  # another tenant's job: missing
+
+    [claimed] = await jobs.claim(1, 60)  # finishing one frees a place
+    async with pool.connection() as conn, conn.transaction():
+        assert await jobs.hold(conn, claimed["id"], claimed["claim_token"])
+        await jobs.done(conn, claimed["id"], 1)
+    assert await enqueue(jobs, "t1", "c", cap=2) is not None
+
+
+async def test_claims_are_fair_between_tenants(pool):
+    jobs = DocumentJobStore(pool)
+    for n in range(6):  # tenant "big" queued six PDFs first
+        await enqueue(jobs, "big", f"pdf-{n}")
+    await enqueue(jobs, "small", "one")
+    await enqueue(jobs, "small", "two")
+    order = []
+    for _ in range(4):  # each claim while the earlier ones still run
+        [job] = await jobs.claim(1, 60)
+        order.append((job["tenant_id"], job["document_id"]))
+    # big's oldest first (both tenants' first turn, big's is older), then small's first
+    # (big has one running), then alternating: small's two never wait behind big's six.
+    assert order == [("big", "pdf-0"), ("small", "one"), ("big", "pdf-1"), ("small", "two")]
+    rest = await jobs.claim(10, 60)
+    assert sorted(j["document_id"] for j in rest) == [f"pdf-{n}" for n in range(2, 6)]
+    assert await jobs.claim(10, 60) == []
+
+
+async def test_a_documents_jobs_run_one_at_a_time_in_order(pool):
+    jobs = DocumentJobStore(pool)
+    first = await enqueue(jobs, "t1", "handbook")
+    second = await enqueue(jobs, "t1", "handbook")
+    claimed = await jobs.claim(10, 60)
+    assert [j["id"] for j in claimed] == [first["job_id"]]  # the later post waits
+    assert await jobs.claim(10, 60) == []
+    assert await jobs.fail(claimed[0]["id"], claimed[0]["claim_token"], "boom")
+    [after] = await jobs.claim(10, 60)
+    assert after["id"] == second["job_id"]
+    assert (await jobs.get("t1", first["job_id"]))["status"] == "failed"
+
+
+async def test_an_expired_lease_is_claimed_again_and_the_old_holder_is_shut_out(pool):
+    jobs = DocumentJobStore(pool)
+    job = await enqueue(jobs, "t1", "a")
+    [dead] = await jobs.claim(1, 0.2)  # a worker that dies after claiming
+    assert dead["attempts"] == 1
+    assert await jobs.claim(1, 60) == []  # its lease holds the job
+    await asyncio.sleep(0.3)
+    [again] = await jobs.claim(1, 60)
+    assert again["id"] == job["job_id"] and again["attempts"] == 2
+    assert again["claim_token"] != dead["claim_token"]
+    # The old holder can neither renew, finish nor fail it.
+    assert not await jobs.renew(dead["id"], dead["claim_token"], 60, 1)
+    async with pool.connection() as conn, conn.transaction():
+        assert not await jobs.hold(conn, dead["id"], dead["claim_token"])
+    assert not await jobs.fail(dead["id"], dead["claim_token"], "late")
+    assert await jobs.renew(again["id"], again["claim_token"], 60, 1)
+    assert (await jobs.get("t1", job["job_id"]))["embedded"] == 1
+
+
+async def test_a_released_job_waits_out_its_retry_then_is_claimed(pool):
+    jobs = DocumentJobStore(pool)
+    await enqueue(jobs, "t1", "a")
+    [job] = await jobs.claim(1, 60)
+    assert await jobs.release(job["id"], job["claim_token"], 0.2, "embedder down")
+    assert await jobs.claim(1, 60) == []
+    await asyncio.sleep(0.3)
+    [again] = await jobs.claim(1, 60)
+    assert again["id"] == job["id"] and again["attempts"] == 2
+
+
+async def test_forget_and_delete_drop_the_owners_jobs(fresh_db, pool):
+    ensure_table(fresh_db, "test", DIM)
+    jobs = DocumentJobStore(pool)
+    mine = await enqueue(jobs, "t1", "alice-notes", owner="alice")
+    bobs = await enqueue(jobs, "t1", "bob-notes", owner="bob")
+    org = await enqueue(jobs, "t1", "handbook")
+    other = await enqueue(jobs, "t2", "handbook")
+    forget = ForgetStore(pool, "test")
+
+    narrowed = await forget.forget(Scope("t1", "alice", agent_id="helper"))
+    assert narrowed["document_jobs"] == 0  # an agent of hers: her documents stay
+    counts = await forget.forget(Scope("t1", "alice"))
+    assert counts["document_jobs"] == 1
+    assert await jobs.get("t1", mine["job_id"]) is None
+    assert await jobs.get("t1", bobs["job_id"]) is not None
+
+    counts = await forget.forget(Scope("t1", None))  # the whole tenant
+    assert counts["document_jobs"] == 2
+    assert await jobs.get("t1", org["job_id"]) is None
+    assert await jobs.get("t2", other["job_id"]) is not None  # not another tenant's
+
+
+async def test_prune_deletes_only_old_finished_jobs(pool):
+    jobs = DocumentJobStore(pool)
+    await enqueue(jobs, "t1", "a")
+    queued = await enqueue(jobs, "t1", "b")
+    [job] = await jobs.claim(1, 60)
+    await jobs.fail(job["id"], job["claim_token"], "x")
+    assert await jobs.prune(3600) == 0  # finished just now
+    await asyncio.sleep(0.05)
+    assert await jobs.prune(0.01) == 1
+    assert await jobs.get("t1", job["id"]) is None
+    assert await jobs.get("t1", queued["job_id"]) is not None
