@@ -163,3 +163,28 @@ async def test_private_urls_are_refused_and_write_nothing(api, server):
         assert r.status_code == 422, r.text
         assert r.json()["error"]["code"] == "url_refused", r.text
     assert await documents(c) == []  # the good document before it was not ingested either
+
+
+async def test_several_documents_are_added_all_or_nothing(fresh_db, encoder):
+    """The second document takes the user past the quota: neither is stored (before,
+    the first one landed and the add still answered an error)."""
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY, admin_key=ADMIN).with_(
+        quota={"max_memories_per_user": 6}
+    )
+    boot = bootstrap(settings, fresh_db)
+    big = "\n\n".join(f"## Part {i}\n\n" + f"rule {i} " * 200 for i in range(8)).encode()
+    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY) as (c, _):
+        small = doc("mdx_url", base64.b64encode(MD).decode())  # two chunks: fits alone
+        body = {
+            "user_id": "ann",
+            "messages": [small, doc("mdx_url", base64.b64encode(big).decode())],
+        }
+        r = await c.post(ADD, json=body)
+        assert r.status_code == 403, r.text
+        assert r.json()["error"]["code"] == "quota_exceeded"
+        assert await documents(c) == []
+        page = await c.get("/v1/memories", params={"user_id": "ann"})
+        assert page.json()["memories"] == []
+        r = await c.post(ADD, json={"user_id": "ann", "messages": [small, small]})
+        assert r.status_code == 200, r.text  # both fit: both stored, in one transaction
+        assert [x["document"]["version"] for x in r.json()["results"]] == [1, 2]

@@ -1,0 +1,81 @@
+"""POST /v1/documents answered 202 with a job, and GET /v1/documents/jobs/{id}, through
+the composition root without Ray (real Postgres, the real ONNX encoder, the routes over
+an in-process ASGI transport); the job is run by the Extractor's worker class."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_app.api.documents import prefers_async
+from serve_app.bootstrap import bootstrap
+from serve_app.services.document_jobs import DocumentJobWorker
+from serve_app.settings import Settings
+from tests.serve_app.inprocess import in_process_api
+
+KEY = "msk_document_jobs_test_key_0123456789"
+ADMIN = "msk_document_jobs_admin_key_0123456789"
+GUIDE = (
+    "# Guide\n\n## Hotels\n\nCap 180 euros.\n\n## Meals\n\nDinner up to 40.\n\n## Taxis\n\nOk.\n"
+)
+
+
+@pytest.fixture
+async def stack(fresh_db, encoder):
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY, admin_key=ADMIN).with_(
+        documents={"sync_chunks": 3}
+    )
+    boot = bootstrap(settings, fresh_db)
+    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY) as (c, services):
+        yield c, services, DocumentJobWorker(services.documents, settings.documents)
+
+
+async def user_key(c, user: str) -> dict[str, str]:
+    r = await c.post("/v1/admin/keys", json={"role": "user", "user_id": user},
+                     headers={"Authorization": f"Bearer {ADMIN}"})  # fmt: skip
+    assert r.status_code == 201, r.text
+    return {"Authorization": f"Bearer {r.json()['key']}"}
+
+
+def test_prefer_header_is_read_as_rfc_7240_preferences():
+    assert prefers_async("respond-async")
+    assert prefers_async("return=minimal, Respond-Async; x=1")
+    assert prefers_async("wait=10,respond-async")
+    assert not prefers_async(None) and not prefers_async("")
+    assert not prefers_async("respond-asynchronously") and not prefers_async("wait=respond-async")
+
+
+async def test_202_then_done_and_job_reads_are_isolated(stack):
+    c, _, worker = stack
+    ann, bob = await user_key(c, "ann"), await user_key(c, "bob")
+    body = {"document_id": "guide", "text": GUIDE, "content_type": "text/markdown",
+            "scope": "user", "user_id": "ann"}  # fmt: skip
+    r = await c.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["status"] == "queued" and job["document_id"] == "guide"
+    assert job["chunk_count"] == 3
+    assert r.headers["location"] == f"/v1/documents/jobs/{job['job_id']}"
+    assert (await c.get("/v1/documents/guide")).status_code == 404  # not written yet
+
+    assert (await c.get(r.headers["location"], headers=ann)).json()["status"] == "queued"
+    assert (await c.get(r.headers["location"], headers=bob)).status_code == 404
+    assert (await c.get("/v1/documents/jobs/not-a-uuid")).status_code == 422
+
+    assert await worker.run_once() == 1
+    await worker.drain()
+    done = (await c.get(r.headers["location"], headers=ann)).json()
+    assert (done["status"], done["version"], done["embedded"]) == ("done", 1, 3)
+    got = await c.get("/v1/documents/guide", headers=ann)
+    assert got.status_code == 200, got.text
+    assert [ch["heading_path"][-1] for ch in got.json()["chunks"]] == ["Hotels", "Meals", "Taxis"]
+    found = await c.post("/v1/search", json={"query": "hotel cap in euros", "user_id": "ann"})
+    assert any("180 euros" in x["content"] for x in found.json()["results"]), found.text
+
+
+async def test_over_the_threshold_a_post_is_a_job_without_asking(stack):
+    c, _, _ = stack
+    more = GUIDE + "\n## Trains\n\nSecond class.\n"  # four sections: over sync_chunks (3)
+    r = await c.post("/v1/documents", json={"text": more, "content_type": "text/markdown"})
+    assert r.status_code == 202, r.text
+    r = await c.post("/v1/documents", json={"text": "one line", "document_id": "short"})
+    assert r.status_code == 201 and r.json()["version"] == 1
