@@ -35,6 +35,7 @@ from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
 from serve_app.metrics import (
     ConsolidationMetrics,
+    DocumentJobMetrics,
     ExtractionMetrics,
     Flusher,
     ReembedMetrics,
@@ -75,9 +76,11 @@ class Extractor:
         reembed_metrics = ReembedMetrics()
         self.consolidation_metrics = ConsolidationMetrics()
         webhook_metrics = WebhookMetrics()
+        document_job_metrics = DocumentJobMetrics()
         self.flusher = Flusher(
-            [self.metrics, reembed_metrics, self.consolidation_metrics, webhook_metrics]
-        ).start()
+            [self.metrics, reembed_metrics, self.consolidation_metrics, webhook_metrics,
+             document_job_metrics]
+        ).start()  # fmt: skip
         # Webhook delivery of the event outbox: beside the writes, never in them.
         self.webhooks = Dispatcher.from_settings(self.pool, settings.webhooks, webhook_metrics)
         self.models = ModelView(
@@ -115,7 +118,9 @@ class Extractor:
         self.scheduler.start_scanning(settings.extract.scan_interval_s)
         self.webhooks.start()
         # Big documents accepted as jobs by the Ingress (202): embedded and written here.
-        self.document_jobs = DocumentJobWorker(self._documents(model), settings.documents)
+        self.document_jobs = DocumentJobWorker(
+            self._documents(model), settings.documents, metrics=document_job_metrics
+        )
         self.document_jobs.start()
         log.info(
             "extractor ready: %s",

@@ -19,6 +19,7 @@ from serve_app.metrics.ingress import (
 )
 from serve_app.metrics.jobs import (
     ConsolidationMetrics,
+    DocumentJobMetrics,
     ExtractionMetrics,
     ReembedMetrics,
     WebhookMetrics,
@@ -78,6 +79,7 @@ from serve_app.telemetry import (
 )
 
 __all__ = [
+    "DocumentJobMetrics",
     "BATCH_SIZE_BUCKETS",
     "CHAT_USAGE",
     "CONSOLIDATE_OUTCOMES",

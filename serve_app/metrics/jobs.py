@@ -1,4 +1,5 @@
-"""Metrics of the background jobs: extraction, consolidation, re-embed, webhooks."""
+"""Metrics of the background jobs: extraction, consolidation, re-embed, webhooks, document
+ingest jobs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Iterable
 from serve_app.metrics.specs import (
     CONSOLIDATE_OUTCOMES,
     CONSOLIDATE_RUN_MS,
+    DOCUMENT_JOB_CHUNKS,
+    DOCUMENT_JOBS,
     EXTRACT_ATTEMPTS,
     EXTRACT_ERRORS,
     EXTRACT_FACTS,
@@ -27,7 +30,13 @@ from serve_app.metrics.specs import (
 )
 from serve_app.telemetry import LocalCounter, LocalHistogram, MetricSet, MetricSpec, Tags
 
-__all__ = ["ConsolidationMetrics", "ExtractionMetrics", "ReembedMetrics", "WebhookMetrics"]
+__all__ = [
+    "ConsolidationMetrics",
+    "DocumentJobMetrics",
+    "ExtractionMetrics",
+    "ReembedMetrics",
+    "WebhookMetrics",
+]
 
 
 class ExtractionMetrics(MetricSet):
@@ -145,3 +154,21 @@ class WebhookMetrics(MetricSet):
     def gauges(self) -> Iterable[tuple[MetricSpec, Tags, float]]:
         return [(WEBHOOK_PENDING, (), self.state["pending"]),
                 (WEBHOOK_LAG_S, (), self.state["lag_s"])]  # fmt: skip
+
+
+class DocumentJobMetrics(MetricSet):
+    """Document ingest jobs (services/document_jobs.py): outcomes and chunks written;
+    ``counts`` (cumulative) is what the Extractor's ``status()`` shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Tally[str] = Tally()
+        self.jobs = self.add(LocalCounter(DOCUMENT_JOBS))
+        self.chunks = self.add(LocalCounter(DOCUMENT_JOB_CHUNKS))
+
+    def outcome(self, outcome: str, chunks: int = 0) -> None:
+        self.counts[outcome] += 1
+        self.jobs.inc((outcome,))
+        if chunks > 0:
+            self.counts["chunks"] += chunks
+            self.chunks.inc((), chunks)

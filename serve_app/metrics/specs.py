@@ -81,6 +81,10 @@ WEBHOOK_QUEUED = _c("webhook_queued", (), "Webhook deliveries queued from the ev
 WEBHOOK_SENT = _c("webhook_sent", _OUTCOME, "Webhook attempts: delivered, failed, dead.")
 WEBHOOK_PENDING = _g("webhook_pending", (), "Webhook deliveries waiting to be sent.")
 WEBHOOK_LAG_S = _g("webhook_lag_s", (), "Age (s) of the oldest pending delivery's event.")
+DOCUMENT_JOBS = _c(
+    "document_jobs", _OUTCOME, "Document ingest jobs run: done, failed, retry, lost (issue 33)."
+)
+DOCUMENT_JOB_CHUNKS = _c("document_job_chunks", (), "Chunks written by document ingest jobs.")
 CHAT_USAGE = _c("chat_usage", ("key_id", "kind"), "Chat proxy use per key: requests, tokens.")
 LLM_TOKENS = _c(
     "llm_tokens",

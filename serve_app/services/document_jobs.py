@@ -35,6 +35,7 @@ import numpy as np
 from serve_app.auth import Principal
 from serve_app.documents.chunking import Chunk
 from serve_app.errors import ApiError
+from serve_app.metrics import DocumentJobMetrics
 from serve_app.periodic import Periodic
 from serve_app.settings import DocumentSettings
 from serve_app.store.document_jobs import DocumentJobStore
@@ -80,13 +81,14 @@ class DocumentJobWorker:
         documents: DocumentService,
         s: DocumentSettings,
         *,
+        metrics: DocumentJobMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.documents = documents  # a model switch replaces it (its embed and table)
         self.store: DocumentJobStore = documents.jobs
         self.s = s
         self.clock = clock
-        self.counts: dict[str, int] = {}
+        self.metrics = metrics or DocumentJobMetrics()
         self._lanes: set[asyncio.Task[None]] = set()
         self._pruned = float("-inf")
         self._periodic = Periodic(self.run_once, s.job_poll_s, log=log,
@@ -136,8 +138,13 @@ class DocumentJobWorker:
             task.cancel()
         await asyncio.gather(*lanes, return_exceptions=True)
 
-    def _count(self, outcome: str) -> str:
-        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+    @property
+    def counts(self) -> dict[str, int]:
+        """Outcomes so far (and chunks written), as ``status()`` shows them."""
+        return dict(self.metrics.counts)
+
+    def _count(self, outcome: str, chunks: int = 0) -> str:
+        self.metrics.outcome(outcome, chunks)
         return outcome
 
     async def run(self, job: dict[str, Any]) -> str:
@@ -174,7 +181,7 @@ class DocumentJobWorker:
             log.warning("document job %s: %r; retried in %ss", job_id, exc, self.s.job_retry_s)
             await self.store.release(job_id, token, self.s.job_retry_s, f"retrying: {exc!r}"[:500])
             return self._count("retry")
-        return self._count("done")
+        return self._count("done", len(chunks))
 
     async def _embed(self, job_id: uuid.UUID, token: uuid.UUID, texts: list[str]) -> np.ndarray:
         """Slices of ``embed_batch`` through the Embedder, the lease renewed after each."""
