@@ -24,6 +24,7 @@ claims; a worker that dies leaves a lease that runs out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -50,6 +51,7 @@ __all__ = ["DocumentJobWorker", "JobLost", "job_chunks", "stored_chunks"]
 
 log = logging.getLogger(__name__)
 PRUNE_EVERY_S = 60.0  # how often a worker deletes finished jobs past their retention
+RELEASE_S = 5.0  # a stopping worker's try to hand its job back (else its lease runs out)
 
 
 class JobLost(Exception):
@@ -175,7 +177,11 @@ class DocumentJobWorker:
                 job_id, token, self.s.job_retry_s, f"forget_in_progress: {exc}"
             )
             return self._count("retry")
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the replica stops: hand the job back at once
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    self.store.release(job_id, token, 0.0, "the worker stopped"), RELEASE_S
+                )
             raise
         except Exception as exc:  # the Embedder or the database: claimed again later
             log.warning("document job %s: %r; retried in %ss", job_id, exc, self.s.job_retry_s)

@@ -251,3 +251,22 @@ async def test_several_documents_at_once_are_all_or_nothing(pool):
     out = await docs.ingest_many(SERVICE, [small, small.model_copy(update={"document_id": "a"})])
     assert [d.document_id for d in out] == ["handbook", "a"]  # the input's order
     assert all(d.version == 1 for d in out)
+
+
+async def test_a_stopping_worker_hands_its_job_back_at_once(pool):
+    started, never = asyncio.Event(), asyncio.Event()
+
+    async def slow(texts, *, is_query: bool) -> np.ndarray:
+        started.set()
+        await never.wait()  # the replica stops while a slice is being embedded
+        raise AssertionError("not reached")
+
+    docs = documents(pool, embedder=slow)
+    job = await docs.ingest(SERVICE, handbook("v1"))
+    w = worker(docs)
+    assert await w.run_once() == 1
+    await asyncio.wait_for(started.wait(), 10)
+    await w.stop()
+    assert w.running == 0
+    [again] = await docs.jobs.claim(1, 60)  # claimable now, not after its lease (120 s)
+    assert str(again["id"]) == job["job_id"] and again["attempts"] == 2
