@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -59,13 +60,18 @@ class JobLost(Exception):
     or a forget or a delete of the document dropped it. Nothing is written."""
 
 
-def stored_chunks(chunks: list[Chunk]) -> list[list[Any]]:
-    """Chunks as a job stores them (compact JSON arrays)."""
-    return [[c.index, c.text, c.char_start, c.char_end, list(c.heading_path)] for c in chunks]
+def stored_chunks(chunks: list[Chunk]) -> str:
+    """Chunks as a job stores them: a JSON array of compact arrays (CPU work in
+    proportion to the document: callers run it in a worker thread)."""
+    rows = [[c.index, c.text, c.char_start, c.char_end, list(c.heading_path)] for c in chunks]
+    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
 
-def job_chunks(rows: list[list[Any]]) -> list[Chunk]:
-    return [Chunk(int(i), str(t), int(s), int(e), tuple(h), 0) for i, t, s, e, h in rows]
+def job_chunks(text: str) -> list[Chunk]:
+    """The chunks of a claimed job's ``chunks_json`` (run in a worker thread)."""
+    return [
+        Chunk(int(i), str(t), int(s), int(e), tuple(h), 0) for i, t, s, e, h in json.loads(text)
+    ]
 
 
 def job_view(row: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +162,7 @@ class DocumentJobWorker:
             await self.store.fail(job_id, token, f"gave up after {self.s.job_max_attempts} "
                                   "attempts (the worker failed or stopped each time)")  # fmt: skip
             return self._count("failed")
-        head, chunks = job["head"], job_chunks(job["chunks"])
+        head, chunks = job["head"], await asyncio.to_thread(job_chunks, job["chunks_json"])
         caller = Principal(job["key_id"], job["tenant_id"], job["role"],
                            user_id=job["caller_user_id"])  # fmt: skip
         owner = Owner(job["tenant_id"], head["user_id"] if head["scope"] == "user" else None)

@@ -168,9 +168,10 @@ class DocumentService(DocumentAccess):
             refused = await self.writer.refusal(owner, rows) if rows else None
             if refused is not None:
                 raise refused
+        payload = await asyncio.to_thread(stored_chunks, chunks)
         job = await self.jobs.enqueue(
             caller.tenant_id, head["document_id"], head["owner"],
-            (caller.key_id, caller.role, caller.user_id), head, stored_chunks(chunks),
+            (caller.key_id, caller.role, caller.user_id), head, payload, len(chunks),
             cap=self.settings.jobs_per_tenant,
         )  # fmt: skip
         if job is None:

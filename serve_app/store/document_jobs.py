@@ -35,7 +35,7 @@ _CLAIMABLE = "(j.status = 'queued' OR (j.status = 'running' AND j.claimed_until 
 _ENQUEUE = (
     "INSERT INTO document_jobs (tenant_id, document_id, owner, key_id, role, caller_user_id,"
     " head, chunks, chunk_count) SELECT %(t)s, %(d)s, %(owner)s, %(key)s, %(role)s, %(u)s,"
-    " %(head)s, %(chunks)s, %(n)s"
+    " %(head)s, %(chunks)s::jsonb, %(n)s"
     f" WHERE (SELECT count(*) FROM document_jobs WHERE tenant_id = %(t)s AND {_OPEN}) < %(cap)s"
     f" RETURNING {JOB_COLUMNS}"
 )
@@ -67,7 +67,7 @@ UPDATE document_jobs j SET status = 'running', claim_token = gen_random_uuid(),
        started_at = coalesce(j.started_at, now())
 FROM pick WHERE j.id = pick.id
 RETURNING j.id, j.tenant_id, j.document_id, j.owner, j.key_id, j.role, j.caller_user_id,
-          j.head, j.chunks, j.chunk_count, j.attempts, j.claim_token
+          j.head, j.chunks::text AS chunks_json, j.chunk_count, j.attempts, j.claim_token
 """
 
 
@@ -86,16 +86,18 @@ class DocumentJobStore:
         owner: str,
         caller: tuple[str, str, str | None],
         head: dict[str, Any],
-        chunks: list[list[Any]],
+        chunks_json: str,
+        chunk_count: int,
         *,
         cap: int,
     ) -> dict[str, Any] | None:
-        """Store the job (head and every chunk's text) in one transaction; None when the
+        """Store the job (head, and every chunk's text as ``chunks_json``: a JSON array
+        the caller serialised off the event loop) in one transaction; None when the
         tenant has ``cap`` open jobs already (the tenant's lock makes the count exact)."""
         key_id, role, user_id = caller
         params = {"t": tenant_id, "d": document_id, "owner": owner, "key": key_id,
-                  "role": role, "u": user_id, "head": Jsonb(head), "chunks": Jsonb(chunks),
-                  "n": len(chunks), "cap": cap}  # fmt: skip
+                  "role": role, "u": user_id, "head": Jsonb(head), "chunks": chunks_json,
+                  "n": chunk_count, "cap": cap}  # fmt: skip
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s, 34))", {"t": tenant_id}
@@ -123,7 +125,8 @@ class DocumentJobStore:
     # ---------- the worker (Extractor replicas) ----------
 
     async def claim(self, n: int, lease_s: float) -> list[dict[str, Any]]:
-        """Up to ``n`` jobs, fairly between tenants, each under a fresh token and lease."""
+        """Up to ``n`` jobs, fairly between tenants, each under a fresh token and lease
+        (the chunks as JSON text, ``chunks_json``: parsed off the event loop)."""
         if n <= 0:
             return []
         async with self.pool.connection() as conn:

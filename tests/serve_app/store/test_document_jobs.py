@@ -5,6 +5,7 @@ document's jobs in order, lease expiry, erasure and tenant isolation."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.forget import ForgetStore, Scope
@@ -16,9 +17,8 @@ CALLER = ("k-svc", "service", None)
 
 async def enqueue(jobs: DocumentJobStore, tenant: str, doc: str, owner: str = "@org", cap=100):
     head = {"document_id": doc, "scope": "org", "user_id": None, "agent_id": None}
-    return await jobs.enqueue(
-        tenant, doc, owner, CALLER, head, [[0, f"text of {doc}", 0, 10, ["T"]]], cap=cap
-    )
+    chunks = json.dumps([[0, f"text of {doc}", 0, 10, ["T"]]])
+    return await jobs.enqueue(tenant, doc, owner, CALLER, head, chunks, 1, cap=cap)
 
 
 async def test_enqueue_stores_the_job_and_caps_open_jobs_per_tenant(pool):
