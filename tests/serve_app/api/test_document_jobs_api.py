@@ -10,6 +10,7 @@ from serve_app.api.documents import prefers_async
 from serve_app.bootstrap import bootstrap
 from serve_app.services.document_jobs import DocumentJobWorker
 from serve_app.settings import Settings
+from tests.fakes.pdfs import text_pdf
 from tests.serve_app.inprocess import in_process_api
 
 KEY = "msk_document_jobs_test_key_0123456789"
@@ -79,3 +80,23 @@ async def test_over_the_threshold_a_post_is_a_job_without_asking(stack):
     assert r.status_code == 202, r.text
     r = await c.post("/v1/documents", json={"text": "one line", "document_id": "short"})
     assert r.status_code == 201 and r.json()["version"] == 1
+
+
+async def test_a_pdf_upload_asking_for_async_is_a_job(stack):
+    c, _, worker = stack
+    pages = [f"Page text {n}: the {w} desk." for n, w in enumerate(("gym", "library"))]
+    r = await c.post(
+        "/v1/documents",
+        files={"file": ("two.pdf", text_pdf(pages), "application/pdf")},
+        data={"document_id": "two", "scope": "user", "user_id": "ann", "title": "Two"},
+        headers={"Prefer": "respond-async"},
+    )
+    assert r.status_code == 202, r.text
+    assert r.json()["chunk_count"] == 2
+    await worker.run_once()
+    await worker.drain()
+    job = (await c.get(r.headers["location"])).json()
+    assert job["status"] == "done", job
+    got = (await c.get("/v1/documents/two", params={"user_id": "ann"})).json()
+    assert [ch["heading_path"] for ch in got["chunks"]] == [["Page 1"], ["Page 2"]]
+    assert got["document"]["title"] == "Two" and got["chunks"][1]["content"] == pages[1]
