@@ -2,6 +2,7 @@
 
     python -m loadtests.bench_documents                    # starts its own service
     python -m loadtests.bench_documents --pages 300 --rate 4 --baseline-s 30
+    python -m loadtests.bench_documents --embed-batch 64,16  # one fresh service per value
 
 One run, one fresh service (Ray Serve over HTTP, `python -m serve_app run`): tenant
 ``writers`` adds memories (``POST /v1/memories``, infer off: one embedding and one insert
@@ -13,8 +14,10 @@ per page), which is answered 202 as a job, and the writes go on until the job is
 then ``--baseline-s`` seconds again without it (drift check). Reported: the writes' p50
 and p95 latency before, during and after the ingest and the ratios during/before; the
 PDF's accept latency (the 202: parse + chunk + the durable store), its time to done and
-chunks/s (202 to done), and any failed writes. Prints a table and writes
-loadtests/results/bench_documents-<stamp>.json.
+chunks/s (202 to done), and any failed writes. ``--embed-batch`` runs the whole
+measurement once per ``MEMSERVE_DOC_EMBED_BATCH`` value (chunks per Embedder call: the
+longest run another tenant's write can queue behind), each on its own fresh service.
+Prints a table and writes loadtests/results/bench_documents-<stamp>.json.
 """
 
 from __future__ import annotations
@@ -153,8 +156,9 @@ async def bench(base_url: str, writer_key: str, docs_key: str, args: argparse.Na
 
 def report(out: dict) -> None:
     w = out["writes"]
-    print(f"\n{out['pages']}-page PDF ({out['pdf_bytes'] / 1024:.0f} KiB,"
-          f" {out['job']['chunk_count']} chunks): job {out['job']['status']}")  # fmt: skip
+    print(f"\nMEMSERVE_DOC_EMBED_BATCH={out.get('embed_batch')}: {out['pages']}-page PDF"
+          f" ({out['pdf_bytes'] / 1024:.0f} KiB, {out['job']['chunk_count']} chunks):"
+          f" job {out['job']['status']}")  # fmt: skip
     print(f"  accept (202) {out['accept_ms']:.0f} ms; done after {out['time_to_done_s']:.1f} s;"
           f" {out['chunks_per_s']:.1f} chunks/s")  # fmt: skip
     print(f"  other tenant's writes at {out['rate_per_s']}/s:")
@@ -174,21 +178,25 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=4.0, help="the other tenant's writes per s")
     ap.add_argument("--users", type=int, default=8, help="the other tenant's users")
     ap.add_argument("--baseline-s", type=float, default=30.0)
+    ap.add_argument("--embed-batch", default="64", help="MEMSERVE_DOC_EMBED_BATCH values")
     ap.add_argument("--host", help="an already running service (then --writer-key, --docs-key)")
     ap.add_argument("--writer-key")
     ap.add_argument("--docs-key")
     args = ap.parse_args()
+    runs = []
     if args.host:
-        out = asyncio.run(bench(args.host, args.writer_key, args.docs_key, args))
-    else:
-        with fresh_service() as svc:
+        runs.append(asyncio.run(bench(args.host, args.writer_key, args.docs_key, args)))
+    for batch in [] if args.host else [int(b) for b in args.embed_batch.split(",")]:
+        with fresh_service(MEMSERVE_DOC_EMBED_BATCH=str(batch)) as svc:
             writer_key = svc.add_key("msk_" + secrets.token_hex(16), "writers", "service")
             docs_key = svc.add_key("msk_" + secrets.token_hex(16), "docs", "service")
             out = asyncio.run(bench(svc.base_url, writer_key, docs_key, args))
-    report(out)
+            runs.append({"embed_batch": batch, **out})
+    for out in runs:
+        report(out)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"bench_documents-{datetime.now():%Y%m%d-%H%M%S}.json"
-    path.write_text(json.dumps(out, indent=2))
+    path.write_text(json.dumps({"runs": runs}, indent=2))
     print(f"wrote {path}")
 
 
