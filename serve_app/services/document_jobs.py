@@ -116,7 +116,7 @@ class DocumentJobWorker:
         if self.clock() - self._pruned >= PRUNE_EVERY_S:
             self._pruned = self.clock()
             await self.store.prune(self.s.job_retention_s)
-        jobs = await self.store.claim(self.s.job_concurrency - len(self._lanes), self.s.job_lease_s)
+        jobs = await self._claim(self.s.job_concurrency - len(self._lanes))
         for job in jobs:
             task = asyncio.get_running_loop().create_task(self._lane(job))
             self._lanes.add(task)
@@ -131,8 +131,11 @@ class DocumentJobWorker:
                 raise
             except Exception:  # never let one job's bookkeeping kill the lane's replica
                 log.exception("document job %s failed", job["id"])
-            claimed = await self.store.claim(1, self.s.job_lease_s)
+            claimed = await self._claim(1)
             job = claimed[0] if claimed else None
+
+    async def _claim(self, n: int) -> list[dict[str, Any]]:
+        return await self.store.claim(n, self.s.job_lease_s, self.s.job_tenant_concurrency)
 
     async def drain(self) -> None:
         """Wait for the running lanes (tests, shutdown)."""

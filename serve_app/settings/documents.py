@@ -36,6 +36,7 @@ class DocumentSettings(BaseSettings):
     sync_chunks: int = Field(128, ge=1)
     jobs_per_tenant: int = Field(20, ge=1)  # open (queued or running) jobs; 429 beyond
     job_concurrency: int = Field(2, ge=1)  # jobs one Extractor replica runs at once
+    job_tenant_concurrency: int = Field(1, ge=1)  # jobs of one tenant running (all replicas)
     job_poll_s: float = Field(1.0, ge=0)  # how often a replica looks for jobs (0: never)
     job_lease_s: float = Field(120.0, gt=0)  # renewed per embed slice; a dead worker's expires
     job_max_attempts: int = Field(3, ge=1)  # claims of one job before it is failed

@@ -56,9 +56,9 @@ WITH open AS (
            + row_number() OVER (PARTITION BY f.tenant_id ORDER BY f.created_at, f.id) AS turn
     FROM firsts f LEFT JOIN busy b USING (tenant_id)
     WHERE f.status = 'queued' OR f.claimed_until < now()
-), pick AS (
+), pick AS (  -- a tenant's turn past its cap waits (its running jobs count first)
     SELECT j.id FROM document_jobs j JOIN ready r ON r.id = j.id
-    WHERE {_CLAIMABLE}
+    WHERE {_CLAIMABLE} AND r.turn <= %(cap)s
     ORDER BY r.turn, r.created_at, r.id LIMIT %(n)s
     FOR UPDATE OF j SKIP LOCKED
 )
@@ -124,13 +124,17 @@ class DocumentJobStore:
 
     # ---------- the worker (Extractor replicas) ----------
 
-    async def claim(self, n: int, lease_s: float) -> list[dict[str, Any]]:
+    async def claim(self, n: int, lease_s: float, tenant_cap: int) -> list[dict[str, Any]]:
         """Up to ``n`` jobs, fairly between tenants, each under a fresh token and lease
-        (the chunks as JSON text, ``chunks_json``: parsed off the event loop)."""
+        (the chunks as JSON text, ``chunks_json``: parsed off the event loop); none of a
+        tenant beyond ``tenant_cap`` running (across replicas, this claim's included),
+        so one tenant's PDFs never hold every worker while another's wait. Two replicas
+        claiming at the same moment may each see the same running count (one over)."""
         if n <= 0:
             return []
+        params = {"n": n, "lease": float(lease_s), "cap": tenant_cap}
         async with self.pool.connection() as conn:
-            cur = await conn.execute(_CLAIM, {"n": n, "lease": float(lease_s)})
+            cur = await conn.execute(_CLAIM, params)
             return await cur.fetchall()
 
     async def renew(

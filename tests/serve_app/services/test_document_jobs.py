@@ -151,7 +151,7 @@ async def test_job_reads_are_isolated_like_their_documents(pool):
 async def test_a_dead_workers_job_is_taken_again_and_its_late_write_is_refused(pool):
     docs = documents(pool)
     job = await docs.ingest(SERVICE, handbook("v1"))
-    [dead] = await docs.jobs.claim(1, 0.3)  # claimed by a worker that then dies
+    [dead] = await docs.jobs.claim(1, 0.3, 1)  # claimed by a worker that then dies
     w = worker(docs)
     assert await run_jobs(w) == 0  # its lease holds the job
     await asyncio.sleep(0.4)
@@ -268,5 +268,5 @@ async def test_a_stopping_worker_hands_its_job_back_at_once(pool):
     await asyncio.wait_for(started.wait(), 10)
     await w.stop()
     assert w.running == 0
-    [again] = await docs.jobs.claim(1, 60)  # claimable now, not after its lease (120 s)
+    [again] = await docs.jobs.claim(1, 60, 1)  # claimable now, not after its lease (120 s)
     assert str(again["id"]) == job["job_id"] and again["attempts"] == 2

@@ -34,7 +34,7 @@ async def test_enqueue_stores_the_job_and_caps_open_jobs_per_tenant(pool):
     assert got["document_id"] == "a" and "chunks" not in got
     assert await jobs.get("t2", first["job_id"]) is None  # another tenant's job: missing
 
-    [claimed] = await jobs.claim(1, 60)  # finishing one frees a place
+    [claimed] = await jobs.claim(1, 60, 100)  # finishing one frees a place
     async with pool.connection() as conn, conn.transaction():
         assert await jobs.hold(conn, claimed["id"], claimed["claim_token"])
         await jobs.done(conn, claimed["id"], 1)
@@ -49,25 +49,25 @@ async def test_claims_are_fair_between_tenants(pool):
     await enqueue(jobs, "small", "two")
     order = []
     for _ in range(4):  # each claim while the earlier ones still run
-        [job] = await jobs.claim(1, 60)
+        [job] = await jobs.claim(1, 60, 100)
         order.append((job["tenant_id"], job["document_id"]))
     # big's oldest first (both tenants' first turn, big's is older), then small's first
     # (big has one running), then alternating: small's two never wait behind big's six.
     assert order == [("big", "pdf-0"), ("small", "one"), ("big", "pdf-1"), ("small", "two")]
-    rest = await jobs.claim(10, 60)
+    rest = await jobs.claim(10, 60, 100)
     assert sorted(j["document_id"] for j in rest) == [f"pdf-{n}" for n in range(2, 6)]
-    assert await jobs.claim(10, 60) == []
+    assert await jobs.claim(10, 60, 100) == []
 
 
 async def test_a_documents_jobs_run_one_at_a_time_in_order(pool):
     jobs = DocumentJobStore(pool)
     first = await enqueue(jobs, "t1", "handbook")
     second = await enqueue(jobs, "t1", "handbook")
-    claimed = await jobs.claim(10, 60)
+    claimed = await jobs.claim(10, 60, 100)
     assert [j["id"] for j in claimed] == [first["job_id"]]  # the later post waits
-    assert await jobs.claim(10, 60) == []
+    assert await jobs.claim(10, 60, 100) == []
     assert await jobs.fail(claimed[0]["id"], claimed[0]["claim_token"], "boom")
-    [after] = await jobs.claim(10, 60)
+    [after] = await jobs.claim(10, 60, 100)
     assert after["id"] == second["job_id"]
     assert (await jobs.get("t1", first["job_id"]))["status"] == "failed"
 
@@ -75,11 +75,11 @@ async def test_a_documents_jobs_run_one_at_a_time_in_order(pool):
 async def test_an_expired_lease_is_claimed_again_and_the_old_holder_is_shut_out(pool):
     jobs = DocumentJobStore(pool)
     job = await enqueue(jobs, "t1", "a")
-    [dead] = await jobs.claim(1, 0.2)  # a worker that dies after claiming
+    [dead] = await jobs.claim(1, 0.2, 100)  # a worker that dies after claiming
     assert dead["attempts"] == 1
-    assert await jobs.claim(1, 60) == []  # its lease holds the job
+    assert await jobs.claim(1, 60, 100) == []  # its lease holds the job
     await asyncio.sleep(0.3)
-    [again] = await jobs.claim(1, 60)
+    [again] = await jobs.claim(1, 60, 100)
     assert again["id"] == job["job_id"] and again["attempts"] == 2
     assert again["claim_token"] != dead["claim_token"]
     # The old holder can neither renew, finish nor fail it.
@@ -94,11 +94,11 @@ async def test_an_expired_lease_is_claimed_again_and_the_old_holder_is_shut_out(
 async def test_a_released_job_waits_out_its_retry_then_is_claimed(pool):
     jobs = DocumentJobStore(pool)
     await enqueue(jobs, "t1", "a")
-    [job] = await jobs.claim(1, 60)
+    [job] = await jobs.claim(1, 60, 100)
     assert await jobs.release(job["id"], job["claim_token"], 0.2, "embedder down")
-    assert await jobs.claim(1, 60) == []
+    assert await jobs.claim(1, 60, 100) == []
     await asyncio.sleep(0.3)
-    [again] = await jobs.claim(1, 60)
+    [again] = await jobs.claim(1, 60, 100)
     assert again["id"] == job["id"] and again["attempts"] == 2
 
 
@@ -128,10 +128,22 @@ async def test_prune_deletes_only_old_finished_jobs(pool):
     jobs = DocumentJobStore(pool)
     await enqueue(jobs, "t1", "a")
     queued = await enqueue(jobs, "t1", "b")
-    [job] = await jobs.claim(1, 60)
+    [job] = await jobs.claim(1, 60, 100)
     await jobs.fail(job["id"], job["claim_token"], "x")
     assert await jobs.prune(3600) == 0  # finished just now
     await asyncio.sleep(0.05)
     assert await jobs.prune(0.01) == 1
     assert await jobs.get("t1", job["id"]) is None
     assert await jobs.get("t1", queued["job_id"]) is not None
+
+
+async def test_a_tenant_runs_at_most_its_cap_of_jobs(pool):
+    jobs = DocumentJobStore(pool)
+    for n in range(3):
+        await enqueue(jobs, "big", f"pdf-{n}")
+    claimed = await jobs.claim(5, 60, 1)  # one claim of several honours the cap too
+    assert [j["document_id"] for j in claimed] == ["pdf-0"]
+    assert await jobs.claim(5, 60, 1) == []  # the lanes stay free for another tenant
+    await enqueue(jobs, "small", "one")
+    assert [j["tenant_id"] for j in await jobs.claim(5, 60, 1)] == ["small"]
+    assert [j["document_id"] for j in await jobs.claim(5, 60, 2)] == ["pdf-1"]  # cap 2
