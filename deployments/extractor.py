@@ -12,6 +12,10 @@ A model change (serve_app/reembed): the replica embeds with the registry's activ
 (:class:`ModelView`) and rebuilds its pipeline over the new table when it switches; it
 also runs the re-embed worker (:class:`Reembedder`), of which one holds the cluster-wide
 lock and fills the new model's table through the Embedder.
+
+It also runs the document job worker (:class:`DocumentJobWorker`, issue 33): big
+documents the Ingress accepted with a 202 are claimed from ``document_jobs``, embedded
+through the Embedder in slices and written here, off the request path.
 """
 
 from __future__ import annotations
