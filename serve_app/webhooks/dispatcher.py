@@ -76,10 +76,13 @@ class Dispatcher:
     async def run_once(self) -> int:
         """One round: queue new events, start sends where slots are free; sends started."""
         started = 0
-        for sub_id in await self.store.enabled(self.s.subscriptions_per_round):
-            self.metrics.queue(await self.store.fan_out(sub_id, self.s.fanout_batch))
+        for sub in await self.store.work(self.s.subscriptions_per_round):
+            sub_id, queued = sub["id"], 0
+            if sub["new"]:
+                queued = await self.store.fan_out(sub_id, self.s.fanout_batch)
+                self.metrics.queue(queued)
             free = self.s.in_flight_per_subscription - self.in_flight(sub_id)
-            if free <= 0:
+            if free <= 0 or not (sub["due"] or queued):
                 continue
             for row in await self.store.claim(sub_id, free, self.lease_s):
                 task = asyncio.get_running_loop().create_task(self._deliver(row))
