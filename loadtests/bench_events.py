@@ -44,7 +44,7 @@ from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
-from serve_app.webhooks.dispatcher import Dispatcher
+from serve_app.webhooks.worker import DispatcherThread
 from tests.fakes.webhook_receiver import Receiver
 
 RESULTS = Path(__file__).with_name("results")
@@ -81,17 +81,16 @@ def _receive_main(ports: Any, stop: Any, out: str) -> None:
 
 
 def _deliver_main(dsn: str, stop: Any) -> None:
-    """Child process: a dispatcher, as an Extractor replica runs it."""
+    """Child process: a dispatcher, as an Extractor replica runs it (its own thread at
+    ``MEMSERVE_WEBHOOKS_NICE``, default 10)."""
 
     async def serve() -> None:
-        pool = await open_pool(dsn, Settings(), min_size=1)
-        dispatcher = Dispatcher.from_settings(pool, SUB_SETTINGS).start()
+        dispatcher = DispatcherThread(dsn, Settings(webhooks=SUB_SETTINGS)).start()
         try:
             while not stop.is_set():
                 await asyncio.sleep(0.05)
         finally:
             await dispatcher.stop()
-            await pool.close()
 
     asyncio.run(serve())
 
