@@ -36,6 +36,9 @@ PAYLOAD_FIELDS = ("user_id", "agent_id", "session_id", "scope", "memory_id", "ve
                   "decision", "reason", "actor", "data")  # fmt: skip
 CACHED = 1024  # parsed URLs and signing keys kept (one each per subscription in use)
 USER_AGENT = "memserve-webhooks"
+# An idle connection is closed before common servers' own keep-alive (uvicorn: 5 s) does,
+# so a post rarely meets a connection the receiver is closing.
+KEEPALIVE_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class Sender:
                 resolver=GuardedResolver(self.guard),
                 use_dns_cache=False,  # every new connection resolves (and checks) again
                 limit=0,  # the dispatcher's in-flight slots bound the connections
+                keepalive_timeout=KEEPALIVE_S,
             )
             self._http = aiohttp.ClientSession(
                 connector=connector,
