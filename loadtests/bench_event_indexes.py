@@ -104,7 +104,7 @@ INDEXES = {
 }
 ROWS = ("INSERT INTO ev (tenant_id, type, user_id, memory_id, version, history_id, actor,"
         " content) SELECT 't', 'memory.added', 'u' || (g %% 50), gen_random_uuid(), 1, g,"
-        " 'bench', 'some memory content ' || g FROM generate_series(%s, %s) g")  # fmt: skip
+        " 'bench', 'some memory content ' || g FROM generate_series(%s::int, %s::int) g")  # fmt: skip
 
 
 async def per_index(dsn: str, repeat: int, rows: int = 20000) -> dict[str, float]:

@@ -31,6 +31,12 @@ from serve_app.webhooks.ssrf import TargetGuard
 log = logging.getLogger(__name__)
 CHAIN = 20  # deliveries of one owner claimed at a time by a running chain
 BACKLOG_EVERY_S = 5.0  # how often a round measures pending deliveries and lag
+# After a claim came back short (every claimable owner's oldest delivery is in flight or
+# backing off), a subscription is claimed for again only when this round queued new
+# deliveries, a chain of it ended, or this long has passed (a backoff, a replay, a lease
+# another replica let run out): a short claim scans every pending delivery (bench:
+# 3 ms for 800 behind 4 chains), which rounds every 50 ms made ~15% of a core.
+RECLAIM_S = 1.0
 
 
 class Dispatcher:
@@ -51,6 +57,7 @@ class Dispatcher:
         self._measured = float("-inf")
         self.lease_s = 2 * s.timeout_s + 5  # a claim outlives any send it covers
         self._tasks: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
+        self._short: dict[uuid.UUID, float] = {}  # subscription -> when a claim came back short
         self._periodic = Periodic(self.run_once, s.interval_s, log=log,
                                   failed="a webhook dispatch round failed")  # fmt: skip
 
@@ -82,9 +89,17 @@ class Dispatcher:
                 queued = await self.store.fan_out(sub_id, self.s.fanout_batch)
                 self.metrics.queue(queued)
             free = self.s.in_flight_per_subscription - self.in_flight(sub_id)
+            short = self._short.get(sub_id)
             if free <= 0 or not (sub["due"] or queued):
                 continue
-            for row in await self.store.claim(sub_id, free, self.lease_s):
+            if not queued and short is not None and self.clock() - short < RECLAIM_S:
+                continue
+            rows = await self.store.claim(sub_id, free, self.lease_s)
+            if len(rows) < free:
+                self._short[sub_id] = self.clock()
+            else:
+                self._short.pop(sub_id, None)
+            for row in rows:
                 task = asyncio.get_running_loop().create_task(self._deliver(row))
                 tasks = self._tasks.setdefault(sub_id, set())
                 tasks.add(task)
@@ -96,6 +111,7 @@ class Dispatcher:
         return started
 
     def _done(self, sub_id: uuid.UUID, task: asyncio.Task[None]) -> None:
+        self._short.pop(sub_id, None)  # its owner's next delivery may be claimable now
         tasks = self._tasks.get(sub_id)
         if tasks is not None:
             tasks.discard(task)
