@@ -25,7 +25,7 @@ from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
-from serve_app.webhooks.dispatcher import Dispatcher
+from serve_app.webhooks.dispatcher import RECLAIM_S, Dispatcher
 from serve_app.webhooks.sender import PAYLOAD_FIELDS, Sender
 from serve_app.webhooks.ssrf import Refused, TargetGuard
 from tests.fakes.webhook_receiver import Receiver
@@ -275,3 +275,35 @@ async def test_a_name_is_resolved_through_the_guard_on_connect(receiver):
     assert [r.headers["webhook-id"] for r in receiver.at("/ok")] == [
         str(r["event_id"]) for r in rows]  # fmt: skip
     assert verified(receiver.at("/ok"), rows[0]["secret"])[0]["data"]["content"] == "c"
+
+
+class CountingStore(WebhookStore):
+    """The real store, counting the round's claims (how often a round scans pending)."""
+
+    claims = 0
+
+    async def claim(self, *args, **kw):
+        self.claims += 1
+        return await super().claim(*args, **kw)
+
+
+async def test_a_short_claim_is_not_repeated_every_round(db, receiver):
+    writer = GuardedWriter(db, "test")
+    await subscribe(db, receiver.url("/hang"))
+    receiver.hang_s = 1.0  # alice's chain stays in flight meanwhile
+    await writer.add(A, [NewMemory("a1"), NewMemory("a2")], vecs(2))
+    now = [0.0]
+    s = settings(timeout_s=5.0)
+    store = CountingStore(db)
+    sender = Sender(TargetGuard(s.allowed_networks), timeout_s=s.timeout_s,
+                    max_response_bytes=s.max_response_bytes)  # fmt: skip
+    d = Dispatcher(store, sender, s, jitter=lambda: 0.5, clock=lambda: now[0])
+    try:
+        assert await d.run_once() == 1  # queued 2, claimed alice's first: short of 8
+        assert await d.run_once() == 0 and store.claims == 1  # a2 is due, not claimable
+        now[0] += RECLAIM_S
+        assert await d.run_once() == 0 and store.claims == 2  # looked again after a while
+        await d.drain()  # the chain sends a2 after a1
+    finally:
+        await d.stop()
+    assert [json.loads(r.body)["data"]["content"] for r in receiver.at("/hang")] == ["a1", "a2"]
