@@ -38,7 +38,6 @@ from loadtests.procstat import process_cpu_s, snapshot
 
 HERE = Path(__file__).resolve()
 TREE = HERE.parents[1]
-RESULTS = HERE.with_name("results")
 DIM = 384
 
 
@@ -229,11 +228,9 @@ def main() -> None:
     print(f"{'CPU ms per delivery (median)':<30}" + "".join(f"{n:>12}" for n in med))
     for k in keys:
         print(f"{k:<30}" + "".join(f"{m[k]:>12}" for m in med.values()))
-    RESULTS.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    name = f"bench_dispatch{'-' + args.tag if args.tag else ''}-{stamp}.json"
-    (RESULTS / name).write_text(json.dumps(result, indent=2))
-    print(f"wrote loadtests/results/{name}")
+    from loadtests.harness import write_json
+
+    print(f"wrote {write_json('bench_dispatch' + ('-' + args.tag if args.tag else ''), result)}")
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ import asyncio
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from psycopg import AsyncConnection
 
+from loadtests.harness import write_json
 from loadtests.procstat import process_cpu_s
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
@@ -39,7 +39,6 @@ from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 
-RESULTS = Path(__file__).with_name("results")
 DIM = 384
 V22 = [  # what the narrow arm changes, as migration 0022 made it
     "DROP INDEX IF EXISTS memory_events_age_brin",
@@ -104,7 +103,8 @@ INDEXES = {
 }
 ROWS = ("INSERT INTO ev (tenant_id, type, user_id, memory_id, version, history_id, actor,"
         " content) SELECT 't', 'memory.added', 'u' || (g %% 50), gen_random_uuid(), 1, g,"
-        " 'bench', 'some memory content ' || g FROM generate_series(%s::int, %s::int) g")  # fmt: skip
+        " 'bench', 'some memory content ' || g"
+        " FROM generate_series(%s::int, %s::int) g")  # fmt: skip
 
 
 async def per_index(dsn: str, repeat: int, rows: int = 20000) -> dict[str, float]:
@@ -146,10 +146,7 @@ def main() -> None:
     print(json.dumps(result["median"]), "outbox", result["outbox_us"], "us/memory;",
           "narrowing saves", result["saved_by_narrowing_us"], "us/memory")  # fmt: skip
     print("per event row, us CPU:", json.dumps(result["per_index_us_per_row"]))
-    RESULTS.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    (RESULTS / f"bench_event_indexes-{stamp}.json").write_text(json.dumps(result, indent=2))
-    print(f"wrote loadtests/results/bench_event_indexes-{stamp}.json")
+    print(f"wrote {write_json('bench_event_indexes', result)}")
 
 
 if __name__ == "__main__":
