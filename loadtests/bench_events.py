@@ -10,7 +10,8 @@ subscription, the event triggers disabled by a bench-only ``ALTER TABLE ... DISA
 TRIGGER``: what the outbox itself costs), ``zero`` (no subscription) and ``two`` (two
 subscriptions, one with content, to two real receivers on 127.0.0.1 in their own
 process), served by a dispatcher in another child process (as an Extractor replica
-runs it, apart from the writes) that runs throughout. Ingest throughput per arm
+runs it, apart from the writes: on its own thread at ``MEMSERVE_WEBHOOKS_NICE``, 10 unless
+the environment says otherwise) that runs throughout. Ingest throughput per arm
 (median of rounds; ratios two/zero and zero/off), CPU seconds per arm of the writers,
 the dispatcher, the receivers and PostgreSQL (the writers' backends apart from the
 rest), and the delivery lag (arrival time minus the event's occurred_at) p50/p95 over
@@ -187,6 +188,7 @@ async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path
     return {
         "writers": args.writers, "adds_per_writer": args.adds, "batch": args.batch,
         "repeat": args.repeat, "dispatcher_interval_s": SUB_SETTINGS.interval_s,
+        "dispatcher_nice": SUB_SETTINGS.nice,
         "ingest_memories_per_s": {a: [round(x, 1) for x in v] for a, v in speed.items()},
         "median": {a: round(v, 1) for a, v in med.items()},
         "ratio_2_over_0": round(med["two"] / med["zero"], 3),
