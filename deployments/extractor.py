@@ -59,7 +59,7 @@ from serve_app.spend.meter import SpendMeter
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import SessionKey
-from serve_app.webhooks.dispatcher import Dispatcher
+from serve_app.webhooks.worker import DispatcherThread
 
 log = logging.getLogger("ray.serve")
 
@@ -85,8 +85,9 @@ class Extractor:
             [self.metrics, reembed_metrics, self.consolidation_metrics, webhook_metrics,
              document_job_metrics]
         ).start()  # fmt: skip
-        # Webhook delivery of the event outbox: beside the writes, never in them.
-        self.webhooks = Dispatcher.from_settings(self.pool, settings.webhooks, webhook_metrics)
+        # Webhook delivery of the event outbox: beside the writes, never in them, on a
+        # thread of its own at a lower CPU priority (background work yields).
+        self.webhooks = DispatcherThread(dsn, settings, webhook_metrics)
         self.models = ModelView(
             self.pool, dsn, model, poll_s=settings.reembed.poll_s, on_switch=self._switch
         )

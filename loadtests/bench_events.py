@@ -10,7 +10,8 @@ subscription, the event triggers disabled by a bench-only ``ALTER TABLE ... DISA
 TRIGGER``: what the outbox itself costs), ``zero`` (no subscription) and ``two`` (two
 subscriptions, one with content, to two real receivers on 127.0.0.1 in their own
 process), served by a dispatcher in another child process (as an Extractor replica
-runs it, apart from the writes) that runs throughout. Ingest throughput per arm
+runs it, apart from the writes: on its own thread at ``MEMSERVE_WEBHOOKS_NICE``, 10 unless
+the environment says otherwise) that runs throughout. Ingest throughput per arm
 (median of rounds; ratios two/zero and zero/off), CPU seconds per arm of the writers,
 the dispatcher, the receivers and PostgreSQL (the writers' backends apart from the
 rest), and the delivery lag (arrival time minus the event's occurred_at) p50/p95 over
@@ -44,7 +45,7 @@ from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
-from serve_app.webhooks.dispatcher import Dispatcher
+from serve_app.webhooks.worker import DispatcherThread
 from tests.fakes.webhook_receiver import Receiver
 
 RESULTS = Path(__file__).with_name("results")
@@ -81,17 +82,16 @@ def _receive_main(ports: Any, stop: Any, out: str) -> None:
 
 
 def _deliver_main(dsn: str, stop: Any) -> None:
-    """Child process: a dispatcher, as an Extractor replica runs it."""
+    """Child process: a dispatcher, as an Extractor replica runs it (its own thread at
+    ``MEMSERVE_WEBHOOKS_NICE``, default 10)."""
 
     async def serve() -> None:
-        pool = await open_pool(dsn, Settings(), min_size=1)
-        dispatcher = Dispatcher.from_settings(pool, SUB_SETTINGS).start()
+        dispatcher = DispatcherThread(dsn, Settings(webhooks=SUB_SETTINGS)).start()
         try:
             while not stop.is_set():
                 await asyncio.sleep(0.05)
         finally:
             await dispatcher.stop()
-            await pool.close()
 
     asyncio.run(serve())
 
@@ -188,6 +188,7 @@ async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path
     return {
         "writers": args.writers, "adds_per_writer": args.adds, "batch": args.batch,
         "repeat": args.repeat, "dispatcher_interval_s": SUB_SETTINGS.interval_s,
+        "dispatcher_nice": SUB_SETTINGS.nice,
         "ingest_memories_per_s": {a: [round(x, 1) for x in v] for a, v in speed.items()},
         "median": {a: round(v, 1) for a, v in med.items()},
         "ratio_2_over_0": round(med["two"] / med["zero"], 3),

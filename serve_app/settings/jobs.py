@@ -178,3 +178,6 @@ class WebhookSettings(BaseSettings):
     # Delivery to private, loopback, link-local or reserved addresses is refused (SSRF)
     # unless the address is in one of these networks (CIDR), e.g. ["127.0.0.1/32"].
     allowed_networks: list[str] = Field(default_factory=list)
+    # The dispatcher's thread runs at this nice value (Linux: per thread), so deliveries
+    # yield the CPU to the request path under load (docs/events.md); 0: not lowered.
+    nice: int = Field(10, ge=0, le=19)

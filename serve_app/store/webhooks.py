@@ -76,6 +76,19 @@ RETURNING d.id AS delivery_id, d.attempts, d.subscription_id, d.owner, s.url, s.
 """
 
 
+_WORK = """
+SELECT s.id,
+       EXISTS (SELECT 1 FROM memory_events e
+               WHERE e.tenant_id = s.tenant_id AND (e.txid, e.id) > (s.cursor_txid, s.cursor_id)
+                 AND e.txid < pg_snapshot_xmin(pg_current_snapshot())) AS new,
+       EXISTS (SELECT 1 FROM webhook_deliveries d
+               WHERE d.subscription_id = s.id AND d.status = 'pending'
+                 AND d.next_at <= now()) AS due
+FROM (SELECT id, tenant_id, cursor_txid, cursor_id FROM webhook_subscriptions WHERE enabled
+      ORDER BY random() LIMIT %(n)s) s
+ORDER BY s.id
+"""
+
 _DELIVERED = """
 UPDATE webhook_deliveries d SET status = 'delivered', attempts = d.attempts + 1,
        delivered_at = now(), last_status = x.status, last_error = NULL
@@ -201,16 +214,15 @@ class WebhookStore:
 
     # ---------- the dispatcher ----------
 
-    async def enabled(self, limit: int) -> list[uuid.UUID]:
-        """Up to ``limit`` enabled subscriptions, a random pick when there are more (so
-        none starves behind the first ``limit``), in id order."""
+    async def work(self, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` enabled subscriptions (a random pick when there are more, so
+        none starves behind the first ``limit``) in id order, each with whether it has
+        feed events to fan out (``new``) and deliveries due (``due``): one statement a
+        round, so an idle round costs one round trip, not a fan-out and a claim
+        transaction per subscription."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT id FROM (SELECT id FROM webhook_subscriptions WHERE enabled"
-                " ORDER BY random() LIMIT %(n)s) s ORDER BY id",
-                {"n": limit},
-            )
-            return [r["id"] for r in await cur.fetchall()]
+            cur = await conn.execute(_WORK, {"n": limit})
+            return await cur.fetchall()
 
     async def fan_out(self, sub_id: uuid.UUID, batch: int) -> int:
         """Queue the subscription's next feed events (at most ``batch``); how many."""

@@ -6,10 +6,12 @@ A tenant names the URL, so without this check a subscription could make the serv
 POST into its own network (metadata endpoints, databases, admin ports). Private,
 loopback, link-local, multicast, reserved and unspecified addresses are refused unless
 the operator lists their network in ``MEMSERVE_WEBHOOKS_ALLOWED_NETWORKS``. The check
-resolves the host each time it sends (a name that moves to a private address is refused
-then). ``resolve`` returns the addresses it checked, so a caller that connects to one of
-them (``pinned``) leaves no window for a rebinding DNS; the webhook sender still
-re-resolves on connect (see docs/events.md). IPv4 addresses inside IPv6 (mapped, 6to4,
+resolves the host each time a connection is made (a name that moves to a private
+address is refused then; a kept-alive connection stays with the address it checked).
+``resolve`` returns the addresses it checked, so a caller that connects to one of them
+(``pinned``) leaves no window for a rebinding DNS; the webhook sender resolves through
+:meth:`TargetGuard.resolve_host` as its connector's resolver, so it connects only to
+checked addresses too. IPv4 addresses inside IPv6 (mapped, 6to4,
 Teredo) are judged as the IPv4 address they carry.
 """
 
@@ -75,7 +77,11 @@ class TargetGuard:
     async def resolve(self, url: str) -> list[Address]:
         """The addresses of the URL's host, all checked; Refused if any may not be reached
         (a name with one private address among public ones is refused whole)."""
-        host, port = self.shape(url)
+        return await self.resolve_host(*self.shape(url))
+
+    async def resolve_host(self, host: str, port: int) -> list[Address]:
+        """:meth:`resolve` for a host and port (a connector's resolver: the webhook
+        sender connects only to the addresses this returned)."""
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM

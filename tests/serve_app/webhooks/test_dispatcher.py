@@ -8,8 +8,11 @@ owner's pending deliveries."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 from standardwebhooks import Webhook
@@ -22,8 +25,8 @@ from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
-from serve_app.webhooks.dispatcher import Dispatcher
-from serve_app.webhooks.sender import Sender
+from serve_app.webhooks.dispatcher import RECLAIM_S, Dispatcher
+from serve_app.webhooks.sender import PAYLOAD_FIELDS, Sender
 from serve_app.webhooks.ssrf import Refused, TargetGuard
 from tests.fakes.webhook_receiver import Receiver
 from tests.serve_app.store.unit_vectors import DIM, vecs
@@ -242,3 +245,65 @@ async def test_forget_drops_the_owners_pending_deliveries(db, receiver):
     got = sorted((b["type"], b["data"]["user_id"], b["data"].get("content")) for b in bodies)
     assert got == [("forget.completed", "alice", None), ("memory.added", "bob", "bob note")]
     assert all(b"alice secret" not in r.body for r in receiver.received)
+
+
+def event_row(url: str) -> dict:
+    """A claimed delivery as the sender gets it (store/webhooks.py's claim)."""
+    return {"event_id": uuid.uuid4(), "type": "memory.added", "occurred_at": datetime.now(UTC),
+            "secret": "whsec_" + base64.b64encode(b"k" * 24).decode(), "url": url,
+            "include_content": True, "content": "c"} | dict.fromkeys(PAYLOAD_FIELDS)  # fmt: skip
+
+
+async def test_a_name_is_resolved_through_the_guard_on_connect(receiver):
+    """A host name (not an IP literal) is checked by the connector's resolver: refused
+    when it resolves to loopback, sent when the operator allows loopback."""
+    url = f"http://localhost:{receiver.port}/ok"
+    refusing = Sender(TargetGuard(), timeout_s=2.0, max_response_bytes=1024)
+    try:
+        answer = await refusing.send(event_row(url))
+    finally:
+        await refusing.aclose()
+    assert not answer.ok and answer.error.startswith("refused:") and receiver.received == []
+    allowing = Sender(TargetGuard(["127.0.0.1/32", "::1/128"]), timeout_s=2.0,
+                      max_response_bytes=1024)  # fmt: skip
+    try:
+        rows = [event_row(url), event_row(url)]
+        answers = [await allowing.send(r) for r in rows]
+    finally:
+        await allowing.aclose()
+    assert [a.status for a in answers] == [204, 204]
+    assert [r.headers["webhook-id"] for r in receiver.at("/ok")] == [
+        str(r["event_id"]) for r in rows]  # fmt: skip
+    assert verified(receiver.at("/ok"), rows[0]["secret"])[0]["data"]["content"] == "c"
+
+
+class CountingStore(WebhookStore):
+    """The real store, counting the round's claims (how often a round scans pending)."""
+
+    claims = 0
+
+    async def claim(self, *args, **kw):
+        self.claims += 1
+        return await super().claim(*args, **kw)
+
+
+async def test_a_short_claim_is_not_repeated_every_round(db, receiver):
+    writer = GuardedWriter(db, "test")
+    await subscribe(db, receiver.url("/hang"))
+    receiver.hang_s = 1.0  # alice's chain stays in flight meanwhile
+    await writer.add(A, [NewMemory("a1"), NewMemory("a2")], vecs(2))
+    now = [0.0]
+    s = settings(timeout_s=5.0)
+    store = CountingStore(db)
+    sender = Sender(TargetGuard(s.allowed_networks), timeout_s=s.timeout_s,
+                    max_response_bytes=s.max_response_bytes)  # fmt: skip
+    d = Dispatcher(store, sender, s, jitter=lambda: 0.5, clock=lambda: now[0])
+    try:
+        assert await d.run_once() == 1  # queued 2, claimed alice's first: short of 8
+        assert await d.run_once() == 0 and store.claims == 1  # a2 is due, not claimable
+        now[0] += RECLAIM_S
+        assert await d.run_once() == 0 and store.claims == 2  # looked again after a while
+        await d.drain()  # the chain sends a2 after a1
+    finally:
+        await d.stop()
+    assert [json.loads(r.body)["data"]["content"] for r in receiver.at("/hang")] == ["a1", "a2"]
