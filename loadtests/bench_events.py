@@ -1,6 +1,6 @@
 """What the event outbox and webhooks cost the write path, and how late deliveries are.
 
-    python -m loadtests.bench_events                      # 3 rounds of 0 vs 2 subscriptions
+    python -m loadtests.bench_events                      # 5 rounds of 0 vs 2 subscriptions
     python -m loadtests.bench_events --writers 4 --adds 40 --repeat 5
 
 Store level (no Ray): an embedded PostgreSQL, the GuardedWriter adding batches of
@@ -11,8 +11,10 @@ TRIGGER``: what the outbox itself costs), ``zero`` (no subscription) and ``two``
 subscriptions, one with content, to two real receivers on 127.0.0.1 in their own
 process), served by a dispatcher in another child process (as an Extractor replica
 runs it, apart from the writes: on its own thread at ``MEMSERVE_WEBHOOKS_NICE``, 10 unless
-the environment says otherwise) that runs throughout. Ingest throughput per arm
-(median of rounds; ratios two/zero and zero/off), CPU seconds per arm of the writers,
+the environment says otherwise) that runs throughout. The arms' order rotates from
+round to round and each starts after a CHECKPOINT, so drift does not favour one arm.
+Ingest throughput per arm (median of rounds; ratios two/zero and zero/off, and the
+median of the rounds' paired two/zero ratios), CPU seconds per arm of the writers,
 the dispatcher, the receivers and PostgreSQL (the writers' backends apart from the
 rest), and the delivery lag (arrival time minus the event's occurred_at) p50/p95 over
 the 2-subscription rounds. Prints a table and writes
@@ -70,8 +72,13 @@ async def ingest(writer: GuardedWriter, writers: int, adds: int, batch: int, tag
     return writers * adds * batch / (time.perf_counter() - t)
 
 
-def _receive_main(ports: Any, stop: Any, out: str) -> None:
-    """Child process: two real receivers (their CPU is the receivers', not the service's)."""
+def receive_main(ports: Any, stop: Any, out: str, nice: int) -> None:
+    """Child process: two real receivers (their CPU is the receivers', not the service's).
+
+    In a deployment the receivers run on the platform's machines; here they share the
+    box with the writers, so they run at ``nice`` (``--receiver-nice``, 19 unless told
+    otherwise) to take the CPU the service leaves rather than the service's own."""
+    os.nice(nice)
     receivers = [Receiver().start(), Receiver().start()]
     ports.put([r.port for r in receivers])
     stop.wait()
@@ -137,6 +144,21 @@ class Cpu:
         return spent
 
 
+def rotated(arms: tuple[str, ...], r: int) -> tuple[str, ...]:
+    """Round ``r``'s arm order: each arm goes first, middle and last equally often, so a
+    drift over the run (growing tables, autovacuum, the box's other load) does not land
+    on one arm."""
+    k = r % len(arms)
+    return arms[k:] + arms[:k]
+
+
+async def checkpoint(pool: Any) -> None:
+    """Flush dirty pages before an arm, so a checkpoint's writes do not fall inside a
+    random arm (bench only, on its throwaway database)."""
+    async with pool.connection() as conn:
+        await conn.execute("CHECKPOINT")
+
+
 async def backends(pool: Any) -> set[int]:
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -159,7 +181,8 @@ async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path
         cpu: dict[str, list[dict[str, float]]] = {a: [] for a in ARMS}
         meter = Cpu(pgdata, children, mine)
         for r in range(args.repeat):
-            for arm in ARMS:
+            for arm in rotated(ARMS, r):
+                await checkpoint(pool)
                 made = []
                 if arm == "off":
                     await triggers(pool, on=False)
@@ -185,15 +208,17 @@ async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path
     finally:
         await pool.close()
     med = {a: statistics.median(v) for a, v in speed.items()}
+    paired = [round(t / z, 3) for t, z in zip(speed["two"], speed["zero"], strict=True)]
     return {
         "writers": args.writers, "adds_per_writer": args.adds, "batch": args.batch,
         "repeat": args.repeat, "dispatcher_interval_s": SUB_SETTINGS.interval_s,
-        "dispatcher_nice": SUB_SETTINGS.nice,
+        "dispatcher_nice": SUB_SETTINGS.nice, "receiver_nice": args.receiver_nice,
         "ingest_memories_per_s": {a: [round(x, 1) for x in v] for a, v in speed.items()},
         "median": {a: round(v, 1) for a, v in med.items()},
         "ratio_2_over_0": round(med["two"] / med["zero"], 3),
-        "ratios_2_over_0_per_round": [round(t / z, 3)
-                                      for t, z in zip(speed["two"], speed["zero"], strict=True)],
+        "ratios_2_over_0_per_round": paired,
+        "paired_ratio_2_over_0_median": round(statistics.median(paired), 3),
+        "arm_order_per_round": [list(rotated(ARMS, r)) for r in range(args.repeat)],
         "trigger_ratio_0_over_off": round(med["zero"] / med["off"], 3),
         "cpu_s_per_arm": cpu,
     }  # fmt: skip
@@ -225,7 +250,9 @@ def main() -> None:
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument("--adds", type=int, default=40, help="add calls per writer per round")
     ap.add_argument("--batch", type=int, default=5, help="memories per add call")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--receiver-nice", type=int, default=19,
+                    help="receivers' nice value: they stand in for remote hosts")  # fmt: skip
     ap.add_argument("--tag", default="", help="added to the result file's name")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="memserve-bench-events-") as tmp:
@@ -237,7 +264,7 @@ def main() -> None:
             ctx = multiprocessing.get_context("spawn")
             ports, stop = ctx.Queue(), ctx.Event()
             out = str(Path(tmp) / "received.json")
-            recv = ctx.Process(target=_receive_main, args=(ports, stop, out))
+            recv = ctx.Process(target=receive_main, args=(ports, stop, out, args.receiver_nice))
             recv.start()
             disp = ctx.Process(target=_deliver_main, args=(dsn, stop))
 
@@ -262,7 +289,8 @@ def main() -> None:
     print(f"{'off: no subs, event trigger off':<34}{m['off']:>22}")
     print(f"{'zero: no subscriptions':<34}{m['zero']:>22}")
     print(f"{'two: 2 subscriptions':<34}{m['two']:>22}")
-    print(f"ratio two/zero {result['ratio_2_over_0']} (per round "
+    print(f"ratio two/zero {result['ratio_2_over_0']} (paired per round: median "
+          f"{result['paired_ratio_2_over_0_median']}, "
           f"{result['ratios_2_over_0_per_round']}), trigger zero/off "
           f"{result['trigger_ratio_0_over_off']}, lag p50 {result['lag_ms_p50']} ms,"
           f" p95 {result['lag_ms_p95']} ms, received {result['deliveries_received']}")  # fmt: skip
