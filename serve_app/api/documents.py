@@ -169,6 +169,15 @@ async def get_document_job(
     return await _service(services).job(caller, job_id, agent_id=agent_id)
 
 
+@router.delete("/jobs/{job_id}", response_model=DocumentJob)
+async def cancel_document_job(
+    job_id: UUID, caller: Caller, services: Svc, agent_id: Identifier | None = None
+):
+    """Cancel a queued or running job: nothing of it is written (a document it would
+    have replaced keeps its current version). 409 once the job has finished."""
+    return await _service(services).cancel_job(caller, job_id, agent_id=agent_id)
+
+
 @router.get("", response_model=DocumentList)
 async def list_documents(
     caller: Caller,

@@ -76,6 +76,13 @@ class DocumentsApi:
 
     @Endpoint
     @staticmethod
+    def cancel_document_job(job_id: str, *, agent_id: str | None = None) -> Call[DocumentJob]:
+        """Cancel a queued or running document job (409 once it has finished)."""
+        params = {"agent_id": agent_id}
+        return with_params("DELETE", f"/v1/documents/jobs/{job_id}", params, DocumentJob)
+
+    @Endpoint
+    @staticmethod
     def documents(
         *,
         scope: str | None = None,

@@ -38,6 +38,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/documents"): ("documents",),
     ("GET", "/v1/documents/{document_id}"): ("document",),
     ("GET", "/v1/documents/jobs/{job_id}"): ("document_job",),
+    ("DELETE", "/v1/documents/jobs/{job_id}"): ("cancel_document_job",),
     ("DELETE", "/v1/documents/{document_id}"): ("delete_document",),
     ("GET", "/v1/admin/keys"): ("list_keys",),
     ("POST", "/v1/admin/keys"): ("create_key",),

@@ -99,12 +99,12 @@ class DocumentOut(StrictModel):
 
 class DocumentJob(StrictModel):
     """A document accepted as a job (202) and its state (``GET /v1/documents/jobs/{id}``):
-    queued, running (``embedded`` of ``chunk_count`` so far), done (``version`` written)
-    or failed (``error`` says why)."""
+    queued, running (``embedded`` of ``chunk_count`` so far), done (``version`` written),
+    failed (``error`` says why) or cancelled (``DELETE /v1/documents/jobs/{id}``)."""
 
     job_id: str
     document_id: str
-    status: Literal["queued", "running", "done", "failed"]
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
     chunk_count: int
     embedded: int = 0
     attempts: int = 0

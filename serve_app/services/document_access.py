@@ -186,7 +186,26 @@ class DocumentAccess:
         self, caller: Principal, job_id: uuid.UUID, *, agent_id: str | None = None
     ) -> dict[str, Any]:
         """A job's state, if the caller may read its document (else 404, as missing)."""
+        return job_view(await self._job(caller, job_id, agent_id))
+
+    async def cancel_job(
+        self, caller: Principal, job_id: uuid.UUID, *, agent_id: str | None = None
+    ) -> dict[str, Any]:
+        """Cancel a queued or running job (404 as :meth:`job`, 403 if the caller may read
+        but not write its document, 409 once it has finished): nothing of it is written."""
+        row = await self._job(caller, job_id, agent_id)
+        if not self._writable(caller, row):
+            raise ApiError(403, "forbidden", "this key may not cancel that document job")
+        cancelled = await self.jobs.cancel(caller.tenant_id, job_id)
+        if cancelled is None:
+            now = await self._job(caller, job_id, agent_id)
+            raise ApiError(409, "conflict", f"document job {str(job_id)!r} is {now['status']}")
+        return job_view(cancelled)
+
+    async def _job(
+        self, caller: Principal, job_id: uuid.UUID, agent_id: str | None
+    ) -> dict[str, Any]:
         row = await self.jobs.get(caller.tenant_id, job_id)
         if row is None or not self._readable(caller, row, agent_id):
             raise ApiError(404, "not_found", f"document job {str(job_id)!r} not found")
-        return job_view(row)
+        return row

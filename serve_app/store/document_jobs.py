@@ -122,6 +122,19 @@ class DocumentJobStore:
             )
             return await cur.fetchone()
 
+    async def cancel(self, tenant_id: str, job_id: uuid.UUID) -> dict[str, Any] | None:
+        """Cancel an open job (its chunks' text goes); None if it is not open. A swap
+        under way holds the row: this waits for its commit and then finds it done."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE document_jobs SET status = 'cancelled', chunks = '[]'::jsonb,"
+                " claim_token = NULL, claimed_until = NULL, finished_at = now()"
+                f" WHERE tenant_id = %(t)s AND id = %(id)s AND {_OPEN}"
+                f" RETURNING {JOB_COLUMNS}",
+                {"t": tenant_id, "id": job_id},
+            )
+            return await cur.fetchone()
+
     # ---------- the worker (Extractor replicas) ----------
 
     async def claim(self, n: int, lease_s: float, tenant_cap: int) -> list[dict[str, Any]]:

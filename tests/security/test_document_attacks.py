@@ -141,6 +141,31 @@ def test_another_tenants_document_ids_are_404_and_change_nothing(sec_service, te
             assert "Tenant A's own words." in got.text and "Tenant B" not in got.text
 
 
+def test_another_tenants_document_jobs_are_404_and_change_nothing(sec_service, tenants):
+    """Tenant B (its service key, its user of the same name) can neither read nor
+    cancel tenant A's queued job, by id; A's job runs to done all the same."""
+    a, b = tenants["a"], tenants["b"]
+    body = {"document_id": "queued-manual", "text": "# Manual\n\nTenant A's queued words.",
+            "content_type": "text/markdown", "scope": "user", "user_id": "u1"}  # fmt: skip
+    with http(sec_service, a["service"]) as ca:
+        r = ca.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})
+        assert r.status_code == 202, r.text
+        where = r.headers["location"]
+        for key in (b["service"], b["user"]):
+            with http(sec_service, key) as cb:
+                for method in ("GET", "DELETE"):
+                    r = cb.request(method, where)
+                    _note("cross-tenant document job", r.status_code, f"{method} {where}")
+                    assert r.status_code == 404, r.text
+                    if "queued-manual" in r.text:
+                        LEAKS.append(f"{method} {where} as tenant B: {r.text[:200]}")
+        deadline = time.monotonic() + 60
+        while (job := ca.get(where).json())["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, job
+            time.sleep(0.2)
+        assert job["status"] == "done", job
+
+
 @pytest.mark.parametrize(
     "name,make", [("page tree of 2**20 pages", page_bomb), ("200 MB stream", stream_bomb)]
 )

@@ -100,3 +100,33 @@ async def test_a_pdf_upload_asking_for_async_is_a_job(stack):
     got = (await c.get("/v1/documents/two", params={"user_id": "ann"})).json()
     assert [ch["heading_path"] for ch in got["chunks"]] == [["Page 1"], ["Page 2"]]
     assert got["document"]["title"] == "Two" and got["chunks"][1]["content"] == pages[1]
+
+
+async def test_cancel_a_job_writes_nothing_and_checks_who_asks(stack):
+    c, _, worker = stack
+    ann, bob = await user_key(c, "ann"), await user_key(c, "bob")
+    body = {"document_id": "mine", "text": GUIDE, "content_type": "text/markdown",
+            "scope": "user", "user_id": "ann"}  # fmt: skip
+    mine = await c.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})
+    org_body = {"document_id": "org", "text": GUIDE, "content_type": "text/markdown"}
+    org = await c.post("/v1/documents", json=org_body, headers={"Prefer": "respond-async"})
+    assert mine.status_code == org.status_code == 202
+    where, org_at = mine.headers["location"], org.headers["location"]
+
+    assert (await c.delete(where, headers=bob)).status_code == 404  # not bob's to see
+    denied = await c.delete(org_at, headers=ann)  # ann reads org documents, may not write
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "forbidden"
+    r = await c.delete(where, headers=ann)
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "cancelled"
+    assert (await c.get(where, headers=ann)).json()["status"] == "cancelled"
+    again = await c.delete(where, headers=ann)
+    assert again.status_code == 409 and "cancelled" in again.json()["error"]["message"]
+
+    assert await worker.run_once() == 1  # only the org job is left to run
+    await worker.drain()
+    assert (await c.get("/v1/documents/mine", headers=ann)).status_code == 404
+    assert (await c.get(org_at)).json()["status"] == "done"
+    late = await c.delete(org_at)
+    assert late.status_code == 409 and "done" in late.json()["error"]["message"]
+    assert (await c.get("/v1/documents/org")).status_code == 200  # untouched by the 409

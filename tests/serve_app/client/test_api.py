@@ -189,6 +189,8 @@ CALLS: list[tuple] = [
     ("delete_document", ("d1",), {}, ("DELETE", "/v1/documents/d1", {}, None)),
     ("document_job", ("j1",), {"agent_id": "a1"},
      ("GET", "/v1/documents/jobs/j1", {"agent_id": "a1"}, None)),
+    ("cancel_document_job", ("j1",), {"agent_id": "a1"},
+     ("DELETE", "/v1/documents/jobs/j1", {"agent_id": "a1"}, None)),
 ]  # fmt: skip
 STREAMED = {"export", "chat_stream", "import_all"}  # see test_streams.py
 MULTIPART = {"upload_document"}  # see test_upload_document_sends_one_multipart_file

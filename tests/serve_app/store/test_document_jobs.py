@@ -147,3 +147,27 @@ async def test_a_tenant_runs_at_most_its_cap_of_jobs(pool):
     await enqueue(jobs, "small", "one")
     assert [j["tenant_id"] for j in await jobs.claim(5, 60, 1)] == ["small"]
     assert [j["document_id"] for j in await jobs.claim(5, 60, 2)] == ["pdf-1"]  # cap 2
+
+
+async def test_cancel_stops_an_open_job_and_shuts_its_holder_out(pool):
+    jobs = DocumentJobStore(pool)
+    queued = await enqueue(jobs, "t1", "a")
+    assert await jobs.cancel("t2", queued["job_id"]) is None  # another tenant's: missing
+    got = await jobs.cancel("t1", queued["job_id"])
+    assert got["status"] == "cancelled" and got["finished_at"] is not None
+    assert await jobs.claim(1, 60, 100) == []  # a cancelled job is never claimed
+    async with pool.connection() as conn:
+        row = await (await conn.execute("SELECT chunks FROM document_jobs")).fetchone()
+    assert row["chunks"] == []  # the text goes with the cancel
+    assert await jobs.cancel("t1", queued["job_id"]) is None  # not open any more
+
+    await enqueue(jobs, "t1", "b")
+    [running] = await jobs.claim(1, 60, 100)
+    assert (await jobs.cancel("t1", running["id"]))["status"] == "cancelled"
+    # Its worker can neither renew, swap, fail nor release it.
+    assert not await jobs.renew(running["id"], running["claim_token"], 60, 1)
+    async with pool.connection() as conn, conn.transaction():
+        assert not await jobs.hold(conn, running["id"], running["claim_token"])
+    assert not await jobs.fail(running["id"], running["claim_token"], "late")
+    assert not await jobs.release(running["id"], running["claim_token"], 0.0, "late")
+    assert (await jobs.get("t1", running["id"]))["status"] == "cancelled"
