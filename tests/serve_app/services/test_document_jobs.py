@@ -172,7 +172,7 @@ async def test_a_forget_during_the_embedding_drops_the_job_and_writes_nothing(po
     forget = ForgetStore(pool, "test")
     calls = 0
 
-    async def embed_then_forget(texts, *, is_query: bool) -> np.ndarray:
+    async def embed_then_forget(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
         nonlocal calls
         calls += 1
         if calls == 1:  # alice is forgotten while her document is being embedded
@@ -191,7 +191,7 @@ async def test_a_forget_during_the_embedding_drops_the_job_and_writes_nothing(po
 
 
 async def test_transient_failures_are_retried_then_the_job_fails_clearly(pool):
-    async def down(texts, *, is_query: bool) -> np.ndarray:
+    async def down(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
         raise ConnectionError("embedder unavailable")
 
     docs = documents(pool, embedder=down, job_retry_s=0.3, job_max_attempts=2)
@@ -256,7 +256,7 @@ async def test_several_documents_at_once_are_all_or_nothing(pool):
 async def test_a_stopping_worker_hands_its_job_back_at_once(pool):
     started, never = asyncio.Event(), asyncio.Event()
 
-    async def slow(texts, *, is_query: bool) -> np.ndarray:
+    async def slow(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
         started.set()
         await never.wait()  # the replica stops while a slice is being embedded
         raise AssertionError("not reached")

@@ -27,7 +27,7 @@ BOB = Principal("k-bob", "t1", "user", user_id="bob")
 OTHER = Principal("k-other", "t2", "service")
 
 
-async def embed(texts, *, is_query: bool) -> np.ndarray:
+async def embed(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
     """Deterministic unit vectors per text (the Embedder's contract, DIM wide)."""
     out = []
     for t in texts:
