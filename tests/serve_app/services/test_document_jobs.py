@@ -270,3 +270,24 @@ async def test_a_stopping_worker_hands_its_job_back_at_once(pool):
     assert w.running == 0
     [again] = await docs.jobs.claim(1, 60, 1)  # claimable now, not after its lease (120 s)
     assert str(again["id"]) == job["job_id"] and again["attempts"] == 2
+
+
+async def test_every_document_embed_asks_for_the_bulk_lane(pool):
+    """The worker's chunks, a synchronous post's and mem0's several documents all go
+    through the Embedder's bulk lane (issue 33), so other tenants' writes go first."""
+    lanes: list[bool] = []
+
+    async def recording(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
+        lanes.append(bulk)
+        return await embed(texts, is_query=is_query)
+
+    docs = documents(pool, embedder=recording)
+    await docs.ingest(SERVICE, handbook("v1"))  # a job: nothing embedded in the request
+    assert lanes == []
+    assert await run_jobs(worker(docs)) == 1
+    assert len(lanes) >= 3 and all(lanes)  # embed_batch 2: several calls, each bulk
+    lanes.clear()
+    await docs.ingest(SERVICE, handbook("v2", paragraphs=2))  # synchronous
+    small = handbook("s", paragraphs=2).model_copy(update={"document_id": "s"})
+    await docs.ingest_many(SERVICE, [small])  # mem0's document messages
+    assert len(lanes) >= 2 and all(lanes)
