@@ -226,12 +226,14 @@ class Embedder:
         """The bulk lane: token counts (a worker thread), slices, each run in its turn."""
         encoder = self.encoders.get(model)
         lengths = await asyncio.to_thread(encoder.token_counts, texts, is_query=is_query)
-        slices = plan_slices(lengths, max_tokens=self._slice_tokens, max_texts=self._slice_texts)
-        now = time.perf_counter()
+        tokens = self._slice_tokens or encoder.max_batch_tokens  # default: one encoder run
+        slices = plan_slices(lengths, max_tokens=tokens, max_texts=self._slice_texts)
 
         def run(rows: list[int]) -> Any:
+            # No queue-wait samples: a slice's wait is memserve_embed_bulk_wait_ms, and
+            # seconds of bulk waiting would drown the interactive callers' queue waits.
             k = len(rows)
-            return self._run([texts[i] for i in rows], [is_query] * k, [now] * k, [model] * k)
+            return self._run([texts[i] for i in rows], [is_query] * k, [], [model] * k)
 
         return await self.lanes.run_bulk(len(texts), slices, run, encoder.spec.dim)
 
@@ -249,7 +251,7 @@ class Embedder:
             "max_batch_size": self._embed_batch._get_max_batch_size(),
             "batch_wait_timeout_s": self._embed_batch._get_batch_wait_timeout_s(),
             "own_run_min_texts": OWN_RUN_MIN_TEXTS,
-            "bulk_slice_tokens": self._slice_tokens,
+            "bulk_slice_tokens": self._slice_tokens or self.encoder.max_batch_tokens,
             "bulk_slice_texts": self._slice_texts,
             "bulk_max_wait_s": self.lanes.max_wait_s,
             "bulk_slices_run": self.lanes.slices_run,
@@ -265,7 +267,8 @@ class Embedder:
         and the bulk lane's bulk_slice_tokens, bulk_slice_texts, bulk_max_wait_s."""
         config = config or {}
         if "bulk_slice_tokens" in config:
-            self._slice_tokens = max(1, int(config["bulk_slice_tokens"]))
+            tokens = config["bulk_slice_tokens"]
+            self._slice_tokens = None if tokens is None else max(1, int(tokens))
         if "bulk_slice_texts" in config:
             self._slice_texts = max(1, int(config["bulk_slice_texts"]))
         if "bulk_max_wait_s" in config:

@@ -35,8 +35,9 @@ class EmbedSettings(BaseSettings):
     # The bulk lane (models/lanes.py, issue 33): bulk lists (document chunks, re-embeds,
     # imports) run in slices of at most this many padded tokens and texts, each slice only
     # when no interactive caller waits, so a memory write waits for one slice at most.
-    # Defaults sized for CPU (a 2048-token slice is tens of ms); raise both on a GPU.
-    bulk_slice_tokens: int = Field(2048, ge=1)
+    # Default tokens: the encoder's max_batch_tokens, i.e. one ONNX Runtime run per slice
+    # (512 on CPU: two 256-token chunks, ~70 ms on 2 loaded cores; 16384 on CUDA).
+    bulk_slice_tokens: int | None = Field(None, ge=1)
     bulk_slice_texts: int = Field(32, ge=1)
     # A bulk slice that has waited this long runs as soon as the encoder is free, even
     # with interactive callers waiting: bulk moves a slice per this under constant load.

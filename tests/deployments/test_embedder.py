@@ -62,6 +62,21 @@ async def test_embed_many_is_one_call_and_one_encoder_run(embedder_handle) -> No
     assert after["texts_embedded"] - before["texts_embedded"] == 100
 
 
+def test_the_bulk_lane_answers_the_same_vectors_in_order(embedder_handle) -> None:
+    """Issue 33: a bulk list is sliced (length-sorted, a few runs) but answered in the
+    caller's order with the vectors the interactive lane gives."""
+    texts = [f"chunk {i}: " + "policy words " * (i * 37 % 120) for i in range(20)]
+    before = embedder_handle.model_info.remote().result()
+    bulk = embedder_handle.embed_many.remote(texts, False, None, True).result()
+    plain = embedder_handle.embed_many.remote(texts, False, None).result()
+    after = embedder_handle.model_info.remote().result()
+    assert bulk.shape == (20, 384) and bulk.dtype == np.float32
+    assert_rows_match(bulk, plain)
+    assert after["bulk_slices_run"] - before["bulk_slices_run"] >= 3  # 512-token slices
+    assert after["bulk_slice_tokens"] == 512  # default: the CPU encoder's run size
+    assert embedder_handle.embed_many.remote([], False, None, True).result().shape == (0, 384)
+
+
 def assert_rows_match(got: np.ndarray, want: np.ndarray) -> None:
     """Row i is text i's vector: the int8 copy quantises activations per run, so a text's
     vector shifts slightly with its batch-mates (cosine >= 0.98), but stays nearest its own."""
