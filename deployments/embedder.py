@@ -165,7 +165,7 @@ class Embedder:
 
     def _run_ended(self, future: asyncio.Future[Any] | None = None) -> None:
         if future is not None and not future.cancelled():
-            future.exception()  # a cancelled caller's run: its error is not logged twice
+            future.exception()  # retrieved: a cancelled caller's failed run is not logged as lost
         self.lanes.run_ended()
         if not self.lanes.running:
             self._gate.set()
