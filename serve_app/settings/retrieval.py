@@ -36,7 +36,7 @@ class EmbedSettings(BaseSettings):
     # imports) run in slices of at most this many padded tokens and texts, each slice only
     # when no interactive caller waits, so a memory write waits for one slice at most.
     # Default tokens: the encoder's max_batch_tokens, i.e. one ONNX Runtime run per slice
-    # (512 on CPU: two 256-token chunks, ~70 ms on 2 loaded cores; 16384 on CUDA).
+    # (512 on CPU: two 256-token chunks; 16384 on CUDA).
     bulk_slice_tokens: int | None = Field(None, ge=1)
     bulk_slice_texts: int = Field(32, ge=1)
     # A bulk slice that has waited this long runs as soon as the encoder is free, even
