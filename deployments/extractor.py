@@ -176,14 +176,17 @@ class Extractor:
         self.document_jobs.documents = self._documents(model)
 
     async def _embed(
-        self, texts: Sequence[str], *, is_query: bool, model: ModelFacts
+        self, texts: Sequence[str], *, is_query: bool, model: ModelFacts, bulk: bool = False
     ) -> np.ndarray:
-        vectors = await self.embedder.embed_many.remote(list(texts), is_query, model.ref or None)
+        """``bulk``: the Embedder's bulk lane (the document job worker's chunks)."""
+        ref = model.ref or None
+        vectors = await self.embedder.embed_many.remote(list(texts), is_query, ref, bulk)
         return np.asarray(vectors, dtype=np.float32)
 
     async def _embed_docs(self, texts: list[str], model: str) -> np.ndarray:
-        """The re-embed worker's call: documents of the model being filled."""
-        return np.asarray(await self.embedder.embed_many.remote(texts, False, model))
+        """The re-embed worker's call: documents of the model being filled (bulk lane:
+        a re-embed never holds the encoder ahead of queries and memory writes)."""
+        return np.asarray(await self.embedder.embed_many.remote(texts, False, model, True))
 
     async def reembed_now(self, max_batches: int | None = None) -> str:
         """One turn of the re-embed worker now (tests, operators): see Reembedder.run_once."""

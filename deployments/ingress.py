@@ -105,13 +105,15 @@ class Ingress:
         await asyncio.shield(old.aclose())
 
     async def _embed(
-        self, texts: Sequence[str], *, is_query: bool, model: ModelFacts
+        self, texts: Sequence[str], *, is_query: bool, model: ModelFacts, bulk: bool = False
     ) -> np.ndarray:
+        """``bulk``: the Embedder's bulk lane (document chunks, imports), after the
+        interactive callers (deployments/embedder.py)."""
         ref = model.ref or None
-        if len(texts) == 1:
+        if len(texts) == 1 and not bulk:
             vector = await self.embedder.embed.remote(texts[0], is_query, ref)
             return np.asarray(vector, dtype=np.float32)[None, :]
-        vectors = await self.embedder.embed_many.remote(list(texts), is_query, ref)
+        vectors = await self.embedder.embed_many.remote(list(texts), is_query, ref, bulk)
         return np.asarray(vectors, dtype=np.float32)
 
     async def _search(

@@ -3,6 +3,7 @@
     python -m loadtests.bench_documents                    # starts its own service
     python -m loadtests.bench_documents --pages 300 --rate 4 --baseline-s 30
     python -m loadtests.bench_documents --embed-batch 64,16  # one fresh service per value
+    python -m loadtests.bench_documents --slice-tokens 512,2048  # the Embedder's bulk lane
 
 One run, one fresh service (Ray Serve over HTTP, `python -m serve_app run`): tenant
 ``writers`` adds memories (``POST /v1/memories``, infer off: one embedding and one insert
@@ -15,8 +16,10 @@ then ``--baseline-s`` seconds again without it (drift check). Reported: the writ
 and p95 latency before, during and after the ingest and the ratios during/before; the
 PDF's accept latency (the 202: parse + chunk + the durable store), its time to done and
 chunks/s (202 to done), and any failed writes. ``--embed-batch`` runs the whole
-measurement once per ``MEMSERVE_DOC_EMBED_BATCH`` value (chunks per Embedder call: the
-longest run another tenant's write can queue behind), each on its own fresh service.
+measurement once per ``MEMSERVE_DOC_EMBED_BATCH`` value (chunks per Embedder call) and
+``--slice-tokens`` once per ``MEMSERVE_EMBED_BULK_SLICE_TOKENS`` value (the Embedder's
+bulk-lane slice: the longest run another tenant's write can queue behind, models/lanes.py;
+empty: the setting's default), each pair on its own fresh service.
 Prints a table and writes loadtests/results/bench_documents-<stamp>.json.
 """
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import secrets
@@ -165,7 +169,9 @@ async def bench(
 
 def report(out: dict) -> None:
     w = out["writes"]
-    print(f"\nMEMSERVE_DOC_EMBED_BATCH={out.get('embed_batch')}: {out['pages']}-page PDF"
+    print(f"\nMEMSERVE_DOC_EMBED_BATCH={out.get('embed_batch')}"
+          f" MEMSERVE_EMBED_BULK_SLICE_TOKENS={out.get('slice_tokens') or 'default'}:"
+          f" {out['pages']}-page PDF"
           f" ({out['pdf_bytes'] / 1024:.0f} KiB, {out['job']['chunk_count']} chunks):"
           f" job {out['job']['status']}")  # fmt: skip
     print(f"  accept (202) {out['accept_ms']:.0f} ms; done after {out['time_to_done_s']:.1f} s;"
@@ -188,6 +194,7 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=8, help="the other tenant's users")
     ap.add_argument("--baseline-s", type=float, default=30.0)
     ap.add_argument("--embed-batch", default="64", help="MEMSERVE_DOC_EMBED_BATCH values")
+    ap.add_argument("--slice-tokens", default="", help="MEMSERVE_EMBED_BULK_SLICE_TOKENS values")
     ap.add_argument("--host", help="an already running service (then --writer-key, --docs-key)")
     ap.add_argument("--writer-key")
     ap.add_argument("--docs-key")
@@ -195,12 +202,17 @@ def main() -> None:
     runs = []
     if args.host:
         runs.append(asyncio.run(bench(args.host, args.writer_key, args.docs_key, args)))
-    for batch in [] if args.host else [int(b) for b in args.embed_batch.split(",")]:
-        with fresh_service(MEMSERVE_DOC_EMBED_BATCH=str(batch)) as svc:
+    batches = [] if args.host else [int(b) for b in args.embed_batch.split(",")]
+    slices = [int(t) for t in args.slice_tokens.split(",") if t.strip()] or [None]
+    for batch, tokens in itertools.product(batches, slices):
+        env = {"MEMSERVE_DOC_EMBED_BATCH": str(batch)}
+        if tokens is not None:
+            env["MEMSERVE_EMBED_BULK_SLICE_TOKENS"] = str(tokens)
+        with fresh_service(**env) as svc:
             writer_key = svc.add_key("msk_" + secrets.token_hex(16), "writers", "service")
             docs_key = svc.add_key("msk_" + secrets.token_hex(16), "docs", "service")
             out = asyncio.run(bench(svc.base_url, writer_key, docs_key, args))
-            runs.append({"embed_batch": batch, **out})
+            runs.append({"embed_batch": batch, "slice_tokens": tokens, **out})
     for out in runs:
         report(out)
     RESULTS.mkdir(exist_ok=True)

@@ -44,6 +44,20 @@ EMBED_QUEUE_WAIT_MS = _h(
 )
 EMBED_ENCODE_MS = _h("embed_encode_ms", _MODEL, EMBED_MS_BUCKETS, "Encoder time per run.")
 EMBED_TEXTS = _c("embed_texts", _MODEL, "Texts embedded.")
+EMBED_BULK_SLICES = _c(
+    "embed_bulk_slices",
+    ("model", "turn"),
+    "Bulk-lane slices run (issue 33); turn: idle (no interactive caller waited) or overdue"
+    " (ran after MEMSERVE_EMBED_BULK_MAX_WAIT_S with interactive callers waiting).",
+)
+EMBED_BULK_WAIT_MS = _h(
+    "embed_bulk_wait_ms", _MODEL, EMBED_MS_BUCKETS, "Time a bulk slice waited for its turn."
+)
+EMBED_BEHIND_BULK = _c(
+    "embed_interactive_behind_bulk",
+    _MODEL,
+    "Interactive callers that arrived while a bulk slice computed (each waits for it).",
+)
 RETRIEVER_LOOKUPS = _c("retriever_cache_lookups", _OUTCOME, "Searches by outcome (hot: cache).")
 RETRIEVER_HIT_RATE = _g("retriever_cache_hit_rate", (), "Owner lookups served by the cache.")
 RETRIEVER_BYTES = _g("retriever_cache_bytes", (), "Bytes held by this replica's cache.")

@@ -12,8 +12,9 @@ A refusal is a 4xx then, and nothing is stored.
 :class:`DocumentJobWorker` runs in every Extractor replica (``deployments/extractor.py``),
 next to extraction and webhook delivery: it claims jobs under a lease, fairly between
 tenants, at most ``MEMSERVE_DOC_JOB_CONCURRENCY`` at once; embeds a job's chunks through
-the Embedder in slices of ``MEMSERVE_DOC_EMBED_BATCH`` (each slice queues with every
-other tenant's writes, and renews the lease); and writes the version with the very swap
+the Embedder's bulk lane in calls of ``MEMSERVE_DOC_EMBED_BATCH`` chunks (the Embedder
+slices each call and runs a slice only when no interactive caller waits, so other
+tenants' writes go first; each call renews the lease); and writes the version with the very swap
 a synchronous post uses (``DocumentService._swap``), which marks the job done in the
 same transaction. A refusal at the swap (the quota filled meanwhile, the id taken) fails
 the job with its reason; a transient error (the Embedder, the database) leaves it to be
@@ -199,12 +200,13 @@ class DocumentJobWorker:
         return self._count("done", len(chunks))
 
     async def _embed(self, job_id: uuid.UUID, token: uuid.UUID, texts: list[str]) -> np.ndarray:
-        """Slices of ``embed_batch`` through the Embedder, the lease renewed after each."""
+        """Calls of ``embed_batch`` chunks to the Embedder's bulk lane, the lease renewed
+        after each."""
         step, parts = self.s.embed_batch, []
         for i in range(0, len(texts), step):
             batch = texts[i : i + step]
-            parts.append(np.asarray(await self.documents.embed(batch, is_query=False),
-                                    dtype=np.float32))  # fmt: skip
+            vectors = await self.documents.embed(batch, is_query=False, bulk=True)
+            parts.append(np.asarray(vectors, dtype=np.float32))
             if not await self.store.renew(job_id, token, self.s.job_lease_s, i + len(batch)):
                 raise JobLost(job_id)
         return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)

@@ -2,8 +2,9 @@
 what: serve_app/services/document_access.py).
 
 An ingest parses and chunks in a worker thread, embeds the chunks through the same
-Embedder as memories in batches of ``MEMSERVE_DOC_EMBED_BATCH`` (each batch queues
-with every other tenant's writes instead of one call holding the Embedder), and only
+Embedder as memories, in calls of ``MEMSERVE_DOC_EMBED_BATCH`` chunks in its bulk lane
+(the Embedder slices each call and runs a slice only when no interactive caller waits:
+``models/lanes.py``, so other tenants' writes go first), and only
 then opens one short transaction: lock the document id, delete the old version's
 chunks, add the new ones through the :class:`GuardedWriter` (quotas count chunks;
 erasure guard; history), write the head and the version row. Readers see the old
@@ -196,7 +197,9 @@ class DocumentService(DocumentAccess):
     async def _embed(self, texts: list[str]) -> np.ndarray:
         step = self.settings.embed_batch
         parts = [
-            np.asarray(await self.embed(texts[i : i + step], is_query=False), dtype=np.float32)
+            np.asarray(
+                await self.embed(texts[i : i + step], is_query=False, bulk=True), dtype=np.float32
+            )
             for i in range(0, len(texts), step)
         ]
         return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)

@@ -48,7 +48,12 @@ def knowledge_query(q: SearchQuery, owners: tuple[str, ...]) -> SearchQuery:
 
 
 class Embed(Protocol):
-    async def __call__(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray: ...
+    """Texts to vectors; ``bulk``: work nobody waits on text by text (document chunks,
+    imports) that the Embedder runs in its bulk lane, after interactive callers."""
+
+    async def __call__(
+        self, texts: Sequence[str], *, is_query: bool, bulk: bool = False
+    ) -> np.ndarray: ...
 
 
 class Search(Protocol):

@@ -141,7 +141,9 @@ class PortabilityService:
             chunks = [
                 texts[i : i + self.embed_batch] for i in range(0, len(texts), self.embed_batch)
             ]
-            vectors = np.concatenate([await self.memories.embed(c, is_query=False) for c in chunks])
+            vectors = np.concatenate(  # the Embedder's bulk lane: after interactive callers
+                [await self.memories.embed(c, is_query=False, bulk=True) for c in chunks]
+            )
         with write_errors():
             out = await self.writer.import_batch(
                 owner, batch.memories, vectors, batch.events, batch.facts, actor=actor

@@ -21,9 +21,9 @@ class DocumentSettings(BaseSettings):
     # ``overlap_tokens`` shared with the previous chunk (the seed design's 512/50).
     chunk_tokens: int = Field(512, ge=16)
     overlap_tokens: int = Field(50, ge=0)
-    # Chunks embedded per Embedder call: a big document is many calls, each one batch
-    # that queues with every other tenant's writes instead of one call holding the
-    # Embedder for the whole document.
+    # Chunks per Embedder call (its bulk lane; a job renews its lease after each call).
+    # Only the call's size: the Embedder cuts each call into slices of
+    # MEMSERVE_EMBED_BULK_SLICE_TOKENS/_TEXTS run after interactive callers (models/lanes.py).
     embed_batch: int = Field(64, ge=1)
     # Documents parsed/chunked/embedded at once per Ingress replica; more wait their turn
     # (so a burst of 300-page PDFs cannot take every thread and the Embedder from

@@ -32,6 +32,16 @@ class EmbedSettings(BaseSettings):
     # Directory from `python -m models torch-export`; default <models cache>/<model>/torch-fp16.
     torch_weights: Path | None = None
     models_cache: Path | None = Field(None, validation_alias=env("MEMSERVE_MODELS_CACHE"))
+    # The bulk lane (models/lanes.py, issue 33): bulk lists (document chunks, re-embeds,
+    # imports) run in slices of at most this many padded tokens and texts, each slice only
+    # when no interactive caller waits, so a memory write waits for one slice at most.
+    # Default tokens: the encoder's max_batch_tokens, i.e. one ONNX Runtime run per slice
+    # (512 on CPU: two 256-token chunks; 16384 on CUDA).
+    bulk_slice_tokens: int | None = Field(None, ge=1)
+    bulk_slice_texts: int = Field(32, ge=1)
+    # A bulk slice that has waited this long runs as soon as the encoder is free, even
+    # with interactive callers waiting: bulk moves a slice per this under constant load.
+    bulk_max_wait_s: float = Field(1.0, ge=0)
 
 
 class CacheSettings(BaseSettings):

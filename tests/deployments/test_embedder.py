@@ -62,6 +62,21 @@ async def test_embed_many_is_one_call_and_one_encoder_run(embedder_handle) -> No
     assert after["texts_embedded"] - before["texts_embedded"] == 100
 
 
+def test_the_bulk_lane_answers_the_same_vectors_in_order(embedder_handle) -> None:
+    """Issue 33: a bulk list is sliced (length-sorted, a few runs) but answered in the
+    caller's order with the vectors the interactive lane gives."""
+    texts = [f"chunk {i}: " + "policy words " * (i * 37 % 120) for i in range(20)]
+    before = embedder_handle.model_info.remote().result()
+    bulk = embedder_handle.embed_many.remote(texts, False, None, True).result()
+    plain = embedder_handle.embed_many.remote(texts, False, None).result()
+    after = embedder_handle.model_info.remote().result()
+    assert bulk.shape == (20, 384) and bulk.dtype == np.float32
+    assert_rows_match(bulk, plain)
+    assert after["bulk_slices_run"] - before["bulk_slices_run"] >= 3  # 512-token slices
+    assert after["bulk_slice_tokens"] == 512  # default: the CPU encoder's run size
+    assert embedder_handle.embed_many.remote([], False, None, True).result().shape == (0, 384)
+
+
 def assert_rows_match(got: np.ndarray, want: np.ndarray) -> None:
     """Row i is text i's vector: the int8 copy quantises activations per run, so a text's
     vector shifts slightly with its batch-mates (cosine >= 0.98), but stays nearest its own."""
@@ -79,7 +94,7 @@ def test_replica_threads_fallbacks() -> None:
     assert replica_threads(None) == default_threads()
 
 
-def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001):
+def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001, slice_texts: int = 32):
     """An Embedder outside Ray with a slow fake encoder (0.1 s a run) and a metrics sink."""
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +103,7 @@ def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001):
 
     from deployments.embedder import Embedder
     from models.encoder_set import EncoderSet
+    from models.lanes import EncoderLanes
     from serve_app.metrics import EmbedMetrics, Flusher
     from tests.fakes.metrics_sink import Recorder
 
@@ -110,14 +126,19 @@ def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001):
             time.sleep(0.1)
             return np.ones((len(texts), 2), dtype=np.float32)
 
+        def token_counts(self, texts: list[str], *, is_query: bool = False) -> list[int]:
+            return [len(t.split()) + 2 for t in texts]
+
     embedder = Embedder.func_or_class.__new__(Embedder.func_or_class)
     embedder.encoder = SlowEncoder()
     embedder.encoders = EncoderSet(embedder.encoder, lambda ref: embedder.encoder)
     embedder._pool = ThreadPoolExecutor(max_workers=1)
     embedder._gate = asyncio.Event()
     embedder._gate.set()
-    embedder._running = embedder._queued = embedder._batches = embedder._texts = 0
+    embedder._queued = embedder._batches = embedder._texts = 0
     embedder.metrics = EmbedMetrics("slow")
+    embedder.lanes = EncoderLanes(5.0, observer=embedder.metrics)
+    embedder._slice_tokens, embedder._slice_texts = 2048, slice_texts
     embedder._flusher = Flusher([embedder.metrics], interval_s=60)
     embedder._flusher.sink = sink = Recorder()
     embedder._embed_batch.set_max_batch_size(8)
@@ -185,6 +206,59 @@ async def test_callers_arriving_during_a_run_wait_and_join_the_next_one(
     assert sink.counters == {("memserve_embed_texts", ("slow",)): 20 + first_run}
     runs = [n for name, _, _, n in sink.observations if name == "memserve_embed_batch_size"]
     assert sum(runs) == len(embedder.encoder.batches)
+
+
+async def test_a_bulk_list_runs_in_slices_and_interactive_callers_go_between(
+    monkeypatch,
+) -> None:
+    """The bulk lane (issue 33): 12 chunks in slices of 4; five memory writes that arrive
+    while slice 0 computes run right after it, before slices 1 and 2."""
+    import time
+
+    embedder, sink = _bare_embedder(monkeypatch, slice_texts=4)
+    waits: list[float] = []
+
+    async def write(i: int) -> np.ndarray:
+        await asyncio.sleep(0.03 + i * 0.001)  # while slice 0 computes
+        started = time.perf_counter()
+        vector = await embedder.embed(f"memory {i}")
+        waits.append(time.perf_counter() - started)
+        return vector
+
+    try:
+        bulk = asyncio.ensure_future(
+            embedder.embed_many([f"chunk {i} " * (i + 1) for i in range(12)], bulk=True)
+        )
+        rest = await asyncio.gather(*(write(i) for i in range(5)))
+        vectors = await bulk
+    finally:
+        await embedder._flusher.stop()
+        _drop_batch_queue()
+    assert vectors.shape == (12, 2) and all(v.shape == (2,) for v in rest)
+    assert embedder.encoder.batches == [4, 5, 4, 4]  # slice, the writes, slice, slice
+    assert max(waits) < 0.35, waits  # one slice and their own run, not the whole list
+    assert embedder.lanes.slices_run == 3 and embedder.lanes.running == 0
+    assert sink.counters[("memserve_embed_bulk_slices", ("slow", "idle"))] == 3
+    assert sink.counters[("memserve_embed_interactive_behind_bulk", ("slow",))] == 5
+
+
+async def test_a_cancelled_bulk_caller_runs_no_further_slice(monkeypatch) -> None:
+    embedder, _ = _bare_embedder(monkeypatch, slice_texts=2)
+    try:
+        bulk = asyncio.ensure_future(
+            embedder.embed_many([f"chunk {i}" for i in range(8)], bulk=True)
+        )
+        await asyncio.sleep(0.05)  # slice 0 computes
+        bulk.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await bulk
+        assert embedder.lanes.running == 1  # its thread still computes: still counted
+        await asyncio.sleep(0.3)
+    finally:
+        await embedder._flusher.stop()
+        _drop_batch_queue()
+    assert embedder.encoder.batches == [2] and embedder.lanes.running == 0
+    assert embedder._gate.is_set()
 
 
 def _batch_queue_wrappers(fn, seen=None):

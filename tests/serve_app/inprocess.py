@@ -35,13 +35,17 @@ async def in_process_services(
     encoder: Encoder,
     probes: Mapping[str, Probe] | None = None,
     embedded: list[tuple[list[str], bool]] | None = None,
+    bulk_calls: list[list[str]] | None = None,
 ) -> AsyncIterator[Services]:
     """Services built by the composition root; closes them, the retriever and its pool.
-    ``embedded`` collects (texts, is_query) of each call to the embed backend."""
+    ``embedded`` collects (texts, is_query) of each call to the embed backend;
+    ``bulk_calls`` the texts of each call that asked for the Embedder's bulk lane."""
 
-    async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+    async def embed(texts: Sequence[str], *, is_query: bool, bulk: bool = False) -> np.ndarray:
         if embedded is not None:
             embedded.append((list(texts), is_query))
+        if bulk_calls is not None and bulk:
+            bulk_calls.append(list(texts))
         return encoder.encode(list(texts), is_query=is_query)
 
     async def embed_queries(texts: list[str]) -> np.ndarray:
@@ -126,10 +130,13 @@ async def in_process_api(
     key: str,
     probes: Mapping[str, Probe] | None = None,
     embedded: list[tuple[list[str], bool]] | None = None,
+    bulk_calls: list[list[str]] | None = None,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
     """:func:`in_process_services` behind the app, with a client authenticated by ``key``."""
     async with (
-        in_process_services(settings, model, dsn, encoder, probes, embedded) as services,
+        in_process_services(
+            settings, model, dsn, encoder, probes, embedded, bulk_calls
+        ) as services,
         in_process_app(settings, services) as app,
         bearer_client(app, key) as client,
     ):

@@ -188,3 +188,29 @@ async def test_several_documents_are_added_all_or_nothing(fresh_db, encoder):
         r = await c.post(ADD, json={"user_id": "ann", "messages": [small, small]})
         assert r.status_code == 200, r.text  # both fit: both stored, in one transaction
         assert [x["document"]["version"] for x in r.json()["results"]] == [1, 2]
+
+
+async def test_documents_take_the_bulk_lane_and_memories_do_not(fresh_db, encoder):
+    """Issue 33: a document's chunks ask the Embedder for its bulk lane (after other
+    tenants' writes); the memories of the same add stay interactive."""
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY, admin_key=ADMIN)
+    boot = bootstrap(settings, fresh_db)
+    embedded: list[tuple[list[str], bool]] = []
+    bulk: list[list[str]] = []
+    api = in_process_api(settings, boot.model, fresh_db, encoder, KEY, embedded=embedded,
+                         bulk_calls=bulk)  # fmt: skip
+    async with api as (c, _):
+        body = {"user_id": "ann", "infer": False, "messages": [
+            {"role": "user", "content": "I prefer email to phone calls"},
+            doc("mdx_url", base64.b64encode(MD).decode()),
+        ]}  # fmt: skip
+        r = await c.post(ADD, json=body)
+        assert r.status_code == 200, r.text
+        r = await c.post("/v1/documents", json={"text": "Opening hours: nine to five.",
+                                                "content_type": "text/plain"})  # fmt: skip
+        assert r.status_code in (200, 201), r.text
+    in_bulk = [t for call in bulk for t in call]
+    assert any("Refunds take five working days." in t for t in in_bulk)
+    assert any("Opening hours" in t for t in in_bulk)  # POST /v1/documents
+    assert "I prefer email to phone calls" not in in_bulk
+    assert any("I prefer email to phone calls" in texts for texts, _ in embedded)

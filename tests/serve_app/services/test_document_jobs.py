@@ -172,7 +172,7 @@ async def test_a_forget_during_the_embedding_drops_the_job_and_writes_nothing(po
     forget = ForgetStore(pool, "test")
     calls = 0
 
-    async def embed_then_forget(texts, *, is_query: bool) -> np.ndarray:
+    async def embed_then_forget(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
         nonlocal calls
         calls += 1
         if calls == 1:  # alice is forgotten while her document is being embedded
@@ -191,7 +191,7 @@ async def test_a_forget_during_the_embedding_drops_the_job_and_writes_nothing(po
 
 
 async def test_transient_failures_are_retried_then_the_job_fails_clearly(pool):
-    async def down(texts, *, is_query: bool) -> np.ndarray:
+    async def down(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
         raise ConnectionError("embedder unavailable")
 
     docs = documents(pool, embedder=down, job_retry_s=0.3, job_max_attempts=2)
@@ -256,7 +256,7 @@ async def test_several_documents_at_once_are_all_or_nothing(pool):
 async def test_a_stopping_worker_hands_its_job_back_at_once(pool):
     started, never = asyncio.Event(), asyncio.Event()
 
-    async def slow(texts, *, is_query: bool) -> np.ndarray:
+    async def slow(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
         started.set()
         await never.wait()  # the replica stops while a slice is being embedded
         raise AssertionError("not reached")
@@ -270,3 +270,24 @@ async def test_a_stopping_worker_hands_its_job_back_at_once(pool):
     assert w.running == 0
     [again] = await docs.jobs.claim(1, 60, 1)  # claimable now, not after its lease (120 s)
     assert str(again["id"]) == job["job_id"] and again["attempts"] == 2
+
+
+async def test_every_document_embed_asks_for_the_bulk_lane(pool):
+    """The worker's chunks, a synchronous post's and mem0's several documents all go
+    through the Embedder's bulk lane (issue 33), so other tenants' writes go first."""
+    lanes: list[bool] = []
+
+    async def recording(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
+        lanes.append(bulk)
+        return await embed(texts, is_query=is_query)
+
+    docs = documents(pool, embedder=recording)
+    await docs.ingest(SERVICE, handbook("v1"))  # a job: nothing embedded in the request
+    assert lanes == []
+    assert await run_jobs(worker(docs)) == 1
+    assert len(lanes) >= 3 and all(lanes)  # embed_batch 2: several calls, each bulk
+    lanes.clear()
+    await docs.ingest(SERVICE, handbook("v2", paragraphs=2))  # synchronous
+    small = handbook("s", paragraphs=2).model_copy(update={"document_id": "s"})
+    await docs.ingest_many(SERVICE, [small])  # mem0's document messages
+    assert len(lanes) >= 2 and all(lanes)

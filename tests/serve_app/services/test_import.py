@@ -308,3 +308,19 @@ async def test_an_import_a_forget_runs_during_does_not_survive_it(make_stack):
     assert forgets, "the import never wrote"
     assert r.status_code == 409 and r.json()["error"]["code"] == "forget_in_progress", r.text
     assert await counts(services) == (0, 0, 0)
+
+
+async def test_an_imports_memories_are_embedded_in_the_bulk_lane(fresh_db, encoder):
+    """Issue 33: an import is bulk work: its embeddings go after interactive callers."""
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    boot = bootstrap(settings, fresh_db)
+    bulk: list[list[str]] = []
+    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY,
+                              bulk_calls=bulk) as (c, _):  # fmt: skip
+        r = await post(c, jsonl(mem("imported one"), mem("imported two")))
+        assert r.status_code == 200, r.text
+        r = await c.post("/v1/memories", json={"user_id": "ann", "content": "a live write"})
+        assert r.status_code in (200, 201), r.text
+    in_bulk = [t for call in bulk for t in call]
+    assert {"imported one", "imported two"} <= set(in_bulk)
+    assert "a live write" not in in_bulk

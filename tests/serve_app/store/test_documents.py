@@ -12,7 +12,12 @@ import pytest
 from serve_app.auth import Principal
 from serve_app.documents.chunking import load_tokenizer, sizes_for
 from serve_app.errors import ApiError
-from serve_app.schemas.documents import DocumentDetail, DocumentInput, DocumentOut
+from serve_app.schemas.documents import (
+    DocumentDetail,
+    DocumentInput,
+    DocumentOut,
+    ExportedDocument,
+)
 from serve_app.services.documents import DocumentService
 from serve_app.settings import DocumentSettings, get_settings
 from serve_app.store import Owner, quota
@@ -27,7 +32,7 @@ BOB = Principal("k-bob", "t1", "user", user_id="bob")
 OTHER = Principal("k-other", "t2", "service")
 
 
-async def embed(texts, *, is_query: bool) -> np.ndarray:
+async def embed(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
     """Deterministic unit vectors per text (the Embedder's contract, DIM wide)."""
     out = []
     for t in texts:
@@ -268,3 +273,25 @@ async def test_a_users_scope_delete_takes_their_documents_whole(pool, docs, writ
     assert await docs.store.head("t1", "notes") is None
     assert await docs.store.versions("t1", "notes") == []
     assert (await docs.store.head("t1", "handbook"))["chunk_count"] == len(await chunk_rows(pool))
+
+
+async def test_a_restored_document_is_embedded_in_the_bulk_lane(pool, writer):
+    """An import's documents (and any post) ask the Embedder for its bulk lane."""
+    lanes: list[bool] = []
+
+    async def recording(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
+        lanes.append(bulk)
+        return await embed(texts, is_query=is_query)
+
+    docs = service(pool, writer, embed_batch=3)
+    docs.embed = recording
+    await docs.ingest(SERVICE, handbook("v1"))
+    assert len(lanes) >= 2 and all(lanes)  # embed_batch 3 of >= 6 chunks: >= 2 calls
+    lanes.clear()
+    exported = ExportedDocument.model_validate({
+        "document_id": "restored", "title": "Notes",
+        "chunks": [{"chunk_index": i, "content": f"note {i}", "char_start": 7 * i,
+                    "char_end": 7 * i + 6} for i in range(4)],
+    })  # fmt: skip
+    out = await docs.restore(Owner("t1", "alice"), exported, "import")
+    assert out.document_id == "restored" and lanes and all(lanes)
