@@ -80,6 +80,11 @@ VARIANTS: dict[str, dict[str, str]] = {
     # the defaults but the gate's similarity path counts time words (before the
     # time-free lever): the same run's before/after for that lever
     "timewords": {"EVIDENCE_TIME_FREE": "false"},
+    # the defaults with the time-free texts and the parts encoded on their own, not
+    # pooled from the message's run (before issue 29's CPU cut)
+    "encoded": {"POOLED_TIME_FREE": "false", "POOLED_PARTS": "false"},
+    "pool_tf": {"POOLED_TIME_FREE": "true", "POOLED_PARTS": "false"},
+    "pool_all": {"POOLED_TIME_FREE": "true", "POOLED_PARTS": "true"},
 }
 ENV = {
     "MEMSERVE_RATE_LIMIT_PER_S": "0",

@@ -35,24 +35,28 @@ class EncodeMeter:
         self.texts = self.runs = self.padded = 0
         self.cpu_s = 0.0
         self._lock = threading.Lock()
-        encode, run = encoder.encode, encoder._run
+        encode, views, run = encoder.encode, encoder.encode_views, encoder._run
 
-        def metered_encode(texts: Sequence[str], **kw: Any) -> Any:
-            t0 = time.thread_time()
-            try:
-                return encode(texts, **kw)
-            finally:
-                with self._lock:
-                    self.texts += len(texts)
-                    self.cpu_s += time.thread_time() - t0
+        def metered(method: Any) -> Any:
+            def call(texts: Sequence[str], *args: Any, **kw: Any) -> Any:
+                t0 = time.thread_time()
+                try:
+                    return method(texts, *args, **kw)
+                finally:
+                    with self._lock:
+                        self.texts += len(texts)
+                        self.cpu_s += time.thread_time() - t0
 
-        def metered_run(ids: list[list[int]]) -> Any:
+            return call
+
+        def metered_run(ids: list[list[int]], *args: Any) -> Any:
             with self._lock:
                 self.runs += 1
                 self.padded += len(ids) * max(len(x) for x in ids)
-            return run(ids)
+            return run(ids, *args)
 
-        encoder.encode, encoder._run = metered_encode, metered_run
+        encoder.encode, encoder.encode_views = metered(encode), metered(views)
+        encoder._run = metered_run
 
     def reset(self) -> None:
         with self._lock:
@@ -70,7 +74,7 @@ class EncodeMeter:
 
     def close(self) -> None:
         """The encoder's own methods back."""
-        for name in ("encode", "_run"):
+        for name in ("encode", "encode_views", "_run"):
             self.encoder.__dict__.pop(name, None)
 
 
@@ -139,3 +143,29 @@ def quality(outs: Sequence[tuple[int, str, Outcome]], labels: dict[str, Labels])
         if o.needed - o.got or o.outside_profile - o.needed
     ]  # fmt: skip
     return out
+
+
+async def locomo_recall(
+    services: Any, convs: Sequence[dict], queries: int, tenant: str, prefix: str
+) -> dict[str, Any]:
+    """LoCoMo dev evidence in the context block (bench_context's ``context_block_recall``,
+    in process): each conversation's turns added as memories (dia_id in metadata), its
+    first ``queries`` questions asked; the share of each one's evidence turns that are
+    among the block's memories or profile, averaged."""
+    from loadtests.eval_retrieval import evidence_ids, locomo_items, locomo_qa
+
+    recalls = []
+    for conv in convs:
+        owner = Owner(tenant, f"{prefix}-locomo-{conv['sample_id']}")
+        items = [NewMemory(x["content"], metadata=x["metadata"]) for x in locomo_items(conv)]
+        for i in range(0, len(items), 100):
+            await services.memories.add(owner, items[i : i + 100], actor="bench")
+        for q in locomo_qa(conv, queries or None):
+            gold = evidence_ids(q["evidence"])
+            block = await services.context.build(owner, q["question"])
+            got = {(m.get("metadata") or {}).get("dia_id") for m in block.memories + block.profile}
+            recalls.append(len(gold & got) / len(gold))
+    return {
+        "questions": len(recalls),
+        "context_block_recall": round(sum(recalls) / max(1, len(recalls)), 4),
+    }

@@ -39,11 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests import procstat  # noqa: E402
-from loadtests.bench_context import DATA, VARIANTS  # noqa: E402
+from loadtests.bench_context import DATA, LOCOMO, VARIANTS  # noqa: E402
 from loadtests.context_inprocess import (  # noqa: E402
     EncodeMeter,
     block_outcome,
     load_labelled,
+    locomo_recall,
     quality,
 )
 from loadtests.harness import write_json  # noqa: E402
@@ -62,6 +63,8 @@ _LEVERS = {
     "SPLIT_PARTS": "split_parts",
     "RELEVANCE_GATE": "relevance_gate",
     "EVIDENCE_TIME_FREE": "evidence_time_free",
+    "POOLED_TIME_FREE": "pooled_time_free",
+    "POOLED_PARTS": "pooled_parts",
 }
 
 
@@ -76,14 +79,15 @@ def pg_cpu(data_dir: str) -> float:
 
 
 async def one_variant(
-    variant: str, dsn: str, pg_dir: str, encoder, meter: EncodeMeter, args
+    variant: str, prefix: str, dsn: str, pg_dir: str, encoder, meter: EncodeMeter, args
 ) -> dict:
+    """``prefix``: the users' prefix, one per run (a variant asked again writes its own)."""
     data = json.loads(DATA.read_text())
     settings = Settings().with_(context=context_fields(variant))
     model = ModelFacts.of(encoder.spec)
     async with in_process_services(settings, model, dsn, encoder) as services:
         typed = args.source == "typed"
-        owners, labels = await load_labelled(services, data, variant, typed, TENANT)
+        owners, labels = await load_labelled(services, data, prefix, typed, TENANT)
         asks = [(owners[m["user"]], m["text"]) for m in data["messages"]]
         outs = []  # warm-up: caches loaded, code paths run once; its blocks scored
         for i, ((owner, text), msg) in enumerate(zip(asks, data["messages"], strict=True)):
@@ -111,6 +115,11 @@ async def one_variant(
             "wall_ms_per_call": round((time.perf_counter() - wall0) * 1000 / calls, 3),
         } | meter.per_call(calls)
         out["quality"] = quality(outs, labels)
+        if args.locomo_queries >= 0:  # after the timed passes: not in their CPU
+            convs = json.loads(LOCOMO.read_text())
+            out["locomo"] = await locomo_recall(
+                services, convs, args.locomo_queries, TENANT, prefix
+            )
         if prof:
             out["profile"] = {k: _top(prof, k, args.top) for k in ("tottime", "cumulative")}
         return out
@@ -129,6 +138,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the timed passes")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument(
+        "--locomo-queries", type=int, default=-1,
+        help="LoCoMo dev questions per conversation in the block (0: all; -1: skip)",
+    )  # fmt: skip
     args = ap.parse_args()
     encoder = load_encoder(SLUG, threads=1)
     meter = EncodeMeter(encoder)
@@ -145,11 +158,14 @@ def main() -> None:
             ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
             for n, v in enumerate(v for v in args.variants.split(",") if v):
                 name = v if v not in results else f"{v}#{n}"  # a variant asked again
-                results[name] = r = asyncio.run(one_variant(v, dsn, tmp, encoder, meter, args))
+                run = one_variant(v, f"r{n}", dsn, tmp, encoder, meter, args)
+                results[name] = r = asyncio.run(run)
                 brief = {k: x for k, x in r.items() if k not in ("profile", "quality")}
                 print(f"[{name}] {json.dumps(brief)}", flush=True)
                 q = r["quality"]
                 print(f"[{name}] quality {json.dumps({h: q[h] for h in ('held_out', 'all')})}")
+                if "locomo" in r:
+                    print(f"[{name}] LoCoMo {json.dumps(r['locomo'])}", flush=True)
                 for k, text in r.get("profile", {}).items():
                     print(f"--- {name} by {k}\n{text}", flush=True)
         finally:

@@ -26,7 +26,7 @@ from serve_app.context import knowledge as kb
 from serve_app.context.evidence import Evidence, stems
 from serve_app.context.expand import expand_query
 from serve_app.context.format import Block, format_context
-from serve_app.context.fuse import fuse, probes_of, topic_cosines
+from serve_app.context.fuse import Spans, fuse, part_views, probe_spans, shifted, topic_cosines
 from serve_app.context.parts import is_small_talk, split_parts
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import format_with_profile, profile_shown
@@ -79,6 +79,10 @@ class Levers:
     knowledge_share: float = 0.3
     knowledge_top_k: int = 5
     knowledge_chunk_tokens: int = 120
+    # Vectors pooled from the message's encoder run instead of encoded on their own
+    # (models.views): the parts that are stretches of the message; the time-free texts.
+    pooled_parts: bool = False
+    pooled_time_free: bool = False
 
     @property
     def any(self) -> bool:
@@ -327,15 +331,22 @@ class ContextBuilder:
                 )
             )  # fmt: skip
             time_free.append(False)
-        probes = probes_of(texts) if req.levers.any and req.levers.evidence.time_free else {}
-        bare = list(dict.fromkeys(probes.values()))  # each probe text searched once
+        lv = req.levers
+        probes = probe_spans(texts) if lv.any and lv.evidence.time_free else {}
+        views = part_views(texts) if lv.pooled_parts else {}
+        bare: dict[str, tuple[str, Spans] | None] = {}  # each probe text searched once
+        for text, (probe, spans) in probes.items():
+            if probe not in bare:
+                bare[probe] = shifted(views.get(text), text, spans) if lv.pooled_time_free else None
         for text in texts:
             plain = bool(probes) and text not in probes
             time_free.append(plain)
+            of, spans = views.get(text, (None, ()))
             searches.append(
                 SearchQuery(
                     tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
-                    threshold=req.threshold, text=text, owners=owners,
+                    threshold=req.threshold, text=text, owners=owners, view_of=of,
+                    view_spans=spans,
                 )
             )  # fmt: skip
             if req.session_id:
@@ -343,14 +354,17 @@ class ContextBuilder:
                     SearchQuery(
                         tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k,
                         threshold=req.threshold, session_id=req.session_id, text=text,
+                        view_of=of, view_spans=spans,
                     )
                 )  # fmt: skip
                 time_free.append(plain)
-        for probe in bare:
+        for probe, view in bare.items():
+            of, spans = view if view is not None else (None, ())
             searches.append(
                 SearchQuery(
                     tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
                     threshold=req.threshold, text=probe, owners=owners, mode="dense",
+                    view_of=of, view_spans=spans,
                 )
             )  # fmt: skip
             time_free.append(True)

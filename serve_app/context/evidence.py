@@ -67,18 +67,33 @@ def without_time(text: str) -> str | None:
     """``text`` without its time words and the words that lead into them ("on
     Saturday", "this weekend"); None when it has none, or nothing but them (then the
     text is about time and the plain cosine stands). A linear scan over the words."""
-    out: list[str] = []
+    kept = time_free_spans(text)
+    return None if kept is None else " ".join(text[a:b] for a, b in kept)
+
+
+def time_free_spans(text: str) -> tuple[tuple[int, int], ...] | None:
+    """The character ranges of the words :func:`without_time` keeps (the time-free text
+    as a view of ``text``, :mod:`models.views`), or None as there."""
+    out: list[tuple[int, int]] = []
     dropped = False
-    for tok in text.split():
-        if is_time_word(tok):
-            dropped = True
-            while out and out[-1].lower() in _LEADS:
-                out.pop()
+    n, i = len(text), 0
+    while i < n:
+        if text[i].isspace():
+            i += 1
             continue
-        out.append(tok)
-    if not dropped or not stems(" ".join(out)):
+        j = i
+        while j < n and not text[j].isspace():
+            j += 1
+        if is_time_word(text[i:j]):
+            dropped = True
+            while out and text[out[-1][0] : out[-1][1]].lower() in _LEADS:
+                out.pop()
+        else:
+            out.append((i, j))
+        i = j
+    if not dropped or not stems(" ".join(text[a:b] for a, b in out)):
         return None
-    return " ".join(out)
+    return tuple(out)
 
 
 def stems(text: str) -> frozenset[str]:
