@@ -19,7 +19,8 @@ Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings): ``search`` (
 /v1/search top-k, on the baseline service), ``baseline`` (today's block: every lever
 off), ``profile``, ``split``, ``gate`` (one lever each), ``all`` (the defaults),
 ``nogate`` (the gate off: its calibration data), ``timewords`` (the defaults with
-the gate's time-free lever off).
+the gate's time-free lever off), ``encoded`` (the defaults with the parts and the
+time-free texts encoded on their own, not pooled from the message's run).
 Per variant and source: needed recall, unneeded share (profile material excluded),
 retrieved-section unneeded share, profile/total tokens, p50/p95 latency, server CPU ms
 per call (whole process tree, /proc). LoCoMo dev: evidence R@10 of /v1/search and of
@@ -83,8 +84,6 @@ VARIANTS: dict[str, dict[str, str]] = {
     # the defaults with the time-free texts and the parts encoded on their own, not
     # pooled from the message's run (before issue 29's CPU cut)
     "encoded": {"POOLED_TIME_FREE": "false", "POOLED_PARTS": "false"},
-    "pool_tf": {"POOLED_TIME_FREE": "true", "POOLED_PARTS": "false"},
-    "pool_all": {"POOLED_TIME_FREE": "true", "POOLED_PARTS": "true"},
 }
 ENV = {
     "MEMSERVE_RATE_LIMIT_PER_S": "0",

@@ -20,6 +20,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from serve_app.context import knowledge as kb
@@ -27,7 +28,7 @@ from serve_app.context.evidence import Evidence, stems
 from serve_app.context.expand import expand_query
 from serve_app.context.format import Block, format_context
 from serve_app.context.fuse import Spans, fuse, part_views, probe_spans, shifted, topic_cosines
-from serve_app.context.parts import is_small_talk, split_parts
+from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import format_with_profile, profile_shown
 from serve_app.profile.classify import fact_class
@@ -43,6 +44,7 @@ ProfileFn = Callable[[str, Sequence[str], int, str | None], Awaitable[list[dict[
 CiteFn = Callable[[str, Sequence[Any]], Awaitable[dict[Any, dict[str, Any]]]]
 _WORDS = re.compile(r"\w+")
 NEAR_DUPLICATE_JACCARD = 0.9
+OFFLOAD_CHARS = 1000  # a longer message is read (split, small talk) on a worker thread
 
 
 @dataclass(frozen=True)
@@ -191,8 +193,10 @@ class ContextBuilder:
         """The block with issue 29's levers (each on its own)."""
         lv = req.levers
         text = expand_query(req.query, req.history)
-        # "How much?" after "planning a Hawaii trip" is a question, not small talk.
-        small = is_greeting(req.query) or (is_small_talk(req.query) and text == req.query)
+        # a long message's reading is linear but not free (8000 "?" took ~30 ms): off
+        # the event loop, so health probes and other requests are not held up
+        read = partial(read_message, req.query, text, lv.split, lv.max_parts)
+        small, parts = await asyncio.to_thread(read) if len(req.query) > OFFLOAD_CHARS else read()
         if small and lv.small_talk == "nothing":
             return ContextResult("")
         facts_task = asyncio.ensure_future(self.facts(req.tenant_id, req.user_id, req.max_facts))
@@ -204,11 +208,8 @@ class ContextBuilder:
             )
         memories: list[dict[str, Any]] = []
         chunks: list[dict[str, Any]] = []
-        parts: list[str] = []
         try:
             if not small:
-                parts = split_parts(req.query, lv.max_parts) if lv.split else [req.query]
-                parts = [text, *parts[1:]]
                 memories, chunks = await self._memories(req, parts)
             facts = await facts_task
             profile = await profile_task if profile_task is not None else []

@@ -184,8 +184,8 @@ class ContextSettings(BaseSettings):
     # that are stretches of the message. One run, several poolings: less CPU per call
     # (docs/operations.md, "Context CPU"); the vectors are close to, not equal to, the
     # texts encoded alone (their tokens were read in the whole message's context).
-    pooled_time_free: bool = False
-    pooled_parts: bool = False
+    pooled_time_free: bool = True
+    pooled_parts: bool = True
     # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
     small_talk: Literal["profile", "nothing"] = "profile"
     # Knowledge base (issue 33): the readable documents' chunks (org, the agent's, the

@@ -82,3 +82,29 @@ def test_with_the_levers_off_every_text_is_encoded_on_its_own():
     probes = {q.text: q.view_of for q in b2.queries if q.mode == "dense"}
     assert probes == {"What city am I in? Suggest a dinner menu for guests": MSG,
                       "Suggest a dinner menu for guests": PART}  # fmt: skip
+
+
+def test_a_long_message_is_read_off_the_loop_and_keeps_the_first_parts():
+    """A message over OFFLOAD_CHARS is split on a worker thread; its parts are the first
+    ``max_parts`` with content, and a long run of punctuation is small talk."""
+    from serve_app.context.builder import OFFLOAD_CHARS
+    from serve_app.context.parts import read_message, split_parts
+
+    noise = "?" * 8000
+    assert read_message(noise, noise, True, 6) == (True, [])
+    long = "Any good bakeries near me? " + "a? " * 3000 + "Plan a weekend trip for me."
+    assert len(long) > OFFLOAD_CHARS
+    assert split_parts(long, 3) == [
+        long,
+        "Any good bakeries near me?",
+        "Plan a weekend trip for me.",
+    ]
+    b = Recording(by_text={})
+    build(b, long, levers=replace(ALL, evidence=RULE))
+    assert {q.text for q in b.queries} >= {
+        "Any good bakeries near me?",
+        "Plan a weekend trip for me.",
+    }
+    b2 = Recording(by_text={})
+    r = build(b2, noise, levers=replace(ALL, evidence=RULE))
+    assert b2.queries == [] and r.memories == []  # small talk: no search
