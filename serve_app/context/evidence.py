@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from serve_app.context.expand import STOPWORDS
 from serve_app.profile.classify import words
@@ -73,31 +74,43 @@ def without_time(text: str) -> str | None:
 
 def time_free_spans(text: str) -> tuple[tuple[int, int], ...] | None:
     """The character ranges of the words :func:`without_time` keeps (the time-free text
-    as a view of ``text``, :mod:`models.views`), or None as there."""
+    as a view of ``text``, :mod:`models.views`), or None as there. Linear: each word is
+    found from where the last one ended."""
     out: list[tuple[int, int]] = []
     dropped = False
-    n, i = len(text), 0
-    while i < n:
-        if text[i].isspace():
-            i += 1
-            continue
-        j = i
-        while j < n and not text[j].isspace():
-            j += 1
-        if is_time_word(text[i:j]):
+    at = 0
+    for tok in text.split():
+        start = text.find(tok, at)
+        at = start + len(tok)
+        if is_time_word(tok):
             dropped = True
             while out and text[out[-1][0] : out[-1][1]].lower() in _LEADS:
                 out.pop()
         else:
-            out.append((i, j))
-        i = j
+            out.append((start, at))
     if not dropped or not stems(" ".join(text[a:b] for a, b in out)):
         return None
     return tuple(out)
 
 
 def stems(text: str) -> frozenset[str]:
-    """Content-word stems of ``text`` (stop words and words under 3 letters dropped)."""
+    """Content-word stems of ``text`` (stop words and words under 3 letters dropped).
+    A memory's stems are asked for on every context call that finds it: short texts'
+    stems are kept (a bounded cache of a pure function; the same text, the same set)."""
+    if len(text) <= _CACHED_CHARS:
+        return _cached_stems(text)
+    return _stems(text)
+
+
+_CACHED_CHARS = 512
+
+
+@lru_cache(maxsize=4096)
+def _cached_stems(text: str) -> frozenset[str]:
+    return _stems(text)
+
+
+def _stems(text: str) -> frozenset[str]:
     return frozenset(w[:STEM] for w in words(text) if len(w) >= 3 and w not in STOPWORDS)
 
 
