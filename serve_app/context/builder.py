@@ -30,7 +30,7 @@ from serve_app.context.format import Block, format_context
 from serve_app.context.fuse import Spans, fuse, part_views, probe_spans, shifted, topic_cosines
 from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
-from serve_app.context.profile_block import format_with_profile, profile_shown
+from serve_app.context.profile_block import fit_profile, format_with_profile
 from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
 from serve_app.text import normalize
@@ -221,7 +221,7 @@ class ContextBuilder:
         search_query = None if small else text
         chunks = await self._chunks(req, chunks, message)
         budget = req.token_budget - self._reserve(req, chunks)
-        p_facts, other = [], list(facts)
+        p_facts, other, fit = [], list(facts), None
         cap = int(req.token_budget * lv.profile_share)
         if lv.profile:
             p_facts, other = _split_facts(facts)
@@ -230,7 +230,8 @@ class ContextBuilder:
                 p["why"] = why
             # what the profile section shows is in the block anyway; a profile memory
             # that does not fit its cap competes (and is gated) like any other
-            shown = profile_shown([*profile, *p_facts], budget, cap)
+            fit = fit_profile([*profile, *p_facts], budget, cap)
+            shown = {str(i["id"]) for i in fit[0]}
             memories = [m for m in memories if str(m["id"]) not in shown]
         if lv.gate:
             memories = self._admitted(memories, message, lv.evidence)
@@ -246,7 +247,7 @@ class ContextBuilder:
             for f in other:
                 f["why"] = "shares a word with the message"
         block, kept_p, p_tokens = format_with_profile(
-            [*profile, *p_facts], other, memories, budget, cap
+            [*profile, *p_facts], other, memories, budget, cap, fit
         )
         kept_mem_profile = [p for p in kept_p if "category" not in p]
         return self._result(
