@@ -17,7 +17,6 @@ and small talk gets the profile only (or nothing).
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,13 +26,20 @@ from serve_app.context import knowledge as kb
 from serve_app.context.evidence import Evidence, stems
 from serve_app.context.expand import expand_query
 from serve_app.context.format import Block, format_context
-from serve_app.context.fuse import Spans, fuse, part_views, probe_spans, shifted, topic_cosines
+from serve_app.context.fuse import (
+    Spans,
+    dedupe,
+    fuse,
+    part_views,
+    probe_spans,
+    shifted,
+    topic_cosines,
+)
 from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import fit_profile, format_with_profile
 from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
-from serve_app.text import normalize
 
 # Queries searched by their text (the backend embeds it once): MemoryService.search_many.
 SearchFn = Callable[[Sequence[SearchQuery]], Awaitable[list[list[dict[str, Any]]]]]
@@ -42,8 +48,6 @@ FactsFn = Callable[[str, str, int], Awaitable[list[dict[str, Any]]]]
 ProfileFn = Callable[[str, Sequence[str], int, str | None], Awaitable[list[dict[str, Any]]]]
 # (tenant_id, chunk ids) -> id -> the chunk's data (serve_app.store.citations).
 CiteFn = Callable[[str, Sequence[Any]], Awaitable[dict[Any, dict[str, Any]]]]
-_WORDS = re.compile(r"\w+")
-NEAR_DUPLICATE_JACCARD = 0.9
 OFFLOAD_CHARS = 1000  # a longer message is read (split, small talk) on a worker thread
 
 
@@ -117,33 +121,6 @@ def owners_for(user_id: str, agent_id: str | None) -> tuple[str, ...]:
 def shared_owners(agent_id: str | None) -> tuple[str, ...]:
     """The tenant's knowledge a user reads besides their own: the agent's, the org's."""
     return (f"@agent:{agent_id}", "@org") if agent_id else ("@org",)
-
-
-def _word_set(normal: str) -> frozenset[str]:
-    """The words of an already normalised text (normalised once per memory)."""
-    return frozenset(_WORDS.findall(normal))
-
-
-def dedupe(memories: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Keep the first (best) of memories with the same id, text, or nearly the same words."""
-    kept: list[dict[str, Any]] = []
-    seen_ids: set[str] = set()
-    seen_text: set[str] = set()
-    word_sets: list[frozenset[str]] = []
-    for m in memories:
-        mid, text = str(m["id"]), normalize(m["content"])
-        if mid in seen_ids or text in seen_text:
-            continue
-        words = _word_set(text)
-        if words and any(
-            len(words & w) / len(words | w) >= NEAR_DUPLICATE_JACCARD for w in word_sets
-        ):
-            continue
-        seen_ids.add(mid)
-        seen_text.add(text)
-        word_sets.append(words)
-        kept.append(m)
-    return kept
 
 
 def visible_in_session(m: dict[str, Any], session_id: str | None) -> bool:

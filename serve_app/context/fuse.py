@@ -9,12 +9,17 @@ and :func:`topic_cosines` gives each memory its best cosine to the time-free tex
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from serve_app.context.evidence import time_free_spans
+from serve_app.text import normalize
 
 Spans = tuple[tuple[int, int], ...]
+_WORDS = re.compile(r"\w+")
+NEAR_DUPLICATE_JACCARD = 0.9
 
 
 def probes_of(texts: Sequence[str]) -> dict[str, str]:
@@ -89,3 +94,33 @@ def fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         m["best_similarity"] = m["similarity"] = sims[key]  # the response shows the best
         out.append(m)
     return out
+
+
+@lru_cache(maxsize=2048)
+def _dedupe_key(content: str) -> tuple[str, frozenset[str]]:
+    """A memory's normalised text and its words (asked on every call that finds it: a
+    bounded cache of a pure function)."""
+    normal = normalize(content)
+    return normal, frozenset(_WORDS.findall(normal))
+
+
+def dedupe(memories: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep the first (best) of memories with the same id, text, or nearly the same words."""
+    kept: list[dict[str, Any]] = []
+    seen_ids: set[str] = set()
+    seen_text: set[str] = set()
+    word_sets: list[frozenset[str]] = []
+    for m in memories:
+        mid = str(m["id"])
+        text, words = _dedupe_key(m["content"])
+        if mid in seen_ids or text in seen_text:
+            continue
+        if words and any(
+            len(words & w) / len(words | w) >= NEAR_DUPLICATE_JACCARD for w in word_sets
+        ):
+            continue
+        seen_ids.add(mid)
+        seen_text.add(text)
+        word_sets.append(words)
+        kept.append(m)
+    return kept
