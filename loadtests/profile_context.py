@@ -20,6 +20,10 @@ untyped), every message asked ``--repeat`` times after one warm-up pass, and
 
     nice -n 19 python -m loadtests.profile_context --variants baseline,all --repeat 3
     nice -n 19 python -m loadtests.profile_context --variants all --profile
+    nice -n 19 python -m loadtests.profile_context --variants all,encoded --locomo-queries 60
+
+(``encoded``: the defaults with the parts and time-free texts encoded on their own
+instead of pooled from the message's run; docs/operations.md, "Context CPU").
 """
 
 from __future__ import annotations
