@@ -42,25 +42,30 @@ async def search_texts(
     gets its view of that text's run (one run per distinct text, however many views)."""
     if not queries:
         return []
-    if embed_views is None or not any(q.view_of is not None for q in queries):
+    if embed_views is None or not any(_viewed(q) for q in queries):
         texts = list(dict.fromkeys(q.text for q in queries))
         vectors = np.asarray(await embed(texts), dtype=np.float32)
         row = {text: i for i, text in enumerate(texts)}
         return list(await asyncio.gather(*(search(q, vectors[row[q.text]]) for q in queries)))
     views: dict[str, dict[Spans, int]] = {}  # source text -> its views -> row (1, 2, ...)
     for q in queries:
-        mine = views.setdefault(q.text if q.view_of is None else q.view_of, {})
-        if q.view_of is not None and q.view_spans not in mine:
+        mine = views.setdefault(q.view_of if _viewed(q) and q.view_of else q.text, {})
+        if _viewed(q) and q.view_spans not in mine:
             mine[q.view_spans] = len(mine) + 1
     arrays = await embed_views(list(views), [list(v) for v in views.values()])
     at = dict(zip(views, arrays, strict=True))
 
     def vector(q: SearchQuery) -> np.ndarray:
-        if q.view_of is None:
+        if not _viewed(q) or q.view_of is None:
             return np.asarray(at[q.text][0], dtype=np.float32)
         return np.asarray(at[q.view_of][views[q.view_of][q.view_spans]], dtype=np.float32)
 
     return list(await asyncio.gather(*(search(q, vector(q)) for q in queries)))
+
+
+def _viewed(q: SearchQuery) -> bool:
+    """A view of another text's run (a view with no ranges pools nothing: its text)."""
+    return q.view_of is not None and bool(q.view_spans)
 
 
 @dataclass
