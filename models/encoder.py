@@ -273,7 +273,11 @@ class Encoder:
         ]
         width = 1 + max(len(vs) for vs in views)
         out = np.zeros((len(texts), width, self.spec.dim), dtype=np.float32)
-        self._run_all(ids, weights, lambda rows, vecs: out.__setitem__(rows, vecs))
+
+        def store(rows: list[int], vecs: np.ndarray) -> None:
+            out[rows, : vecs.shape[1]] = vecs  # a run holds as many views as its texts
+
+        self._run_all(ids, weights, store)
         return [out[i, : 1 + len(vs)] for i, vs in enumerate(views)]
 
     def _run_all(

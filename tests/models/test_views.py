@@ -62,6 +62,22 @@ def test_views_are_the_same_whatever_the_batch_holds(minilm_encoder):
     np.testing.assert_allclose(one, two, atol=2e-4)  # padding pools nothing
 
 
+def test_runs_with_fewer_views_than_the_call_fill_their_rows(minilm_encoder):
+    long = " ".join(["a long text about tea and coffee and the weather"] * 6)
+    texts = [long, MENU, "hi"]
+    views = [[((0, 6),), ((7, 11),)], [BARE], [((0, 2),)]]  # the short texts' run: 1 view
+    old = minilm_encoder.max_batch_tokens
+    minilm_encoder.max_batch_tokens = 64  # the long text runs alone
+    try:
+        split = minilm_encoder.encode_views(texts, views, is_query=True)
+    finally:
+        minilm_encoder.max_batch_tokens = old
+    one_by_one = [minilm_encoder.encode_views([t], [v], is_query=True)[0] for t, v in
+                  zip(texts, views, strict=True)]  # fmt: skip
+    for got, want in zip(split, one_by_one, strict=True):
+        np.testing.assert_allclose(got, want, atol=2e-4)
+
+
 def test_an_encoder_that_cannot_pool_views_encodes_them_as_texts(minilm_encoder):
     cls = copy.copy(minilm_encoder)
     cls.spec = dataclasses.replace(minilm_encoder.spec, pooling="cls")
