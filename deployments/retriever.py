@@ -32,6 +32,7 @@ from ray import serve
 
 from deployments.encoders import replica_encoders
 from models.encoder_set import EncoderSet
+from models.views import Spans
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
 from serve_app.metrics import Flusher, start_pool_metrics
@@ -149,7 +150,10 @@ class Retriever:
         async def embed(texts: list[str]) -> np.ndarray:
             return await embedder.embed(texts, ref)
 
-        return await search_texts(queries, embed, core.search)
+        async def embed_views(texts: list[str], views: list[list[Spans]]) -> list[np.ndarray]:
+            return await embedder.embed_views(texts, views, ref)
+
+        return await search_texts(queries, embed, core.search, embed_views)
 
     async def stats(self) -> dict:
         """Cache counters of this replica (tests, debugging)."""

@@ -19,7 +19,7 @@ Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings): ``search`` (
 /v1/search top-k, on the baseline service), ``baseline`` (today's block: every lever
 off), ``profile``, ``split``, ``gate`` (one lever each), ``all`` (the defaults),
 ``nogate`` (the gate off: its calibration data), ``timewords`` (the defaults with
-the gate's time-free lever off).
+the gate's time-free lever off), ``encoded`` (parts, time-free texts encoded alone).
 Per variant and source: needed recall, unneeded share (profile material excluded),
 retrieved-section unneeded share, profile/total tokens, p50/p95 latency, server CPU ms
 per call (whole process tree, /proc). LoCoMo dev: evidence R@10 of /v1/search and of
@@ -80,6 +80,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     # the defaults but the gate's similarity path counts time words (before the
     # time-free lever): the same run's before/after for that lever
     "timewords": {"EVIDENCE_TIME_FREE": "false"},
+    "encoded": {"POOLED_TIME_FREE": "false", "POOLED_PARTS": "false"},  # views off
 }
 ENV = {
     "MEMSERVE_RATE_LIMIT_PER_S": "0",

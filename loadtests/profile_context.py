@@ -10,11 +10,20 @@ untyped), every message asked ``--repeat`` times after one warm-up pass, and
 
 - ``cpu_ms_per_call``: this process's CPU (the app's and the encoder's work) plus
   PostgreSQL's backends (found by the data directory), per call;
+- the encoder's part (:class:`loadtests.context_inprocess.EncodeMeter`): its thread CPU,
+  texts, ONNX Runtime runs and padded tokens per call;
+- ``quality``: the warm-up pass's blocks scored as bench_context scores them (needed
+  recall, unneeded share of the retrieved section; calibration / held-out halves), so
+  a cut in CPU is checked for quality without Ray;
 - with ``--profile``, cProfile's top functions (timer: process CPU time, so awaits and
   other processes do not count) by own time and by cumulative time.
 
     nice -n 19 python -m loadtests.profile_context --variants baseline,all --repeat 3
     nice -n 19 python -m loadtests.profile_context --variants all --profile
+    nice -n 19 python -m loadtests.profile_context --variants all,encoded --locomo-queries 60
+
+(``encoded``: the defaults with the parts and time-free texts encoded on their own
+instead of pooled from the message's run; docs/operations.md, "Context CPU").
 """
 
 from __future__ import annotations
@@ -34,14 +43,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests import procstat  # noqa: E402
-from loadtests.bench_context import DATA, VARIANTS  # noqa: E402
+from loadtests.bench_context import DATA, LOCOMO, VARIANTS  # noqa: E402
+from loadtests.context_inprocess import (  # noqa: E402
+    EncodeMeter,
+    block_outcome,
+    load_labelled,
+    locomo_recall,
+    quality,
+)
 from loadtests.harness import write_json  # noqa: E402
 from models import load_encoder  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.model_facts import ModelFacts  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
-from serve_app.store import NewMemory, Owner  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402
 from tests.serve_app.inprocess import in_process_services  # noqa: E402
 
@@ -52,6 +67,8 @@ _LEVERS = {
     "SPLIT_PARTS": "split_parts",
     "RELEVANCE_GATE": "relevance_gate",
     "EVIDENCE_TIME_FREE": "evidence_time_free",
+    "POOLED_TIME_FREE": "pooled_time_free",
+    "POOLED_PARTS": "pooled_parts",
 }
 
 
@@ -60,33 +77,27 @@ def context_fields(variant: str) -> dict[str, bool]:
     return {_LEVERS[k]: v == "true" for k, v in VARIANTS[variant].items()}
 
 
-async def load(services, data: dict, prefix: str, typed: bool) -> dict[str, Owner]:
-    owners = {}
-    for u in data["users"]:
-        owner = Owner(TENANT, f"{prefix}-{u['id']}")
-        items = [NewMemory(m["content"], m["type"] if typed else "semantic")
-                 for m in u["memories"]]  # fmt: skip
-        await services.memories.add(owner, items, actor="bench")
-        for f in u.get("facts", []):
-            await services.facts.set(owner, f["category"], f["key"], f["value"])
-        owners[u["id"]] = owner
-    return owners
-
-
 def pg_cpu(data_dir: str) -> float:
     snap = procstat.snapshot([], match=lambda cmd: data_dir in cmd)
     return sum(p.cpu_s for p in snap.values())
 
 
-async def one_variant(variant: str, dsn: str, pg_dir: str, encoder, args) -> dict:
+async def one_variant(
+    variant: str, prefix: str, dsn: str, pg_dir: str, encoder, meter: EncodeMeter, args
+) -> dict:
+    """``prefix``: the users' prefix, one per run (a variant asked again writes its own)."""
     data = json.loads(DATA.read_text())
     settings = Settings().with_(context=context_fields(variant))
     model = ModelFacts.of(encoder.spec)
     async with in_process_services(settings, model, dsn, encoder) as services:
-        owners = await load(services, data, variant, args.source == "typed")
+        typed = args.source == "typed"
+        owners, labels = await load_labelled(services, data, prefix, typed, TENANT)
         asks = [(owners[m["user"]], m["text"]) for m in data["messages"]]
-        for owner, text in asks:  # warm-up: caches loaded, code paths run once
-            await services.context.build(owner, text)
+        outs = []  # warm-up: caches loaded, code paths run once; its blocks scored
+        for i, ((owner, text), msg) in enumerate(zip(asks, data["messages"], strict=True)):
+            block = await services.context.build(owner, text)
+            outs.append((i, msg["user"], block_outcome(labels[msg["user"]], msg["needs"], block)))
+        meter.reset()
         # CPU seconds, not wall time: the box is shared, and awaits are not work
         prof = cProfile.Profile(time.process_time) if args.profile else None
         cpu0, pg0, wall0 = time.process_time(), pg_cpu(pg_dir), time.perf_counter()
@@ -106,7 +117,13 @@ async def one_variant(variant: str, dsn: str, pg_dir: str, encoder, args) -> dic
             "process_cpu_ms_per_call": round(own * 1000 / calls, 3),
             "postgres_cpu_ms_per_call": round(pg * 1000 / calls, 3),
             "wall_ms_per_call": round((time.perf_counter() - wall0) * 1000 / calls, 3),
-        }
+        } | meter.per_call(calls)
+        out["quality"] = quality(outs, labels)
+        if args.locomo_queries >= 0:  # after the timed passes: not in their CPU
+            convs = json.loads(LOCOMO.read_text())
+            out["locomo"] = await locomo_recall(
+                services, convs, args.locomo_queries, TENANT, prefix
+            )
         if prof:
             out["profile"] = {k: _top(prof, k, args.top) for k in ("tottime", "cumulative")}
         return out
@@ -125,8 +142,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the timed passes")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument(
+        "--locomo-queries", type=int, default=-1,
+        help="LoCoMo dev questions per conversation in the block (0: all; -1: skip)",
+    )  # fmt: skip
     args = ap.parse_args()
     encoder = load_encoder(SLUG, threads=1)
+    meter = EncodeMeter(encoder)
+    # the metrics flusher's first flush imports ray.serve (~1 s of CPU, no Ray needed):
+    # paid here, not by whichever variant's timed pass holds the first flush
+    import ray.serve.metrics  # noqa: F401
+
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="memserve-ctxprof-") as tmp:
         pg = EmbeddedPostgres(Path(tmp))
@@ -136,9 +162,14 @@ def main() -> None:
             ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
             for n, v in enumerate(v for v in args.variants.split(",") if v):
                 name = v if v not in results else f"{v}#{n}"  # a variant asked again
-                results[name] = r = asyncio.run(one_variant(v, dsn, tmp, encoder, args))
-                brief = {k: x for k, x in r.items() if k != "profile"}
+                run = one_variant(v, f"r{n}", dsn, tmp, encoder, meter, args)
+                results[name] = r = asyncio.run(run)
+                brief = {k: x for k, x in r.items() if k not in ("profile", "quality")}
                 print(f"[{name}] {json.dumps(brief)}", flush=True)
+                q = r["quality"]
+                print(f"[{name}] quality {json.dumps({h: q[h] for h in ('held_out', 'all')})}")
+                if "locomo" in r:
+                    print(f"[{name}] LoCoMo {json.dumps(r['locomo'])}", flush=True)
                 for k, text in r.get("profile", {}).items():
                     print(f"--- {name} by {k}\n{text}", flush=True)
         finally:

@@ -178,23 +178,36 @@ class TorchEncoder(Encoder):
         self.dtype = dtype
         self._model = model
 
-    def _forward(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _forward(
+        self, input_ids: np.ndarray, mask: np.ndarray, weights: np.ndarray | None = None
+    ) -> np.ndarray:
+        """See :meth:`Encoder._forward`; ``weights``: views' pooling rows (mean pooling)."""
         import torch
 
         if self.device == "cuda":
             input_ids, mask = pad_tokens(input_ids, mask, CUDA_TOKEN_MULTIPLE)
+            if weights is not None:  # padded tokens pool nothing
+                extra = input_ids.shape[1] - weights.shape[2]
+                weights = np.pad(weights, ((0, 0), (0, 0), (0, extra)))
         with torch.inference_mode():
             ids = torch.from_numpy(input_ids).to(self.device, non_blocking=True)
             attention = torch.from_numpy(mask).to(self.device, non_blocking=True)
             hidden = self._model(
                 input_ids=ids, attention_mask=attention, token_type_ids=torch.zeros_like(ids)
             ).last_hidden_state.float()  # pool in fp32 whatever the weights are
+            if weights is not None:
+                w = torch.from_numpy(weights).to(self.device, hidden.dtype)  # (batch, views, tok)
+                return (
+                    (torch.bmm(w, hidden) / w.sum(dim=2, keepdim=True).clamp_min(1e-9))
+                    .cpu()
+                    .numpy()
+                )
             if self.spec.pooling == "cls":
                 vectors = hidden[:, 0, :]
             else:
-                weights = attention.to(hidden.dtype).unsqueeze(1)  # (batch, 1, tokens)
-                summed = torch.bmm(weights, hidden)[:, 0, :]
-                vectors = summed / weights.sum(dim=2).clamp_min(1e-9)
+                ones = attention.to(hidden.dtype).unsqueeze(1)  # (batch, 1, tokens)
+                summed = torch.bmm(ones, hidden)[:, 0, :]
+                vectors = summed / ones.sum(dim=2).clamp_min(1e-9)
             return vectors.cpu().numpy()
 
 

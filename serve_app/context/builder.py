@@ -17,22 +17,29 @@ and small talk gets the profile only (or nothing).
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from serve_app.context import knowledge as kb
 from serve_app.context.evidence import Evidence, stems
 from serve_app.context.expand import expand_query
 from serve_app.context.format import Block, format_context
-from serve_app.context.fuse import fuse, probes_of, topic_cosines
-from serve_app.context.parts import is_small_talk, split_parts
+from serve_app.context.fuse import (
+    Spans,
+    dedupe,
+    fuse,
+    part_views,
+    probe_spans,
+    shifted,
+    topic_cosines,
+)
+from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
-from serve_app.context.profile_block import format_with_profile, profile_shown
+from serve_app.context.profile_block import fit_profile, format_with_profile
 from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
-from serve_app.text import normalize
 
 # Queries searched by their text (the backend embeds it once): MemoryService.search_many.
 SearchFn = Callable[[Sequence[SearchQuery]], Awaitable[list[list[dict[str, Any]]]]]
@@ -41,8 +48,7 @@ FactsFn = Callable[[str, str, int], Awaitable[list[dict[str, Any]]]]
 ProfileFn = Callable[[str, Sequence[str], int, str | None], Awaitable[list[dict[str, Any]]]]
 # (tenant_id, chunk ids) -> id -> the chunk's data (serve_app.store.citations).
 CiteFn = Callable[[str, Sequence[Any]], Awaitable[dict[Any, dict[str, Any]]]]
-_WORDS = re.compile(r"\w+")
-NEAR_DUPLICATE_JACCARD = 0.9
+OFFLOAD_CHARS = 1000  # a longer message is read (split, small talk) on a worker thread
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,10 @@ class Levers:
     knowledge_share: float = 0.3
     knowledge_top_k: int = 5
     knowledge_chunk_tokens: int = 120
+    # Vectors pooled from the message's encoder run instead of encoded on their own
+    # (models.views): the parts that are stretches of the message; the time-free texts.
+    pooled_parts: bool = False
+    pooled_time_free: bool = False
 
     @property
     def any(self) -> bool:
@@ -111,33 +121,6 @@ def owners_for(user_id: str, agent_id: str | None) -> tuple[str, ...]:
 def shared_owners(agent_id: str | None) -> tuple[str, ...]:
     """The tenant's knowledge a user reads besides their own: the agent's, the org's."""
     return (f"@agent:{agent_id}", "@org") if agent_id else ("@org",)
-
-
-def _word_set(normal: str) -> frozenset[str]:
-    """The words of an already normalised text (normalised once per memory)."""
-    return frozenset(_WORDS.findall(normal))
-
-
-def dedupe(memories: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Keep the first (best) of memories with the same id, text, or nearly the same words."""
-    kept: list[dict[str, Any]] = []
-    seen_ids: set[str] = set()
-    seen_text: set[str] = set()
-    word_sets: list[frozenset[str]] = []
-    for m in memories:
-        mid, text = str(m["id"]), normalize(m["content"])
-        if mid in seen_ids or text in seen_text:
-            continue
-        words = _word_set(text)
-        if words and any(
-            len(words & w) / len(words | w) >= NEAR_DUPLICATE_JACCARD for w in word_sets
-        ):
-            continue
-        seen_ids.add(mid)
-        seen_text.add(text)
-        word_sets.append(words)
-        kept.append(m)
-    return kept
 
 
 def visible_in_session(m: dict[str, Any], session_id: str | None) -> bool:
@@ -187,8 +170,10 @@ class ContextBuilder:
         """The block with issue 29's levers (each on its own)."""
         lv = req.levers
         text = expand_query(req.query, req.history)
-        # "How much?" after "planning a Hawaii trip" is a question, not small talk.
-        small = is_greeting(req.query) or (is_small_talk(req.query) and text == req.query)
+        # a long message's reading is linear but not free (8000 "?" took ~30 ms): off
+        # the event loop, so health probes and other requests are not held up
+        read = partial(read_message, req.query, text, lv.split, lv.max_parts)
+        small, parts = await asyncio.to_thread(read) if len(req.query) > OFFLOAD_CHARS else read()
         if small and lv.small_talk == "nothing":
             return ContextResult("")
         facts_task = asyncio.ensure_future(self.facts(req.tenant_id, req.user_id, req.max_facts))
@@ -200,11 +185,8 @@ class ContextBuilder:
             )
         memories: list[dict[str, Any]] = []
         chunks: list[dict[str, Any]] = []
-        parts: list[str] = []
         try:
             if not small:
-                parts = split_parts(req.query, lv.max_parts) if lv.split else [req.query]
-                parts = [text, *parts[1:]]
                 memories, chunks = await self._memories(req, parts)
             facts = await facts_task
             profile = await profile_task if profile_task is not None else []
@@ -216,7 +198,7 @@ class ContextBuilder:
         search_query = None if small else text
         chunks = await self._chunks(req, chunks, message)
         budget = req.token_budget - self._reserve(req, chunks)
-        p_facts, other = [], list(facts)
+        p_facts, other, fit = [], list(facts), None
         cap = int(req.token_budget * lv.profile_share)
         if lv.profile:
             p_facts, other = _split_facts(facts)
@@ -225,7 +207,8 @@ class ContextBuilder:
                 p["why"] = why
             # what the profile section shows is in the block anyway; a profile memory
             # that does not fit its cap competes (and is gated) like any other
-            shown = profile_shown([*profile, *p_facts], budget, cap)
+            fit = fit_profile([*profile, *p_facts], budget, cap)
+            shown = {str(i["id"]) for i in fit[0]}
             memories = [m for m in memories if str(m["id"]) not in shown]
         if lv.gate:
             memories = self._admitted(memories, message, lv.evidence)
@@ -241,7 +224,7 @@ class ContextBuilder:
             for f in other:
                 f["why"] = "shares a word with the message"
         block, kept_p, p_tokens = format_with_profile(
-            [*profile, *p_facts], other, memories, budget, cap
+            [*profile, *p_facts], other, memories, budget, cap, fit
         )
         kept_mem_profile = [p for p in kept_p if "category" not in p]
         return self._result(
@@ -327,15 +310,22 @@ class ContextBuilder:
                 )
             )  # fmt: skip
             time_free.append(False)
-        probes = probes_of(texts) if req.levers.any and req.levers.evidence.time_free else {}
-        bare = list(dict.fromkeys(probes.values()))  # each probe text searched once
+        lv = req.levers
+        probes = probe_spans(texts) if lv.any and lv.evidence.time_free else {}
+        views = part_views(texts) if lv.pooled_parts else {}
+        bare: dict[str, tuple[str, Spans] | None] = {}  # each probe text searched once
+        for text, (probe, spans) in probes.items():
+            if probe not in bare:
+                bare[probe] = shifted(views.get(text), text, spans) if lv.pooled_time_free else None
         for text in texts:
             plain = bool(probes) and text not in probes
             time_free.append(plain)
+            of, spans = views.get(text, (None, ()))
             searches.append(
                 SearchQuery(
                     tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
-                    threshold=req.threshold, text=text, owners=owners,
+                    threshold=req.threshold, text=text, owners=owners, view_of=of,
+                    view_spans=spans,
                 )
             )  # fmt: skip
             if req.session_id:
@@ -343,14 +333,17 @@ class ContextBuilder:
                     SearchQuery(
                         tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k,
                         threshold=req.threshold, session_id=req.session_id, text=text,
+                        view_of=of, view_spans=spans,
                     )
                 )  # fmt: skip
                 time_free.append(plain)
-        for probe in bare:
+        for probe, view in bare.items():
+            of, spans = view if view is not None else (None, ())
             searches.append(
                 SearchQuery(
                     tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
                     threshold=req.threshold, text=probe, owners=owners, mode="dense",
+                    view_of=of, view_spans=spans,
                 )
             )  # fmt: skip
             time_free.append(True)

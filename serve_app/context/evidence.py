@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from serve_app.context.expand import STOPWORDS
 from serve_app.profile.classify import words
@@ -67,22 +68,49 @@ def without_time(text: str) -> str | None:
     """``text`` without its time words and the words that lead into them ("on
     Saturday", "this weekend"); None when it has none, or nothing but them (then the
     text is about time and the plain cosine stands). A linear scan over the words."""
-    out: list[str] = []
+    kept = time_free_spans(text)
+    return None if kept is None else " ".join(text[a:b] for a, b in kept)
+
+
+def time_free_spans(text: str) -> tuple[tuple[int, int], ...] | None:
+    """The character ranges of the words :func:`without_time` keeps (the time-free text
+    as a view of ``text``, :mod:`models.views`), or None as there. Linear: each word is
+    found from where the last one ended."""
+    out: list[tuple[int, int]] = []
     dropped = False
+    at = 0
     for tok in text.split():
+        start = text.find(tok, at)
+        at = start + len(tok)
         if is_time_word(tok):
             dropped = True
-            while out and out[-1].lower() in _LEADS:
+            while out and text[out[-1][0] : out[-1][1]].lower() in _LEADS:
                 out.pop()
-            continue
-        out.append(tok)
-    if not dropped or not stems(" ".join(out)):
+        else:
+            out.append((start, at))
+    if not dropped or not stems(" ".join(text[a:b] for a, b in out)):
         return None
-    return " ".join(out)
+    return tuple(out)
 
 
 def stems(text: str) -> frozenset[str]:
-    """Content-word stems of ``text`` (stop words and words under 3 letters dropped)."""
+    """Content-word stems of ``text`` (stop words and words under 3 letters dropped).
+    A memory's stems are asked for on every context call that finds it: short texts'
+    stems are kept (a bounded cache of a pure function; the same text, the same set)."""
+    if len(text) <= _CACHED_CHARS:
+        return _cached_stems(text)
+    return _stems(text)
+
+
+_CACHED_CHARS = 512
+
+
+@lru_cache(maxsize=4096)
+def _cached_stems(text: str) -> frozenset[str]:
+    return _stems(text)
+
+
+def _stems(text: str) -> frozenset[str]:
     return frozenset(w[:STEM] for w in words(text) if len(w) >= 3 and w not in STOPWORDS)
 
 

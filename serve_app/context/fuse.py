@@ -9,20 +9,58 @@ and :func:`topic_cosines` gives each memory its best cosine to the time-free tex
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
-from serve_app.context.evidence import without_time
+from serve_app.context.evidence import time_free_spans
+from serve_app.text import normalize
+
+Spans = tuple[tuple[int, int], ...]
+_WORDS = re.compile(r"\w+")
+NEAR_DUPLICATE_JACCARD = 0.9
 
 
 def probes_of(texts: Sequence[str]) -> dict[str, str]:
     """text -> the text without its time words, for the texts that have some."""
+    return {t: bare for t, (bare, _) in probe_spans(texts).items()}
+
+
+def probe_spans(texts: Sequence[str]) -> dict[str, tuple[str, Spans]]:
+    """text -> (the text without its time words, the character ranges of ``text`` it
+    keeps), for the texts that have some (the time-free text as a view of ``text``)."""
     out = {}
     for t in texts:
-        bare = without_time(t)
-        if bare is not None:
-            out[t] = bare
+        kept = time_free_spans(t)
+        if kept is not None:
+            out[t] = (" ".join(t[a:b] for a, b in kept), kept)
     return out
+
+
+def part_views(texts: Sequence[str]) -> dict[str, tuple[str, Spans]]:
+    """part -> (the message, the part's character range in it): the parts (after the
+    first text, the message) that are a stretch of the message, so their vectors can be
+    pooled from the message's encoder run (a part built by the splitter, such as one
+    text per person, is not, and is encoded on its own)."""
+    out: dict[str, tuple[str, Spans]] = {}
+    if not texts:
+        return out
+    message = texts[0]
+    for t in texts[1:]:
+        at = message.find(t)
+        if at >= 0 and t:
+            out[t] = (message, ((at, at + len(t)),))
+    return out
+
+
+def shifted(view: tuple[str, Spans] | None, text: str, spans: Spans) -> tuple[str, Spans]:
+    """``spans`` of ``text`` as spans of the source ``text`` is a view of (``view``;
+    None: ``text`` is its own source)."""
+    if view is None:
+        return text, spans
+    source, ((start, _),) = view
+    return source, tuple((a + start, b + start) for a, b in spans)
 
 
 def topic_cosines(batches: Sequence[Sequence[dict[str, Any]]], time_free: Sequence[bool]) -> dict:
@@ -56,3 +94,33 @@ def fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         m["best_similarity"] = m["similarity"] = sims[key]  # the response shows the best
         out.append(m)
     return out
+
+
+@lru_cache(maxsize=2048)
+def _dedupe_key(content: str) -> tuple[str, frozenset[str]]:
+    """A memory's normalised text and its words (asked on every call that finds it: a
+    bounded cache of a pure function)."""
+    normal = normalize(content)
+    return normal, frozenset(_WORDS.findall(normal))
+
+
+def dedupe(memories: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep the first (best) of memories with the same id, text, or nearly the same words."""
+    kept: list[dict[str, Any]] = []
+    seen_ids: set[str] = set()
+    seen_text: set[str] = set()
+    word_sets: list[frozenset[str]] = []
+    for m in memories:
+        mid = str(m["id"])
+        text, words = _dedupe_key(m["content"])
+        if mid in seen_ids or text in seen_text:
+            continue
+        if words and any(
+            len(words & w) / len(words | w) >= NEAR_DUPLICATE_JACCARD for w in word_sets
+        ):
+            continue
+        seen_ids.add(mid)
+        seen_text.add(text)
+        word_sets.append(words)
+        kept.append(m)
+    return kept

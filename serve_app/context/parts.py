@@ -140,13 +140,27 @@ def split_parts(message: str, max_parts: int) -> list[str]:
     parts = [message]
     pieces = [c for s in sentences(message) for c in clauses(s)]
     pieces = [p for c in pieces for p in (c, *per_person(c, max_parts))]
-    if len(pieces) > 1:
-        for p in pieces:
-            if is_greeting(p) or not key_terms(p):
-                continue
-            if p not in parts:
-                parts.append(p)
-    return parts[:max_parts]
+    if len(pieces) < 2:
+        return parts
+    for p in pieces:
+        if len(parts) >= max_parts:
+            break
+        # key_terms first: it rejects the pieces without content words (a long run of
+        # "?!" or "a. b.") at the least cost per piece
+        if p not in parts and key_terms(p, limit=1) and not is_greeting(p):
+            parts.append(p)
+    return parts
+
+
+def read_message(query: str, text: str, split: bool, max_parts: int) -> tuple[bool, list[str]]:
+    """(small talk?, the texts to search: ``text``, the expanded query, first, then the
+    parts of ``query`` when ``split``); no texts for small talk."""
+    # "How much?" after "planning a Hawaii trip" is a question, not small talk.
+    small = is_greeting(query) or (is_small_talk(query) and text == query)
+    if small:
+        return True, []
+    parts = split_parts(query, max_parts) if split else [query]
+    return False, [text, *parts[1:]]
 
 
 # Words of pleasantries: a message made only of these (beyond stop words) is small talk.
@@ -212,6 +226,6 @@ def is_small_talk(message: str) -> bool:
     if is_greeting(message):
         return True
     return all(
-        is_greeting(s) or all(w in SMALL_TALK for w in key_terms(s, limit=64))
+        all(w in SMALL_TALK for w in key_terms(s, limit=64)) or is_greeting(s)
         for s in sentences(message) or [message]
     )

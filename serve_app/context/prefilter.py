@@ -33,11 +33,17 @@ _VAGUE = [
     )
 ]
 SELF_CONTAINED_MIN_CHARS = 20
+# The longest a greeting above can be without its trailing punctuation ("good afternoon
+# there"): a longer message is no greeting, without running the four patterns (a
+# context call asks this of every sentence and part).
+_GREETING_MAX_CHARS = 24
 
 
 def is_greeting(query: str) -> bool:
     """True for a message that needs no memory (hello, thanks, bye, ok)."""
     lower = " ".join(query.lower().split())
+    if len(lower.rstrip(" !.?,")) > _GREETING_MAX_CHARS:
+        return False
     return any(p.match(lower) for p in _GREETINGS)
 
 

@@ -58,18 +58,24 @@ def profile_order(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
+Fit = tuple[list[dict[str, Any]], list[str], int]  # (items kept, their lines, tokens)
+
+
+def fit_profile(profile: Sequence[dict[str, Any]], token_budget: int, profile_cap: int) -> Fit:
+    """The profile section's fit: most important first, within the cap and the budget
+    (computed once per block: :func:`profile_shown` and :func:`format_with_profile`)."""
+    budget = token_budget - count_tokens(wrap_context(FOOTER))
+    if budget <= 0:
+        return [], [], 0
+    return _fit(profile_order(profile), profile_line, PROFILE_HEADER, min(profile_cap, budget))
+
+
 def profile_shown(
     profile: Sequence[dict[str, Any]], token_budget: int, profile_cap: int
 ) -> set[str]:
     """Ids of the profile items the block's profile section shows (the same fit as
     :func:`format_with_profile`): only these leave the retrieved candidates."""
-    budget = token_budget - count_tokens(wrap_context(FOOTER))
-    if budget <= 0:
-        return set()
-    kept, _, _ = _fit(
-        profile_order(profile), profile_line, PROFILE_HEADER, min(profile_cap, budget)
-    )
-    return {str(i["id"]) for i in kept}
+    return {str(i["id"]) for i in fit_profile(profile, token_budget, profile_cap)[0]}
 
 
 def format_with_profile(
@@ -78,15 +84,15 @@ def format_with_profile(
     memories: Sequence[dict[str, Any]],
     token_budget: int,
     profile_cap: int,
+    fit: Fit | None = None,
 ) -> tuple[Block, list[dict[str, Any]], int]:
-    """The block, the profile items that made it in, and their tokens (header included)."""
+    """The block, the profile items that made it in, and their tokens (header included);
+    ``fit``: :func:`fit_profile` of the same arguments, if the caller has it."""
     overhead = count_tokens(wrap_context(FOOTER))
     budget = token_budget - overhead
     if budget <= 0 or not (profile or facts or memories):
         return Block(""), [], 0
-    kept_p, p_lines, used_p = _fit(
-        profile_order(profile), profile_line, PROFILE_HEADER, min(profile_cap, budget)
-    )
+    kept_p, p_lines, used_p = fit or fit_profile(profile, token_budget, profile_cap)
     left = budget - used_p
     kept_f, f_lines, used_f = _fit(facts, fact_line, FACTS_HEADER, left)
     kept_m, m_lines, _ = _fit(memories, memory_line, MEMORIES_HEADER, left - used_f)

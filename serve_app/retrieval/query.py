@@ -39,6 +39,12 @@ class SearchQuery:
     explain: bool = False
     # Knowledge base (issue 33): only chunks of these documents (``data.document_id``).
     document_ids: tuple[str, ...] = ()
+    # The query vector may be a view of another text's encoder run (models.views): the
+    # mean over ``view_of``'s tokens inside the character ranges ``view_spans`` (a part
+    # of a message, the message without its time words), so ``text`` costs no encoding
+    # of its own; a route that cannot pool views encodes ``text``. None: ``text``.
+    view_of: str | None = None
+    view_spans: tuple[tuple[int, int], ...] = ()
 
     @property
     def owner_keys(self) -> tuple[str, ...]:

@@ -4,7 +4,10 @@ Two routes share :func:`search_texts` (``MEMSERVE_QUERY_EMBED``, issue 23): by d
 the Retriever replica embeds the text itself (:class:`QueryEmbedder`: the Ingress makes
 one Serve call per search); with ``embedder`` the Ingress asks the Embedder for the
 vector (batched with other callers, e.g. on a GPU) and then the Retriever per query.
-A context's two searches (broad and session) share one text, so one embedding.
+A context's two searches (broad and session) share one text, so one embedding; a
+query that is a view of another text (``SearchQuery.view_of``: a part of the message,
+the message without its time words) is pooled from that text's run where the route
+can (``embed_views``), else its own ``text`` is embedded.
 """
 
 from __future__ import annotations
@@ -19,30 +22,58 @@ from typing import Any
 import numpy as np
 
 from models.encoder_set import EncoderSet
+from models.views import Spans
 from serve_app.retrieval.query import SearchQuery
 
 EmbedQueries = Callable[[list[str]], Awaitable[np.ndarray]]
+# (texts, each text's views) -> per text (1 + its views, dim): Encoder.encode_views.
+EmbedViews = Callable[[list[str], list[list[Spans]]], Awaitable[list[np.ndarray]]]
 SearchVector = Callable[[SearchQuery, np.ndarray], Awaitable[list[dict[str, Any]]]]
 
 
 async def search_texts(
-    queries: Sequence[SearchQuery], embed: EmbedQueries, search: SearchVector
+    queries: Sequence[SearchQuery],
+    embed: EmbedQueries,
+    search: SearchVector,
+    embed_views: EmbedViews | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Each query's ``text`` embedded (as a query; once per distinct text), then searched;
-    the results in the queries' order."""
+    the results in the queries' order. With ``embed_views``, a query with ``view_of``
+    gets its view of that text's run (one run per distinct text, however many views)."""
     if not queries:
         return []
-    texts = list(dict.fromkeys(q.text for q in queries))
-    vectors = np.asarray(await embed(texts), dtype=np.float32)
-    row = {text: i for i, text in enumerate(texts)}
-    return list(await asyncio.gather(*(search(q, vectors[row[q.text]]) for q in queries)))
+    if embed_views is None or not any(_viewed(q) for q in queries):
+        texts = list(dict.fromkeys(q.text for q in queries))
+        vectors = np.asarray(await embed(texts), dtype=np.float32)
+        row = {text: i for i, text in enumerate(texts)}
+        return list(await asyncio.gather(*(search(q, vectors[row[q.text]]) for q in queries)))
+    views: dict[str, dict[Spans, int]] = {}  # source text -> its views -> row (1, 2, ...)
+    for q in queries:
+        mine = views.setdefault(q.view_of if _viewed(q) and q.view_of else q.text, {})
+        if _viewed(q) and q.view_spans not in mine:
+            mine[q.view_spans] = len(mine) + 1
+    arrays = await embed_views(list(views), [list(v) for v in views.values()])
+    at = dict(zip(views, arrays, strict=True))
+
+    def vector(q: SearchQuery) -> np.ndarray:
+        if not _viewed(q) or q.view_of is None:
+            return np.asarray(at[q.text][0], dtype=np.float32)
+        return np.asarray(at[q.view_of][views[q.view_of][q.view_spans]], dtype=np.float32)
+
+    return list(await asyncio.gather(*(search(q, vector(q)) for q in queries)))
+
+
+def _viewed(q: SearchQuery) -> bool:
+    """A view of another text's run (a view with no ranges pools nothing: its text)."""
+    return q.view_of is not None and bool(q.view_spans)
 
 
 @dataclass
 class _Ask:
     texts: list[str]
     model: str | None
-    done: asyncio.Future[np.ndarray]
+    done: asyncio.Future[Any]
+    views: list[list[Spans]] | None = None  # per text (embed_views); None: vectors only
 
 
 class QueryEmbedder:
@@ -75,7 +106,23 @@ class QueryEmbedder:
         if model not in self.encoders:  # first use of a model (a switch): load off the loop
             encoder = await asyncio.to_thread(self.encoders.get, model)
             await asyncio.to_thread(encoder.warmup)
-        ask = _Ask(list(texts), model, asyncio.get_running_loop().create_future())
+        return await self._ask(_Ask(list(texts), model, self._future()))
+
+    async def embed_views(
+        self, texts: Sequence[str], views: Sequence[Sequence[Spans]], model: str | None = None
+    ) -> list[np.ndarray]:
+        """Per text a (1 + its views, dim) array (:meth:`models.encoder.Encoder.
+        encode_views`), in the same coalesced runs as :meth:`embed`."""
+        if model not in self.encoders:
+            await self.embed([], model)  # loads it off the loop
+        ask = _Ask(list(texts), model, self._future(), [list(v) for v in views])
+        return await self._ask(ask)
+
+    @staticmethod
+    def _future() -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+    async def _ask(self, ask: _Ask) -> Any:
         self._queue.append(ask)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.ensure_future(self._drain())
@@ -101,12 +148,23 @@ class QueryEmbedder:
             run = self._next_run()
             if not run:
                 continue
-            texts = list(dict.fromkeys(t for ask in run for t in ask.texts))
+            # each text once, with the union of the views its askers want
+            views: dict[str, dict[Spans, int]] = {}
+            for ask in run:
+                for i, t in enumerate(ask.texts):
+                    mine = views.setdefault(t, {})
+                    for sp in ask.views[i] if ask.views is not None else ():
+                        mine.setdefault(sp, len(mine) + 1)
+            texts = list(views)
             encoder = self.encoders.get(run[0].model)
+            pooled = any(ask.views is not None for ask in run)
+            call = (
+                partial(encoder.encode_views, texts, [list(v) for v in views.values()])
+                if pooled
+                else partial(encoder.encode, texts)
+            )
             try:
-                vectors = await loop.run_in_executor(
-                    self._pool, partial(encoder.encode, texts, is_query=True)
-                )
+                result = await loop.run_in_executor(self._pool, partial(call, is_query=True))
             except Exception as exc:  # every caller of the run hears of it
                 for ask in run:
                     if not ask.done.done():
@@ -115,8 +173,18 @@ class QueryEmbedder:
             self.runs += 1
             row = {text: i for i, text in enumerate(texts)}
             for ask in run:
-                if not ask.done.done():
-                    ask.done.set_result(vectors[[row[t] for t in ask.texts]])
+                if ask.done.done():
+                    continue
+                if not pooled:
+                    ask.done.set_result(result[[row[t] for t in ask.texts]])
+                elif ask.views is None:
+                    rows = [result[row[t]][0] for t in ask.texts]
+                    ask.done.set_result(np.stack(rows) if rows else np.zeros((0, encoder.dim)))
+                else:
+                    ask.done.set_result([
+                        result[row[t]][[0, *(views[t][sp] for sp in ask.views[i])]]
+                        for i, t in enumerate(ask.texts)
+                    ])  # fmt: skip
 
     def close(self) -> None:
         if self._worker is not None:

@@ -87,4 +87,6 @@ def levers(d: ContextSettings) -> Levers:
         knowledge_share=d.knowledge_share,
         knowledge_top_k=d.knowledge_top_k,
         knowledge_chunk_tokens=d.knowledge_chunk_tokens,
+        pooled_parts=d.pooled_parts,
+        pooled_time_free=d.pooled_time_free,
     )

@@ -179,6 +179,13 @@ class ContextSettings(BaseSettings):
     # message without its time words ("on Saturday", "this weekend": searched once more
     # without them, dense, in the same backend call), so when-words never add evidence.
     evidence_time_free: bool = True
+    # Vectors pooled from the message's encoder run (models.views) instead of encoded on
+    # their own: the time-free texts (the message without its time words), and the parts
+    # that are stretches of the message. One run, several poolings: less CPU per call
+    # (docs/operations.md, "Context CPU"); the vectors are close to, not equal to, the
+    # texts encoded alone (their tokens were read in the whole message's context).
+    pooled_time_free: bool = True
+    pooled_parts: bool = True
     # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
     small_talk: Literal["profile", "nothing"] = "profile"
     # Knowledge base (issue 33): the readable documents' chunks (org, the agent's, the

@@ -201,3 +201,18 @@ def test_padding_the_token_axis_changes_no_vector(torch_cpu: TorchEncoder) -> No
     np.testing.assert_allclose(
         torch_cpu._forward(padded_ids, padded_mask), torch_cpu._forward(input_ids, mask), atol=1e-4
     )
+
+
+def test_views_pool_from_the_torch_run_like_the_onnx_one(
+    torch_cpu: TorchEncoder, onnx_int8: Encoder
+) -> None:
+    """encode_views on torch: row 0 is the text's vector; a view agrees with ONNX's."""
+    text = "Suggest a dinner menu for guests on Saturday"
+    bare = ((0, 7), (8, 9), (10, 16), (17, 21), (22, 25), (26, 32))
+    assert torch_cpu.pools_views
+    got = torch_cpu.encode_views([text, "hi"], [[bare], []], is_query=True)
+    np.testing.assert_allclose(got[0][0], torch_cpu.encode([text], is_query=True)[0], atol=1e-4)
+    assert got[1].shape == (1, 384)
+    onnx = onnx_int8.encode_views([text], [[bare]], is_query=True)[0]
+    assert float(got[0][1] @ onnx[1]) > 0.97
+    assert float(got[0][1] @ got[0][0]) < 0.99  # the view is not the text

@@ -55,7 +55,7 @@ async def in_process_services(
 
     async def search(batch: Sequence[SearchQuery]) -> list[list[dict]]:
         if settings.retrieval.query_embed == "retriever":
-            return await search_texts(batch, queries.embed, retriever.search)
+            return await search_texts(batch, queries.embed, retriever.search, queries.embed_views)
         return await search_texts(batch, embed_queries, retriever.search)
 
     pool = await open_pool(dsn, settings, min_size=1)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from serve_app.context.expand import expand_query, history_terms, key_terms
 from serve_app.context.prefilter import is_greeting, is_self_contained
@@ -62,3 +64,18 @@ def test_history_terms_look_at_last_three_user_messages():
     history = [("user", f"topic{i} word{i}") for i in range(6)]
     terms = history_terms(history)
     assert "topic5" in terms and "topic3" in terms and "topic2" not in terms
+
+
+@given(
+    st.lists(
+        st.sampled_from(["good", "afternoon", "there", "thank", "you", "so", "much", "hi",
+                         "!", "?", ".", ",", " ", "see", "ya", "a", "lot", "okay"]),
+        max_size=8,
+    )
+)  # fmt: skip
+def test_the_length_shortcut_never_changes_the_answer(words):
+    from serve_app.context.prefilter import _GREETINGS
+
+    text = " ".join(words)
+    lower = " ".join(text.lower().split())
+    assert is_greeting(text) == any(p.match(lower) for p in _GREETINGS)

@@ -6,6 +6,8 @@ import asyncio
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from serve_app.profile.classify import (
     CLASSES,
@@ -59,6 +61,14 @@ def test_typed_procedural_leans_to_instruction():
 def test_word_scan_is_plain_and_linear():
     assert words("Don\u2019t use -- emojis!!") == ["don't", "use", "emojis"]
     assert cue_hits("a" * 100_000)["constraint"] == 0  # long input, no backtracking
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_the_ascii_fast_path_finds_the_scans_words(text):
+    from serve_app.profile.classify import scan_words
+
+    assert words(text) == scan_words(text.lower())
+    assert words(text + "été") == scan_words((text + "été").lower())
 
 
 def test_classifier_embeds_prototypes_once_and_uses_them():

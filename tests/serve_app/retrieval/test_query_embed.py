@@ -223,3 +223,55 @@ def test_the_batch_setting_reads_memserve_query_batch_max(monkeypatch) -> None:
     monkeypatch.setenv("MEMSERVE_QUERY_BATCH_MAX", "0")
     with pytest.raises(ValueError):
         Settings()
+
+
+MENU = "Suggest a dinner menu for guests on Saturday"
+BARE = ((0, 7), (8, 9), (10, 16), (17, 21), (22, 25), (26, 32))  # without "on Saturday"
+
+
+async def test_views_and_plain_asks_share_one_run_and_get_their_rows(encoder) -> None:
+    """A context's views (issue 29) ride the same coalesced run as other callers' texts."""
+    embedder = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder), max_batch=16)
+    try:
+        plain, views = await asyncio.gather(
+            embedder.embed(["violin", MENU]), embedder.embed_views([MENU], [[BARE, ((0, 7),)]])
+        )
+        assert embedder.runs == 1
+        want = encoder.encode_views([MENU], [[BARE, ((0, 7),)]], is_query=True)[0]
+        assert plain.shape == (2, DIM) and len(views) == 1 and views[0].shape == (3, DIM)
+        np.testing.assert_allclose(views[0], want, atol=1e-5)
+        np.testing.assert_allclose(plain[1], want[0], atol=1e-5)
+        assert float(plain[0] @ encoder.encode(["violin"], is_query=True)[0]) > 0.999
+    finally:
+        embedder.close()
+
+
+async def test_search_texts_pools_views_where_the_route_can(encoder) -> None:
+    """With ``embed_views`` a query that is a view of another text gets the view's vector
+    (one run for the text); without it, its own text is embedded (the Embedder route)."""
+    embedder = QueryEmbedder(EncoderSet(encoder, lambda ref: encoder))
+    bare = "Suggest a dinner menu for guests"
+    queries = [q(MENU), q(bare, view_of=MENU, view_spans=BARE, mode="dense"), q("violin")]
+    seen: list[tuple[str, np.ndarray]] = []
+
+    async def search(query: SearchQuery, vector: np.ndarray) -> list[dict]:
+        seen.append((query.text, vector))
+        return [{"text": query.text}]
+
+    embed = Counting(encoder)
+    try:
+        out = await search_texts(queries, embed, search, embedder.embed_views)
+        assert [r[0]["text"] for r in out] == [MENU, bare, "violin"]
+        assert embed.calls == [] and embedder.runs == 1
+        views = encoder.encode_views([MENU, "violin"], [[BARE], []], is_query=True)
+        got = dict(seen)
+        np.testing.assert_allclose(got[MENU], views[0][0], atol=1e-5)
+        np.testing.assert_allclose(got[bare], views[0][1], atol=1e-5)
+        np.testing.assert_allclose(got["violin"], views[1][0], atol=1e-5)
+        seen.clear()
+        await search_texts(queries, embed, search)  # no views on this route
+        assert embed.calls == [[MENU, bare, "violin"]]
+        alone = encoder.encode([bare], is_query=True)[0]
+        np.testing.assert_allclose(dict(seen)[bare], alone, atol=1e-5)
+    finally:
+        embedder.close()
