@@ -276,7 +276,7 @@ def main() -> None:
     shared = Settings().retrieval  # the product's shared-index parameters by default
     ap.add_argument("--m", type=int, default=shared.pg_hnsw_shared_m)
     ap.add_argument("--efc", type=int, default=shared.pg_hnsw_shared_ef_construction)
-    ap.add_argument("--ef-search", default=f"40,100,{shared.pg_hnsw_shared_ef_search},1000")
+    ap.add_argument("--ef-search", default="40,100,400,1000")  # 1000: the default
     ap.add_argument("--limit", type=int, default=100)  # RetrievalSettings.dense_depth
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--queries", type=int, default=100)  # of the 100 real ones (recall)
