@@ -208,9 +208,12 @@ class Encoder:
             out.append(prefix + text if query and prefix else text)
         return out
 
+    def _encodings(self, texts: Sequence[str], is_query: Sequence[bool]) -> list[Any]:
+        """The tokenizer's encodings (ids, offsets, special-token masks), truncated."""
+        return self._tokenizer.encode_batch(self._prepare(texts, is_query))
+
     def _tokenize(self, texts: Sequence[str], is_query: Sequence[bool]) -> list[list[int]]:
-        encodings = self._tokenizer.encode_batch(self._prepare(texts, is_query))
-        return [e.ids for e in encodings]
+        return [e.ids for e in self._encodings(texts, is_query)]
 
     def token_counts(self, texts: Sequence[str], *, is_query: bool = False) -> list[int]:
         """Tokens each text runs as (special tokens included, after truncation)."""
@@ -263,9 +266,8 @@ class Encoder:
             return out
         if not texts:
             return []
-        prepared = self._prepare(texts, [is_query] * len(texts))
         shift = len(self.spec.query_prefix) if is_query and self.spec.query_prefix else 0
-        encodings = self._tokenizer.encode_batch(prepared)
+        encodings = self._encodings(texts, [is_query] * len(texts))
         ids = [e.ids for e in encodings]
         weights = [
             view_weights(e.offsets, e.special_tokens_mask, vs, shift)

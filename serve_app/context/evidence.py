@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from models.views import view_text
 from serve_app.context.expand import STOPWORDS
 from serve_app.profile.classify import words
 
@@ -69,7 +70,7 @@ def without_time(text: str) -> str | None:
     Saturday", "this weekend"); None when it has none, or nothing but them (then the
     text is about time and the plain cosine stands). A linear scan over the words."""
     kept = time_free_spans(text)
-    return None if kept is None else " ".join(text[a:b] for a, b in kept)
+    return None if kept is None else view_text(text, kept)
 
 
 def time_free_spans(text: str) -> tuple[tuple[int, int], ...] | None:
@@ -88,7 +89,7 @@ def time_free_spans(text: str) -> tuple[tuple[int, int], ...] | None:
                 out.pop()
         else:
             out.append((start, at))
-    if not dropped or not stems(" ".join(text[a:b] for a, b in out)):
+    if not dropped or not stems(view_text(text, tuple(out))):
         return None
     return tuple(out)
 

@@ -14,17 +14,13 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from models.views import view_text
 from serve_app.context.evidence import time_free_spans
 from serve_app.text import normalize
 
 Spans = tuple[tuple[int, int], ...]
 _WORDS = re.compile(r"\w+")
 NEAR_DUPLICATE_JACCARD = 0.9
-
-
-def probes_of(texts: Sequence[str]) -> dict[str, str]:
-    """text -> the text without its time words, for the texts that have some."""
-    return {t: bare for t, (bare, _) in probe_spans(texts).items()}
 
 
 def probe_spans(texts: Sequence[str]) -> dict[str, tuple[str, Spans]]:
@@ -34,7 +30,7 @@ def probe_spans(texts: Sequence[str]) -> dict[str, tuple[str, Spans]]:
     for t in texts:
         kept = time_free_spans(t)
         if kept is not None:
-            out[t] = (" ".join(t[a:b] for a, b in kept), kept)
+            out[t] = (view_text(t, kept), kept)
     return out
 
 
@@ -96,10 +92,21 @@ def fuse(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-@lru_cache(maxsize=2048)
+_CACHED_CHARS = 512  # longer contents are keyed afresh: the cache holds short texts only
+
+
 def _dedupe_key(content: str) -> tuple[str, frozenset[str]]:
-    """A memory's normalised text and its words (asked on every call that finds it: a
-    bounded cache of a pure function)."""
+    """A memory's normalised text and its words (asked on every call that finds it:
+    short contents' keys are kept, a bounded cache of a pure function)."""
+    return _cached_key(content) if len(content) <= _CACHED_CHARS else _key(content)
+
+
+@lru_cache(maxsize=2048)
+def _cached_key(content: str) -> tuple[str, frozenset[str]]:
+    return _key(content)
+
+
+def _key(content: str) -> tuple[str, frozenset[str]]:
     normal = normalize(content)
     return normal, frozenset(_WORDS.findall(normal))
 

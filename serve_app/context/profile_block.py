@@ -63,19 +63,12 @@ Fit = tuple[list[dict[str, Any]], list[str], int]  # (items kept, their lines, t
 
 def fit_profile(profile: Sequence[dict[str, Any]], token_budget: int, profile_cap: int) -> Fit:
     """The profile section's fit: most important first, within the cap and the budget
-    (computed once per block: :func:`profile_shown` and :func:`format_with_profile`)."""
+    (computed once per block: the builder takes the shown items out of the retrieved
+    candidates and hands the same fit to :func:`format_with_profile`)."""
     budget = token_budget - count_tokens(wrap_context(FOOTER))
     if budget <= 0:
         return [], [], 0
     return _fit(profile_order(profile), profile_line, PROFILE_HEADER, min(profile_cap, budget))
-
-
-def profile_shown(
-    profile: Sequence[dict[str, Any]], token_budget: int, profile_cap: int
-) -> set[str]:
-    """Ids of the profile items the block's profile section shows (the same fit as
-    :func:`format_with_profile`): only these leave the retrieved candidates."""
-    return {str(i["id"]) for i in fit_profile(profile, token_budget, profile_cap)[0]}
 
 
 def format_with_profile(

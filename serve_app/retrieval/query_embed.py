@@ -49,16 +49,17 @@ async def search_texts(
         return list(await asyncio.gather(*(search(q, vectors[row[q.text]]) for q in queries)))
     views: dict[str, dict[Spans, int]] = {}  # source text -> its views -> row (1, 2, ...)
     for q in queries:
-        mine = views.setdefault(q.view_of if _viewed(q) and q.view_of else q.text, {})
+        mine = views.setdefault(str(q.view_of) if _viewed(q) else q.text, {})
         if _viewed(q) and q.view_spans not in mine:
             mine[q.view_spans] = len(mine) + 1
     arrays = await embed_views(list(views), [list(v) for v in views.values()])
     at = dict(zip(views, arrays, strict=True))
 
     def vector(q: SearchQuery) -> np.ndarray:
-        if not _viewed(q) or q.view_of is None:
+        if not _viewed(q):
             return np.asarray(at[q.text][0], dtype=np.float32)
-        return np.asarray(at[q.view_of][views[q.view_of][q.view_spans]], dtype=np.float32)
+        source = str(q.view_of)
+        return np.asarray(at[source][views[source][q.view_spans]], dtype=np.float32)
 
     return list(await asyncio.gather(*(search(q, vector(q)) for q in queries)))
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serve_app.context.evidence import Evidence, is_time_word, stems, without_time
-from serve_app.context.fuse import probes_of, topic_cosines
+from serve_app.context.fuse import probe_spans, topic_cosines
 from tests.serve_app.context.test_levers import ALL, Backend, build, mem
 
 RULE = Evidence(0.35, 0.15, 0.1, 2, False, True)
@@ -61,7 +61,9 @@ def test_a_when_word_takes_similarity_away_but_never_adds_it():
 
 
 def test_probes_and_their_cosines():
-    assert probes_of([MENU, "Any good bakeries?"]) == {MENU: "Suggest a dinner menu for guests"}
+    probes = probe_spans([MENU, "Any good bakeries?"])
+    bare = {t: text for t, (text, _) in probes.items()}
+    assert bare == {MENU: "Suggest a dinner menu for guests"}
     a, b = mem("a", 0.4), mem("b", 0.3)
     batches = [[a, b], [dict(a, similarity=0.5)], [dict(b, similarity=0.2)]]
     # the first search had time words (not free), the others are free
