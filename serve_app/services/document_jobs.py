@@ -200,13 +200,11 @@ class DocumentJobWorker:
         return self._count("done", len(chunks))
 
     async def _embed(self, job_id: uuid.UUID, token: uuid.UUID, texts: list[str]) -> np.ndarray:
-        """Calls of ``embed_batch`` chunks to the Embedder's bulk lane, the lease renewed
-        after each."""
-        step, parts = self.s.embed_batch, []
-        for i in range(0, len(texts), step):
-            batch = texts[i : i + step]
-            vectors = await self.documents.embed(batch, is_query=False, bulk=True)
-            parts.append(np.asarray(vectors, dtype=np.float32))
-            if not await self.store.renew(job_id, token, self.s.job_lease_s, i + len(batch)):
+        """The document service's bulk-lane calls, the lease renewed after each (a job
+        cancelled or taken over meanwhile stops here: :class:`JobLost`)."""
+
+        async def renew(done: int) -> None:
+            if not await self.store.renew(job_id, token, self.s.job_lease_s, done):
                 raise JobLost(job_id)
-        return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+
+        return await self.documents._embed(texts, renew)

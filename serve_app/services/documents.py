@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -194,14 +194,18 @@ class DocumentService(DocumentAccess):
             raise ApiError(exc.status, code, str(exc)) from None
         return parsed.text, chunks, parsed.title
 
-    async def _embed(self, texts: list[str]) -> np.ndarray:
-        step = self.settings.embed_batch
-        parts = [
-            np.asarray(
-                await self.embed(texts[i : i + step], is_query=False, bulk=True), dtype=np.float32
-            )
-            for i in range(0, len(texts), step)
-        ]
+    async def _embed(
+        self, texts: list[str], after_call: Callable[[int], Awaitable[None]] | None = None
+    ) -> np.ndarray:
+        """The chunks' vectors, in bulk-lane calls of ``embed_batch`` texts;
+        ``after_call(texts done)`` after each (the job worker renews its lease there)."""
+        step, parts = self.settings.embed_batch, []
+        for i in range(0, len(texts), step):
+            batch = texts[i : i + step]
+            vectors = await self.embed(batch, is_query=False, bulk=True)
+            parts.append(np.asarray(vectors, dtype=np.float32))
+            if after_call is not None:
+                await after_call(i + len(batch))
         return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
 
     async def restore(self, owner: Owner, doc: ExportedDocument, actor: str) -> DocumentOut:
