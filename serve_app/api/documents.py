@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from serve_app.api.deps import Caller, Svc
+from serve_app.api.input_guard import body_problem
 from serve_app.errors import ApiError
 from serve_app.schemas import Identifier
 from serve_app.schemas.documents import (
@@ -85,6 +86,12 @@ async def _from_form(request: Request) -> DocumentInput:
     fields["tags"] = [t.strip() for t in tags if t.strip()]
     meta = form.get("metadata")
     if isinstance(meta, str) and meta:
+        # A form field skips the input guard (the upload's bytes are not JSON), so the
+        # same check runs here: nesting past the JSON reader's recursion and unpaired
+        # surrogates PostgreSQL cannot store were 500s.
+        problem = body_problem(meta.encode("utf-8", "surrogatepass"))
+        if problem is not None:
+            raise ApiError(422, "invalid_request", f"metadata: {problem}")
         try:
             fields["metadata"] = json.loads(meta)
         except ValueError:

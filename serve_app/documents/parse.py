@@ -4,15 +4,18 @@ Every parser returns a :class:`Parsed`: the document's text and its blocks (para
 list items, table rows, pages), each a character span of that text with the heading
 path it sits under, so the chunker can cut at paragraph and section boundaries and a
 chunk can cite where it came from. All scans are linear in the input (no regex on
-document text); PDF goes through pypdf, HTML through the standard library's
-``html.parser``. These are CPU work: the service runs them in a worker thread.
+document text); PDF goes through pypdf, HTML through lexbor (``selectolax``: the
+standard library's ``html.parser`` is quadratic on unclosed attributes, ``'<a b="' *
+20000`` took 38 s). These are CPU work: the service runs plain text and Markdown in a
+worker thread, PDF and HTML in a child process with CPU and memory limits
+(serve_app/documents/sandbox.py).
 """
 
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
+from typing import Any
 
 __all__ = ["Block", "DocumentRefused", "Limits", "Parsed", "parse"]
 
@@ -29,6 +32,9 @@ class DocumentRefused(Exception):
 class Limits:
     max_chars: int = 4_000_000
     max_pdf_pages: int = 1000
+    max_pdf_objects: int = 200_000
+    max_decoded_bytes: int = 128 * 1024 * 1024
+    max_html_depth: int = 512
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,27 @@ def _check_size(text: str, limits: Limits) -> None:
         raise DocumentRefused(413, f"the document's text is over {limits.max_chars} characters")
     if "\x00" in text:
         raise DocumentRefused(422, "the document's text contains NUL characters")
+    if not _encodable(text):
+        raise DocumentRefused(422, "the document's text contains unpaired surrogate characters")
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form (no unpaired surrogate: PostgreSQL and the
+    tokenizer take UTF-8 only). One C pass."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _valid_text(text: str) -> str:
+    """``text`` with unpaired surrogates as U+FFFD: a PDF font's ToUnicode map may name
+    ``<D800>`` for a glyph, and one such glyph must not make the whole file unstorable."""
+    if _encodable(text):
+        return text
+    # UTF-16 holds a lone surrogate as one unit, which its decoder replaces by one U+FFFD.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _paragraphs(text: str, base: int, path: tuple[str, ...], out: list[Block]) -> None:
@@ -199,11 +226,13 @@ _SKIP_TAGS = frozenset({"script", "style", "head", "template", "noscript", "svg"
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 
 
-class _HtmlText(HTMLParser):
-    """Text of an HTML page as blocks under its h1..h6 headings; scripts and styles dropped."""
+class _HtmlText:
+    """Text of an HTML page as blocks under its h1..h6 headings; scripts and styles dropped.
+
+    Fed start tags, end tags and text in document order by :func:`parse_html`'s walk of
+    the DOM lexbor built."""
 
     def __init__(self, limits: Limits) -> None:
-        super().__init__(convert_charrefs=True)
         self.out = _Builder(limits)
         self.buf: list[str] = []
         self.skip = 0
@@ -228,7 +257,7 @@ class _HtmlText(HTMLParser):
             return
         self.out.add(text, tuple(t for _, t in self.stack))
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def handle_starttag(self, tag: str) -> None:
         if tag == "title":
             self.in_title = True
         if tag in _SKIP_TAGS:
@@ -253,11 +282,130 @@ class _HtmlText(HTMLParser):
             self.buf.append(data)
 
 
+# Elements that never hold others, and those a sibling start tag closes (``<li>`` ends
+# the open ``<li>``): neither deepens the tree, so the depth scan does not count them.
+_VOID = frozenset(
+    [
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "param",
+        "source",
+        "track",
+        "wbr",
+        "li",
+        "p",
+        "dt",
+        "dd",
+        "tr",
+        "td",
+        "th",
+        "option",
+        "optgroup",
+        "thead",
+        "tbody",
+        "tfoot",
+        "colgroup",
+        "caption",
+        "rb",
+        "rt",
+        "rp",
+        "html",
+        "head",
+        "body",
+    ]
+)
+_RAW_TEXT = ("script", "style", "textarea", "xmp", "plaintext", "noembed", "noframes")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+
+
+def _tag_name(text: str, pos: int) -> str:
+    """The tag name starting at ``pos`` (at most 16 characters are looked at)."""
+    end = pos
+    while end < len(text) and end - pos < 16 and text[end] in _NAME_CHARS:
+        end += 1
+    return text[pos:end].lower()
+
+
+def _check_depth(text: str, limits: Limits) -> None:
+    """413 when elements open deeper than ``max_html_depth``. An HTML5 tree builder
+    looks through the stack of open elements at every block start tag (is a ``<p>`` in
+    scope to close?), so ``'<div>' * n`` costs n^2 (lexbor: 20,000 of them 1 s,
+    ``'<ul><li>' * 20000`` 6 s). One pass over the tags: per name, start tags less end
+    tags (an end tag of another name closes nothing here), comments and raw text
+    (scripts, styles) skipped. It over-counts only elements a page leaves open."""
+    open_by_name: dict[str, int] = {}
+    depth = 0
+    pos = text.find("<")
+    while pos != -1:
+        if text.startswith("<!--", pos):
+            end = text.find("-->", pos + 4)
+            pos = text.find("<", end + 3) if end != -1 else -1
+            continue
+        closing = text.startswith("</", pos)
+        name = _tag_name(text, pos + 2 if closing else pos + 1)
+        if name and name not in _VOID:
+            if closing:
+                if open_by_name.get(name):
+                    open_by_name[name] -= 1
+                    depth -= 1
+            else:
+                gt = text.find(">", pos)
+                if gt == -1 or text[gt - 1] != "/":
+                    open_by_name[name] = open_by_name.get(name, 0) + 1
+                    depth += 1
+                    if depth > limits.max_html_depth:
+                        raise DocumentRefused(
+                            413, f"the HTML nests elements over {limits.max_html_depth} deep"
+                        )
+                if name in _RAW_TEXT:  # its text is not markup, up to its end tag
+                    pos = _raw_end(text, name, pos + 1)
+                    continue
+        pos = text.find("<", pos + 1)
+
+
+def _raw_end(text: str, name: str, pos: int) -> int:
+    """Where the end tag of raw-text element ``name`` starts at or after ``pos`` (any
+    case), else -1; each ``</`` is looked at once."""
+    pos = text.find("</", pos)
+    while pos != -1 and text[pos + 2 : pos + 2 + len(name)].lower() != name:
+        pos = text.find("</", pos + 2)
+    return pos
+
+
 def parse_html(text: str, limits: Limits) -> Parsed:
+    """lexbor builds the DOM (linear, entities decoded, broken markup repaired as a
+    browser would); an explicit stack walks it, so a page nested 10^5 deep needs no
+    recursion."""
+    from selectolax.lexbor import LexborHTMLParser
+
     _check_size(text, limits)
+    _check_depth(text, limits)
     parser = _HtmlText(limits)
-    parser.feed(text)
-    parser.close()
+    root = LexborHTMLParser(text).root
+    # Document order from lexbor's own walk; an element ends where the next node is not
+    # inside it (its parent is not the innermost open element).
+    open_elements: list[tuple[int, str]] = []
+    for node in root.traverse(include_text=True) if root is not None else ():
+        parent = node.parent
+        parent_id = parent.mem_id if parent is not None else None
+        while open_elements and open_elements[-1][0] != parent_id:
+            parser.handle_endtag(open_elements.pop()[1])
+        tag = node.tag
+        if tag == "-text":
+            parser.handle_data(node.text_content or "")
+        elif not tag.startswith("-"):  # comments, doctype: no text
+            parser.handle_starttag(tag)
+            open_elements.append((node.mem_id, tag))
+    while open_elements:
+        parser.handle_endtag(open_elements.pop()[1])
     parser._flush()
     title = " ".join("".join(parser.title_parts).split()) or None
     return parser.out.done(title or parser.first_h1)
@@ -275,48 +423,98 @@ def _declared_pages(reader: object) -> int:
         return 0
 
 
+def _objects(reader: Any) -> int:
+    """Cross-reference entries of the file (objects it may ask a reader to resolve)."""
+    return sum(len(v) for v in reader.xref.values()) + len(reader.xref_objStm)
+
+
+def _content_bytes(page: Any) -> int:
+    """Decoded bytes of the page's content stream(s): what extracting its text reads.
+    pypdf keeps a decoded stream, but re-reads its operators for every page that names
+    it, so a stream shared by n pages is n times the work and counts n times here."""
+    contents = page.get_contents()
+    return len(contents.get_data()) if contents is not None else 0
+
+
 def parse_pdf(data: bytes, limits: Limits) -> Parsed:
     """Each page's text, paragraphs by blank lines, under the heading path ``Page n``.
 
     A file that is not a readable PDF, or one that needs a password, is a 422; more
-    pages than ``max_pdf_pages`` a 413 (checked before any page is read)."""
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError, PyPdfError
+    pages than ``max_pdf_pages`` (checked before any page is read), more objects than
+    ``max_pdf_objects``, or more content bytes read than ``max_decoded_bytes`` (every
+    page's content counted, a shared stream once per page; one stream decompressing to
+    more is refused by pypdf under the same bound) a 413. Unpaired surrogates a font
+    maps glyphs to become U+FFFD. CPU time and memory are bounded by the process this
+    runs in (serve_app/documents/sandbox.py)."""
+    from pypdf import PdfReader, apply_configuration
+    from pypdf.errors import LimitReachedError, PdfReadError, PyPdfError
 
-    try:
-        reader = PdfReader(io.BytesIO(data), strict=False)
-        if reader.is_encrypted:
-            try:
-                unlocked = reader.decrypt("")
-            except (PyPdfError, NotImplementedError, ValueError):
-                unlocked = 0
-            if not unlocked:
-                raise DocumentRefused(422, "the PDF is encrypted (it needs a password)")
-        declared = _declared_pages(reader)
-        if declared > limits.max_pdf_pages:  # before len(): that walks the whole page tree
+    bound = limits.max_decoded_bytes
+    with apply_configuration(
+        maximum_declared_stream_length=bound,
+        array_based_stream_maximum_output_length=bound,
+        lzw_maximum_output_length=bound,
+        run_length_maximum_output_length=bound,
+        zlib_maximum_output_length=bound,
+        brotli_maximum_output_length=bound,
+        stream_decoding_work_maximum_length=bound,
+    ):
+        try:
+            return _parse_pdf(PdfReader, data, limits)
+        except LimitReachedError as exc:
+            raise DocumentRefused(413, f"the PDF is over a parse bound ({exc})"[:300]) from None
+        except DocumentRefused:
+            raise
+        except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, IndexError) as exc:
             raise DocumentRefused(
-                413, f"the PDF declares {declared} pages; at most {limits.max_pdf_pages}"
-            )
-        pages = len(reader.pages)
-    except DocumentRefused:
-        raise
-    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, IndexError) as exc:
+                422, f"the file is not a readable PDF ({type(exc).__name__})"
+            ) from None
+
+
+def _parse_pdf(reader_type: Any, data: bytes, limits: Limits) -> Parsed:
+    from pypdf.errors import LimitReachedError, PyPdfError
+
+    reader = reader_type(io.BytesIO(data), strict=False)
+    objects = _objects(reader)
+    if objects > limits.max_pdf_objects:
         raise DocumentRefused(
-            422, f"the file is not a readable PDF ({type(exc).__name__})"
-        ) from None
+            413, f"the PDF has {objects} objects; at most {limits.max_pdf_objects}"
+        )
+    if reader.is_encrypted:
+        try:
+            unlocked = reader.decrypt("")
+        except (PyPdfError, NotImplementedError, ValueError):
+            unlocked = 0
+        if not unlocked:
+            raise DocumentRefused(422, "the PDF is encrypted (it needs a password)")
+    declared = _declared_pages(reader)
+    if declared > limits.max_pdf_pages:  # before len(): that walks the whole page tree
+        raise DocumentRefused(
+            413, f"the PDF declares {declared} pages; at most {limits.max_pdf_pages}"
+        )
+    pages = len(reader.pages)
     if pages > limits.max_pdf_pages:
         raise DocumentRefused(413, f"the PDF has {pages} pages; at most {limits.max_pdf_pages}")
     out = _Builder(limits)
+    read = 0
     for n in range(pages):
         try:
-            page_text = reader.pages[n].extract_text() or ""
-        except DocumentRefused:
+            page = reader.pages[n]
+            read += _content_bytes(page)
+            if read > limits.max_decoded_bytes:
+                raise DocumentRefused(
+                    413,
+                    f"the PDF's pages 1..{n + 1} hold over {limits.max_decoded_bytes} bytes"
+                    " of content",
+                )
+            page_text = page.extract_text() or ""
+        except (DocumentRefused, LimitReachedError, MemoryError):
             raise
         except Exception as exc:  # pypdf raises many types on a broken page stream
             raise DocumentRefused(
                 422, f"page {n + 1} of the PDF is unreadable ({type(exc).__name__})"
             ) from None
-        page_text = page_text.replace("\x00", "")
+        page_text = _valid_text(page_text.replace("\x00", ""))
         blocks: list[Block] = []
         _paragraphs(page_text, 0, (), blocks)
         for b in blocks:
@@ -327,7 +525,7 @@ def parse_pdf(data: bytes, limits: Limits) -> Parsed:
         title = str(meta.title).strip() or None if meta is not None and meta.title else None
     except Exception:  # metadata is optional and often broken; the text is what matters
         title = None
-    return out.done(title)
+    return out.done(_valid_text(title) if title else None)
 
 
 def decode_text(data: bytes) -> str:

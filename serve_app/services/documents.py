@@ -1,11 +1,13 @@
 """The knowledge base's ingestion: post and re-post documents (reads and who may do
 what: serve_app/services/document_access.py).
 
-An ingest parses and chunks in a worker thread, embeds the chunks through the same
-Embedder as memories, in calls of ``MEMSERVE_DOC_EMBED_BATCH`` chunks in its bulk lane
-(the Embedder slices each call and runs a slice only when no interactive caller waits:
-``models/lanes.py``, so other tenants' writes go first), and only
-then opens one short transaction: lock the document id, delete the old version's
+An ingest parses and chunks in a worker thread (a PDF or HTML file parsed in a child
+process with CPU and memory limits: serve_app/documents/sandbox.py; the parse costs rate
+units by its CPU time, refused or not, before anything else is charged), embeds the
+chunks through the same Embedder as memories, in calls of ``MEMSERVE_DOC_EMBED_BATCH``
+chunks in its bulk lane (the Embedder slices each call and runs a slice only when no
+interactive caller waits: ``models/lanes.py``, so other tenants' writes go first), and
+only then opens one short transaction: lock the document id, delete the old version's
 chunks, add the new ones through the :class:`GuardedWriter` (quotas count chunks;
 erasure guard; history), write the head and the version row. Readers see the old
 version or the new, never a mix. At most ``MEMSERVE_DOC_CONCURRENT`` documents are
@@ -30,7 +32,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.auth import Principal
 from serve_app.documents.chunking import Chunk, ChunkSizes, chunk, load_tokenizer, sizes_for
-from serve_app.documents.parse import DocumentRefused, Limits, parse
+from serve_app.documents.parse import DocumentRefused, Limits
+from serve_app.documents.sandbox import Box, Refused, parse_bounded, units
 from serve_app.errors import ApiError
 from serve_app.model_facts import ModelFacts
 from serve_app.schemas.documents import DocumentInput, DocumentOut, ExportedDocument
@@ -70,7 +73,13 @@ class DocumentService(DocumentAccess):
         self.tokenizer = tokenizer
         self.settings = settings
         self.sizes = sizes
-        self.limits = Limits(max_chars=settings.max_chars, max_pdf_pages=settings.max_pdf_pages)
+        self.limits = Limits(
+            max_chars=settings.max_chars,
+            max_pdf_pages=settings.max_pdf_pages,
+            max_pdf_objects=settings.max_pdf_objects,
+            max_decoded_bytes=settings.max_decoded_bytes,
+        )
+        self.box = Box(settings.parse_cpu_s, settings.parse_memory_mb * 1024 * 1024)
         self._turns = asyncio.Semaphore(settings.concurrent)
         self.jobs = DocumentJobStore(pool)  # big posts queue here (services/document_jobs.py)
 
@@ -90,7 +99,7 @@ class DocumentService(DocumentAccess):
         same id: queued as a job (services/document_jobs.py) and its view returned."""
         owner = self._owner(principal, doc)
         async with self._turns:
-            head, chunks = await self._parsed(owner, doc)
+            head, chunks = await self._parsed(owner, doc, charge)
             if (
                 prefer_async
                 or len(chunks) > self.settings.sync_chunks
@@ -112,7 +121,7 @@ class DocumentService(DocumentAccess):
         parsed and embedded first, then every swap in one transaction."""
         owners = [self._owner(principal, d) for d in docs]
         async with self._turns:
-            parsed = [await self._parsed(o, d) for o, d in zip(owners, docs, strict=True)]
+            parsed = [await self._parsed(o, d, charge) for o, d in zip(owners, docs, strict=True)]
             if charge is not None:
                 charge(float(sum(len(c) for _, c in parsed)))
             vectors = [await self._embed([c.text for c in chunks]) for _, chunks in parsed]
@@ -128,9 +137,20 @@ class DocumentService(DocumentAccess):
                     )
         return [DocumentOut.model_validate(saved[i]) for i in range(len(docs))]
 
-    async def _parsed(self, owner: Owner, doc: DocumentInput) -> tuple[dict[str, Any], list[Chunk]]:
-        """The head fields and chunks of ``doc`` (parsed and chunked in a worker thread)."""
-        text, chunks, title = await asyncio.to_thread(self._prepare, doc)
+    async def _parsed(
+        self, owner: Owner, doc: DocumentInput, charge: Charge | None = None
+    ) -> tuple[dict[str, Any], list[Chunk]]:
+        """The head fields and chunks of ``doc`` (parsed and chunked in a worker thread);
+        ``charge``: spends the parse's rate units (its CPU time, a refused parse's too)."""
+        try:
+            text, chunks, title, cost = await asyncio.to_thread(self._prepare, doc)
+        except Refused as exc:
+            if charge is not None and exc.cpu_s > 0:
+                charge(units(exc.cpu_s, self.settings.parse_unit_cpu_s))
+            code = "payload_too_large" if exc.status == 413 else "invalid_document"
+            raise ApiError(exc.status, code, str(exc)) from None
+        if charge is not None and cost > 0:
+            charge(units(cost, self.settings.parse_unit_cpu_s))
         head = {
             "document_id": doc.document_id or uuid.uuid4().hex,
             "owner": owner_key(owner.user_id, doc.scope, doc.agent_id),
@@ -183,16 +203,19 @@ class DocumentService(DocumentAccess):
             )  # fmt: skip
         return job_view(job)
 
-    def _prepare(self, doc: DocumentInput) -> tuple[str, list[Chunk], str | None]:
-        """Parse and chunk (CPU work: runs in a worker thread)."""
+    def _prepare(self, doc: DocumentInput) -> tuple[str, list[Chunk], str | None, float]:
+        """Parse and chunk (CPU work: runs in a worker thread; PDF and HTML in a limited
+        child process). The last item: the CPU seconds of a parse in the child, to be
+        charged (0.0 for text and Markdown, linear scans paid for by their chunks)."""
+        parsed, cpu_s = parse_bounded(
+            doc.content_type, text=doc.text, data=doc.data, limits=self.limits, box=self.box
+        )
         try:
-            parsed = parse(doc.content_type, text=doc.text, data=doc.data, limits=self.limits)
             sizes = self.sizes if isinstance(self.sizes, ChunkSizes) else self.sizes()
             chunks = chunk(parsed, self.tokenizer(), sizes, self.settings.max_chunks)
         except DocumentRefused as exc:
-            code = "payload_too_large" if exc.status == 413 else "invalid_document"
-            raise ApiError(exc.status, code, str(exc)) from None
-        return parsed.text, chunks, parsed.title
+            raise Refused(exc.status, str(exc), cpu_s) from None
+        return parsed.text, chunks, parsed.title, cpu_s
 
     async def _embed(
         self, texts: list[str], after_call: Callable[[int], Awaitable[None]] | None = None

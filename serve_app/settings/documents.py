@@ -17,6 +17,19 @@ class DocumentSettings(BaseSettings):
     max_chars: int = Field(4_000_000, ge=1)  # extracted text of one document
     max_pdf_pages: int = Field(1000, ge=1)
     max_chunks: int = Field(5000, ge=1)  # chunks of one document
+    # A PDF or HTML file is parsed in a child process (serve_app/documents/sandbox.py):
+    # pypdf re-reads a shared content stream for every page and a form XObject for every
+    # ``Do``, so a 2 kB file can cost minutes. Over ``parse_cpu_s`` seconds of CPU or
+    # ``parse_memory_mb`` of address space the child is killed and the post is a 413.
+    parse_cpu_s: int = Field(10, ge=1)
+    parse_memory_mb: int = Field(1024, ge=128)
+    max_pdf_objects: int = Field(200_000, ge=1)  # cross-reference entries of one PDF
+    # Bytes of content streams read (a stream shared by n pages counts n times) and
+    # decompressed (every filter, every stream) in one PDF parse.
+    max_decoded_bytes: int = Field(128 * 1024 * 1024, ge=1)
+    # A parse in the child costs one rate unit per ``parse_unit_cpu_s`` of its CPU time
+    # (at least one; a parse killed at its limit costs the limit), on top of the chunks.
+    parse_unit_cpu_s: float = Field(0.5, gt=0)
     # The chunker's target: min(chunk_tokens, the model's max tokens - 2) tokens per chunk,
     # ``overlap_tokens`` shared with the previous chunk (the seed design's 512/50).
     chunk_tokens: int = Field(512, ge=16)

@@ -4,7 +4,12 @@
 files that cost a careless reader a lot: ``page_bomb`` declares 2**depth pages through
 a page tree whose every level names the next level twice (a reader that walks it visits
 them all), ``stream_bomb`` has one page whose Flate content stream inflates to
-``inflated`` bytes (a few kB on disk).
+``inflated`` bytes (a few kB on disk), ``shared_stream_bomb`` has many pages that all
+name one Flate content stream of many text operators (a reader parses it once per page),
+``xobject_bomb`` one page that draws a form XObject which draws the next ``fanout``
+times, ``depth`` deep (``fanout ** depth`` text operators for a reader that follows each
+``Do``). ``surrogate_pdf`` shows text through a font whose ToUnicode map names a lone
+surrogate (``<D800>``) for a glyph.
 """
 
 from __future__ import annotations
@@ -88,5 +93,69 @@ def stream_bomb(inflated: int = 200 * 1024 * 1024) -> bytes:
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R"
             b" /Resources << /Font << /F1 3 0 R >> >> >>",
             _stream(packed, b"/Filter /FlateDecode "),
+        ]
+    )
+
+
+def shared_stream_bomb(pages: int = 1000, operators: int = 200_000) -> bytes:
+    """``pages`` pages whose /Contents are one stream of ``operators`` ``Tj``s."""
+    ops = b"BT /F1 12 Tf 72 720 Td " + b"(a) Tj " * operators + b"ET"
+    kids = b" ".join(b"4 0 R" for _ in range(pages))
+    return _pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+            FONT,
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R"
+            b" /Resources << /Font << /F1 3 0 R >> >> >>",
+            _stream(zlib.compress(ops, 9), b"/Filter /FlateDecode "),
+        ]
+    )
+
+
+def xobject_bomb(depth: int = 8, fanout: int = 10) -> bytes:
+    """One page drawing form 0; form i draws form i+1 ``fanout`` times; the last shows
+    text (objects: 1 catalog, 2 pages, 3 font, 4 page, 5 its content, 6.. the forms)."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        FONT,
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R"
+        b" /Resources << /Font << /F1 3 0 R >> /XObject << /X0 6 0 R >> >> >>",
+        _stream(b"/X0 Do"),
+    ]
+    form = b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] "
+    for level in range(depth):
+        if level + 1 < depth:
+            body = b"q /X Do Q " * fanout
+            res = b"/Resources << /XObject << /X %d 0 R >> >> " % (7 + level)
+        else:
+            body = b"BT /F1 12 Tf 72 720 Td (deep) Tj ET"
+            res = b"/Resources << /Font << /F1 3 0 R >> >> "
+        objects.append(_stream(body, form + res))
+    return _pdf(objects)
+
+
+def surrogate_pdf(text: str = "Refunds take five days") -> bytes:
+    """One page of ``text`` then one glyph (code 0x01) that a ToUnicode CMap maps to
+    ``<D800>``, an unpaired surrogate no UTF-8 text can hold."""
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+        b"/CMapName /Bad def /CMapType 2 def\n"
+        b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+        b"1 beginbfchar <01> <D800> endbfchar\n"
+        b"endcmap CMapName currentdict /CMap defineresource pop end end"
+    )
+    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 5 0 R >>"
+    content = b"BT /F1 12 Tf 72 720 Td (%s) Tj <01> Tj ET" % _escape(text)
+    return _pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+            font,
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 6 0 R"
+            b" /Resources << /Font << /F1 3 0 R >> >> >>",
+            _stream(cmap),
+            _stream(content),
         ]
     )
