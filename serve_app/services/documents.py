@@ -78,6 +78,7 @@ class DocumentService(DocumentAccess):
             max_pdf_pages=settings.max_pdf_pages,
             max_pdf_objects=settings.max_pdf_objects,
             max_decoded_bytes=settings.max_decoded_bytes,
+            max_html_depth=settings.max_html_depth,
         )
         self.box = Box(settings.parse_cpu_s, settings.parse_memory_mb * 1024 * 1024)
         self._turns = asyncio.Semaphore(settings.concurrent)

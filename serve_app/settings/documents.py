@@ -27,6 +27,9 @@ class DocumentSettings(BaseSettings):
     # Bytes of content streams read (a stream shared by n pages counts n times) and
     # decompressed (every filter, every stream) in one PDF parse.
     max_decoded_bytes: int = Field(128 * 1024 * 1024, ge=1)
+    # Elements an HTML page may leave open inside each other: an HTML5 tree builder
+    # looks through them at every block start tag, so the parse costs pages x depth.
+    max_html_depth: int = Field(512, ge=8)
     # A parse in the child costs one rate unit per ``parse_unit_cpu_s`` of its CPU time
     # (at least one; a parse killed at its limit costs the limit), on top of the chunks.
     parse_unit_cpu_s: float = Field(0.5, gt=0)

@@ -8,8 +8,12 @@ import json
 
 import pytest
 
+from serve_app.auth import Principal
 from serve_app.bootstrap import bootstrap
+from serve_app.errors import ApiError
+from serve_app.schemas.documents import DocumentInput
 from serve_app.settings import Settings
+from tests.fakes.pdfs import surrogate_pdf, xobject_bomb
 from tests.serve_app.documents.test_parse_chunking import pdf_bytes
 from tests.serve_app.inprocess import in_process_api
 
@@ -86,3 +90,77 @@ async def test_export_import_carries_a_users_documents(stack):
     got = (await c.get("/v1/documents/trip")).json()
     assert got["document"]["owner"] == "ben" and got["document"]["tags"] == ["travel"]
     assert [ch["heading_path"] for ch in got["chunks"]] == [["Trip", "Hotel"], ["Trip", "Train"]]
+
+
+@pytest.fixture
+async def hostile(fresh_db, encoder):
+    """Parse limits small enough for a test: 1 s of CPU, one rate unit per 0.25 s."""
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    settings = settings.with_(documents={"parse_cpu_s": 1, "parse_unit_cpu_s": 0.25})
+    boot = bootstrap(settings, fresh_db)
+    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY) as (c, services):
+        yield c, services
+
+
+async def _nothing_stored(c) -> None:
+    assert (await c.get("/v1/documents")).json()["documents"] == []
+
+
+async def test_multipart_metadata_deeply_nested_or_with_a_lone_surrogate_is_422(hostile):
+    c, _ = hostile
+    pdf = ("faq.pdf", pdf_bytes(["Refunds take five days."]), "application/pdf")
+    for metadata in (
+        '{"a": ' * 5000 + "1" + "}" * 5000,  # past json.loads' recursion: was a 500
+        '{"a": ' * 65 + "1" + "}" * 65,  # past the input guard's depth
+        '{"note": "\\ud800"}',  # an escaped lone surrogate: PostgreSQL cannot store it
+        '{"\\udfff": 1}',
+    ):
+        r = await c.post("/v1/documents", files={"file": pdf}, data={"metadata": metadata})
+        assert r.status_code == 422, (metadata[:20], r.text)
+        assert r.json()["error"]["code"] == "invalid_request" and "metadata" in r.text
+    await _nothing_stored(c)
+    ok = await c.post("/v1/documents", files={"file": pdf}, data={"metadata": '{"a": {"b": 1}}'})
+    assert ok.status_code == 201 and ok.json()["metadata"] == {"a": {"b": 1}}, ok.text
+
+
+async def test_a_pdf_glyph_mapped_to_a_lone_surrogate_is_stored_as_a_replacement(hostile):
+    c, _ = hostile
+    r = await c.post(
+        "/v1/documents",
+        files={"file": ("s.pdf", surrogate_pdf("Refunds take five days"), "application/pdf")},
+        data={"document_id": "s"},
+    )
+    assert r.status_code == 201, r.text  # was a 500 from the database's UTF-8 encoding
+    assert r.json()["chars"] == len("Refunds take five days\ufffd")  # the glyph kept, as U+FFFD
+    chunks = (await c.get("/v1/documents/s")).json()["chunks"]
+    assert [ch["content"].rstrip("\ufffd") for ch in chunks] == ["Refunds take five days"]
+
+
+async def test_a_pdf_bomb_is_killed_at_its_limit_charged_by_its_cpu_and_stores_nothing(hostile):
+    """Nested form XObjects (an hour of pypdf): 413 naming the CPU limit, the parse
+    charged as its whole second (4 units), not one unit per upload; the replica keeps
+    serving; an honest PDF costs its own CPU time plus its chunks."""
+    c, services = hostile
+    r = await c.post(
+        "/v1/documents",
+        files={"file": ("bomb.pdf", xobject_bomb(8, 10), "application/pdf")},
+        data={"document_id": "bomb"},
+    )
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["code"] == "payload_too_large"
+    assert "MEMSERVE_DOC_PARSE_CPU_S" in r.json()["error"]["message"]
+    assert (await c.get("/v1/documents/bomb")).status_code == 404
+    await _nothing_stored(c)
+    caller = Principal("k", "default", "service")
+    spent: list[float] = []
+    bomb = DocumentInput(data=xobject_bomb(8, 10), content_type="application/pdf")
+    with pytest.raises(ApiError) as refused:
+        await services.documents.ingest(caller, bomb, charge=spent.append)
+    assert refused.value.status == 413 and spent == [4.0]
+    spent.clear()
+    honest = DocumentInput(
+        data=pdf_bytes(["Refunds take five days."]), content_type="application/pdf"
+    )
+    await services.documents.ingest(caller, honest, charge=spent.append)
+    assert len(spent) == 2 and 1.0 <= spent[0] <= 4.0 and spent[1] == 1.0  # parse, 1 chunk
+    assert (await c.get("/healthz")).status_code == 200
