@@ -56,6 +56,8 @@ E2E_LLM_ENV = {
     # the tests' document server listens on 127.0.0.2; 127.0.0.1 and the rest stay refused.
     "MEMSERVE_FETCH_ALLOWED_NETWORKS": '["127.0.0.2/32"]',
     "MEMSERVE_FETCH_TIMEOUT_S": "3",
+    # tests/security: a PDF bomb's parse is killed at 3 s of CPU, well within BOMB_S.
+    "MEMSERVE_DOC_PARSE_CPU_S": "3",
 }
 
 

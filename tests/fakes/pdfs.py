@@ -97,9 +97,12 @@ def stream_bomb(inflated: int = 200 * 1024 * 1024) -> bytes:
     )
 
 
-def shared_stream_bomb(pages: int = 1000, operators: int = 200_000) -> bytes:
-    """``pages`` pages whose /Contents are one stream of ``operators`` ``Tj``s."""
-    ops = b"BT /F1 12 Tf 72 720 Td " + b"(a) Tj " * operators + b"ET"
+def shared_stream_bomb(
+    pages: int = 1000, operators: int = 200_000, op: bytes = b"(a) Tj "
+) -> bytes:
+    """``pages`` pages whose /Contents are one stream of ``operators`` ``op``s (a ``Tj``
+    each by default; ``b"0 0 Td "`` reads as much and shows no text)."""
+    ops = b"BT /F1 12 Tf 72 720 Td (a) Tj " + op * operators + b"ET"
     kids = b" ".join(b"4 0 R" for _ in range(pages))
     return _pdf(
         [

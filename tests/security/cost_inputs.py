@@ -10,6 +10,10 @@ punctuation (``^[\\W_]+|[\\W_]+$`` backtracks over them), characters NFKC expand
 body guard's string strip), deep brackets, many escapes, and repeated identical items.
 Every size stays within the route's own limits (settings.limits), so the request is
 served (or refused for its content, not its size).
+
+:func:`document_cases` is the document class: PDF uploads (a content stream shared by
+every page, a form XObject drawn over and over), HTML that was quadratic (unclosed
+attributes, block elements nested without end) and mem0 adds of many document URL parts.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from tests.fakes.pdfs import shared_stream_bomb, xobject_bomb
 from tests.hostile_input import SAMPLE, Schema
 
 TEXT_CHARS = 1000  # n for text fields; 4n <= MEMSERVE_MAX_CONTENT_CHARS (8000)
@@ -85,6 +90,7 @@ class CostCase:
     kind: str
     method: str
     build: Callable[[int], tuple[str, bytes | None]]  # scale 0, 1, 4 -> (url, body)
+    content_type: str = "application/json"
 
     @property
     def label(self) -> str:
@@ -194,3 +200,66 @@ def _fill(value: Any, text: str) -> Any:
     if isinstance(value, list):
         return [_fill(v, text) for v in value]
     return value
+
+
+DOCUMENTS = "POST /v1/documents"
+MEM0_ADD = "POST /mem0/v3/memories/add/"
+BOUNDARY = "costcaseboundary7MA4YWxkTrZu0gW"
+
+
+def multipart(filename: str, ctype: str, data: bytes, fields: dict[str, str]) -> bytes:
+    """A multipart/form-data body (``BOUNDARY``) of ``fields`` and one file part."""
+    out = b""
+    for name, value in fields.items():
+        out += f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+        out += value.encode() + b"\r\n"
+    out += (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"'
+        f"\r\nContent-Type: {ctype}\r\n\r\n"
+    ).encode()
+    return out + data + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+def _pdf_case(kind: str, make: Callable[[int], bytes]) -> CostCase:
+    def build(scale: int) -> tuple[str, bytes | None]:
+        body = multipart("cost.pdf", "application/pdf", make(scale), {"document_id": "cost-pdf"})
+        return "/v1/documents", body
+
+    return CostCase(DOCUMENTS, kind, "POST", build, f"multipart/form-data; boundary={BOUNDARY}")
+
+
+def _html_case(kind: str, unit: str, n: int) -> CostCase:
+    def build(scale: int) -> tuple[str, bytes | None]:
+        text = unit * (n * scale or 1) + "<p>end</p>"
+        body = {"document_id": "cost-html", "text": text, "content_type": "text/html"}
+        return "/v1/documents", json.dumps(body).encode()
+
+    return CostCase(DOCUMENTS, kind, "POST", build)
+
+
+def document_cases(url: Callable[[str], str]) -> list[CostCase]:
+    """The document class; ``url(path)``: the allowed document server's URL of ``path``
+    (it serves ``/cost.md``). PDFs of n and 4n pages sharing one content stream of 2,000
+    operators, a form XObject drawn 500 n times; HTML of n unclosed attributes
+    (``'<a b="'``: html.parser's 16x), of n ``<div>`` or ``<ul><li>`` left open (an HTML5
+    tree builder's n^2); mem0 adds of 2 n document URL parts (each fetched, parsed,
+    embedded). Sizes keep 4n within the parse's CPU limit, so both sizes are served or
+    both refused for the same reason."""
+
+    def add(scale: int) -> tuple[str, bytes | None]:
+        part = {"type": "mdx_url", "mdx_url": {"url": url("/cost.md")}}
+        messages = [{"role": "user", "content": part} for _ in range(2 * scale or 1)]
+        body = {"user_id": "victim", "infer": False, "messages": messages}
+        return "/mem0/v3/memories/add/", json.dumps(body).encode()
+
+    return [
+        _pdf_case(
+            "PDF: pages sharing one content stream",
+            lambda k: shared_stream_bomb(pages=8 * k or 1, operators=2000, op=b"0 0 Td "),
+        ),
+        _pdf_case("PDF: one form XObject drawn n times", lambda k: xobject_bomb(2, 500 * k or 1)),
+        _html_case('HTML: unclosed attributes <a b="', '<a b="', 20_000),
+        _html_case("HTML: <div> left open", "<div>", 2_000),
+        _html_case("HTML: <ul><li> left open", "<ul><li>", 1_000),
+        CostCase(MEM0_ADD, "mem0 add: document URL parts", "POST", add),
+    ]

@@ -12,6 +12,10 @@ event loop shows up there, and an answer slower than ``HEALTHZ_S`` fails. (The s
 of the security suite runs one Ingress replica unless its autoscaler added a second
 under earlier load; then a probe may land on the idle one and the check is weaker.)
 
+The document class (tests/security/cost_inputs.py ``document_cases``: PDF uploads,
+HTML that was quadratic, mem0 adds of many document URL parts) is measured the same way
+against a document server on the one address the test service may fetch from.
+
 The worst ratio per route, the cases and the 5xx answers are printed at the end of the
 run and written to ``loadtests/results/cost_amplification.json``.
 """
@@ -29,8 +33,9 @@ import pytest
 
 from serve_app.api import create_app
 from serve_app.settings import Settings
+from tests.fakes.document_server import DocumentServer
 from tests.security.conftest import CASES, COSTS, SERVER_ERRORS
-from tests.security.cost_inputs import CostCase, cases, routes
+from tests.security.cost_inputs import CostCase, cases, document_cases, routes
 
 pytestmark = pytest.mark.e2e
 
@@ -85,7 +90,7 @@ def cost_tenant(sec_service):
 
 def _timed(c: httpx.Client, case: CostCase, scale: int, key: str) -> tuple[float, int]:
     url, body = case.build(scale)
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": case.content_type}
     started = time.perf_counter()
     r = c.request(case.method, url, content=body, headers=headers)
     return time.perf_counter() - started, r.status_code
@@ -172,3 +177,49 @@ def test_cost_grows_at_most_linearly_and_healthz_answers(sec_service, cost_tenan
                 f"{m.case.label}: /healthz took {1000 * m.healthz_s:.0f} ms while it ran"
             )
     assert not problems, "\n".join(problems)
+
+
+DOCUMENT_KINDS = [c.kind for c in document_cases(lambda path: path)]
+
+
+@pytest.fixture(scope="module")
+def document_server():
+    """The allowed document server (127.0.0.2, MEMSERVE_FETCH_ALLOWED_NETWORKS of the
+    test service) with the Markdown file the mem0 URL parts name."""
+    md = b"# Cost\n\nA short document fetched by URL.\n"
+    s = DocumentServer(host="127.0.0.2", files={"/cost.md": ("text/markdown", md)}).start()
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("kind", DOCUMENT_KINDS)
+def test_document_cost_grows_at_most_linearly_and_healthz_answers(
+    sec_service, cost_tenant, document_server, kind
+):
+    key, _ = cost_tenant
+    (case,) = [c for c in document_cases(document_server.url) if c.kind == kind]
+    m = measure(sec_service, key, case)
+    CASES[f"cost amplification: {kind}"] += 1
+    row = COSTS.setdefault(
+        f"{case.route} (documents)",
+        {"cases": 0, "worst_ratio": 0.0, "worst_kind": "", "worst_4n_s": 0.0,
+         "worst_healthz_ms": 0.0, "5xx": 0},
+    )  # fmt: skip
+    row["cases"] += 1
+    row["worst_healthz_ms"] = max(row["worst_healthz_ms"], round(1000 * m.healthz_s, 1))
+    row["5xx"] += sum(s >= 500 for s in m.statuses)
+    if m.ratio >= row["worst_ratio"]:
+        row.update(
+            worst_ratio=round(m.ratio, 2), worst_kind=kind,
+            worst_4n_s=round(statistics.median(m.large), 3),
+        )  # fmt: skip
+    errors = [s for s in m.statuses if s >= 500]
+    if errors:
+        SERVER_ERRORS.append(f"cost amplification: {case.label} -> {errors[0]}")
+    assert not errors, f"{case.label}: answered {errors[0]}"
+    small, large = statistics.median(m.small), statistics.median(m.large)
+    assert m.ratio <= BOUND, (
+        f"{case.label}: t(4n)/t(n) = {m.ratio:.1f} > {BOUND}"
+        f" (medians {small:.3f} s -> {large:.3f} s)"
+    )
+    assert m.healthz_s <= HEALTHZ_S, f"{case.label}: /healthz took {1000 * m.healthz_s:.0f} ms"

@@ -6,8 +6,9 @@ short, IPv4-mapped IPv6, ``localhost``), the metadata address, RFC 1918, IPv6 lo
 and non-http schemes are sent as ``pdf_url``/``mdx_url`` to ``/mem0`` add, directly
 and as the target of a redirect from an allowed document server (127.0.0.2, the one
 network the test service allows): each is a 422 ``url_refused``, the trap is never
-reached, nothing is written. A PDF bomb (2 kB naming 2**20 pages, or a 200 kB stream
-inflating to 200 MB) is a 413/422 within seconds; a Markdown document of 10**5 tiny
+reached, nothing is written. A PDF bomb (2 kB naming 2**20 pages, a 200 kB stream
+inflating to 200 MB, a content stream every page shares, form XObjects drawing each
+other) is a 413/422 within seconds; a Markdown document of 10**5 tiny
 sections (more chunks than ``MEMSERVE_DOC_MAX_CHUNKS``) is a 413 that writes nothing.
 """
 
@@ -19,7 +20,7 @@ import time
 import pytest
 
 from tests.fakes.document_server import DocumentServer
-from tests.fakes.pdfs import page_bomb, stream_bomb, text_pdf
+from tests.fakes.pdfs import page_bomb, shared_stream_bomb, stream_bomb, text_pdf, xobject_bomb
 from tests.security.conftest import CASES, LEAKS, SERVER_ERRORS, http
 
 pytestmark = pytest.mark.e2e
@@ -167,9 +168,17 @@ def test_another_tenants_document_jobs_are_404_and_change_nothing(sec_service, t
 
 
 @pytest.mark.parametrize(
-    "name,make", [("page tree of 2**20 pages", page_bomb), ("200 MB stream", stream_bomb)]
+    "name,make",
+    [
+        ("page tree of 2**20 pages", page_bomb),
+        ("200 MB stream", stream_bomb),
+        ("one content stream parsed by 1000 pages", shared_stream_bomb),
+        ("form XObjects 10 x 10 x ... 8 deep", xobject_bomb),
+    ],
 )
 def test_pdf_bombs_are_refused_fast(sec_service, tenants, name, make):
+    """Each within seconds (the parse's child is killed at MEMSERVE_DOC_PARSE_CPU_S,
+    3 s in the test service), and the replica serves the other tenant right after."""
     data = make()
     assert len(data) < 512 * 1024
     with http(sec_service, tenants["a"]["service"]) as c:
@@ -181,6 +190,9 @@ def test_pdf_bombs_are_refused_fast(sec_service, tenants, name, make):
         assert r.status_code in (413, 422), r.text
         assert took < BOMB_S, f"{name}: {took:.1f} s"
         assert c.get("/v1/documents/bomb").status_code == 404
+    with http(sec_service, tenants["b"]["service"]) as other:
+        r = other.post("/v1/documents", json={"text": "ten chars.", "scope": "org"})
+        assert r.status_code == 201, r.text
 
 
 def test_a_document_of_more_chunks_than_the_cap_is_413_and_writes_nothing(sec_service, tenants):
