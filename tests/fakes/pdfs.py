@@ -116,9 +116,11 @@ def shared_stream_bomb(
     )
 
 
-def xobject_bomb(depth: int = 8, fanout: int = 10) -> bytes:
+def xobject_bomb(depth: int = 4, fanout: int = 10, operators: int = 2000) -> bytes:
     """One page drawing form 0; form i draws form i+1 ``fanout`` times; the last shows
-    text (objects: 1 catalog, 2 pages, 3 font, 4 page, 5 its content, 6.. the forms)."""
+    ``operators`` words (objects: 1 catalog, 2 pages, 3 font, 4 page, 5 its content, 6..
+    the forms). pypdf 7 stops after 5,000 form invocations per page; 10**3 invocations of
+    a form of 2,000 operators are still 2 * 10**6 operators read from a 2 kB file."""
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
@@ -133,8 +135,8 @@ def xobject_bomb(depth: int = 8, fanout: int = 10) -> bytes:
             body = b"q /X Do Q " * fanout
             res = b"/Resources << /XObject << /X %d 0 R >> >> " % (7 + level)
         else:
-            body = b"BT /F1 12 Tf 72 720 Td (deep) Tj ET"
-            res = b"/Resources << /Font << /F1 3 0 R >> >> "
+            body = zlib.compress(b"BT /F1 12 Tf 72 720 Td " + b"(deep) Tj " * operators + b"ET")
+            res = b"/Resources << /Font << /F1 3 0 R >> >> /Filter /FlateDecode "
         objects.append(_stream(body, form + res))
     return _pdf(objects)
 

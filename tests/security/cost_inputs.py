@@ -257,7 +257,10 @@ def document_cases(url: Callable[[str], str]) -> list[CostCase]:
             "PDF: pages sharing one content stream",
             lambda k: shared_stream_bomb(pages=8 * k or 1, operators=2000, op=b"0 0 Td "),
         ),
-        _pdf_case("PDF: one form XObject drawn n times", lambda k: xobject_bomb(2, 500 * k or 1)),
+        _pdf_case(
+            "PDF: one form XObject drawn n times",
+            lambda k: xobject_bomb(2, 500 * k or 1, operators=1),
+        ),
         _html_case('HTML: unclosed attributes <a b="', '<a b="', 20_000),
         _html_case("HTML: <div> left open", "<div>", 2_000),
         _html_case("HTML: <ul><li> left open", "<ul><li>", 1_000),

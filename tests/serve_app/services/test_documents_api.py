@@ -143,7 +143,7 @@ async def test_a_pdf_bomb_is_killed_at_its_limit_charged_by_its_cpu_and_stores_n
     c, services = hostile
     r = await c.post(
         "/v1/documents",
-        files={"file": ("bomb.pdf", xobject_bomb(8, 10), "application/pdf")},
+        files={"file": ("bomb.pdf", xobject_bomb(), "application/pdf")},
         data={"document_id": "bomb"},
     )
     assert r.status_code == 413, r.text
@@ -153,7 +153,7 @@ async def test_a_pdf_bomb_is_killed_at_its_limit_charged_by_its_cpu_and_stores_n
     await _nothing_stored(c)
     caller = Principal("k", "default", "service")
     spent: list[float] = []
-    bomb = DocumentInput(data=xobject_bomb(8, 10), content_type="application/pdf")
+    bomb = DocumentInput(data=xobject_bomb(), content_type="application/pdf")
     with pytest.raises(ApiError) as refused:
         await services.documents.ingest(caller, bomb, charge=spent.append)
     assert refused.value.status == 413 and spent == [4.0]
