@@ -82,10 +82,10 @@ def parse_bounded(
         "cpu_s": box.cpu_s,
         "memory_bytes": box.memory_bytes,
     }
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")])),
-    }
+    # Only what the interpreter needs: the child reads hostile bytes, so it gets none of
+    # the replica's secrets (database URL, API keys) in its environment.
+    path = os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")]))
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": path, "LC_ALL": "C.UTF-8"}
     started = time.monotonic()
     try:
         done = subprocess.run(
