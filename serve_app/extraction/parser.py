@@ -16,6 +16,7 @@ from typing import Any, Literal
 import re2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from serve_app.extraction.answer_schema import strict_schema
 from serve_app.extraction.dates import parse_when
 
 MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
@@ -180,10 +181,35 @@ class ExtractedFact(BaseModel):
         return clean_text(v, 500) if isinstance(v, str) else v
 
 
-class Extraction(BaseModel):
+class ExtractionAnswer(BaseModel):
+    """The extraction prompt's JSON contract: what the model is asked to answer."""
+
     memories: list[ExtractedMemory] = Field(default_factory=list)
     facts: list[ExtractedFact] = Field(default_factory=list)
+
+
+class Extraction(ExtractionAnswer):
     dropped: int = 0  # items that broke the contract
+
+
+class SummaryAnswer(BaseModel):
+    """The summary prompts' JSON contract (episodic summaries and consolidation digests)."""
+
+    summary: str
+
+    @field_validator("summary", mode="before")
+    @classmethod
+    def _summary(cls, v: Any) -> Any:
+        return clean_text(v, MAX_CONTENT_CHARS) if isinstance(v, str) else v
+
+
+# The reconcile fields are asked for only when the prompt shows known memories
+# (serve_app/extraction/reconcile.py); without them a strict decoder would make the model
+# write an event for every new memory of an owner who has none.
+RECONCILE_FIELDS = ("event", "target", "reason", "turns")
+EXTRACTION_SCHEMA = strict_schema("memserve_extraction", ExtractionAnswer, RECONCILE_FIELDS)
+RECONCILE_SCHEMA = strict_schema("memserve_reconcile", ExtractionAnswer)
+SUMMARY_SCHEMA = strict_schema("memserve_summary", SummaryAnswer)
 
 
 def _structure(text: str, start: int = 0) -> tuple[list[tuple[int, str]], bool]:
@@ -335,9 +361,10 @@ def parse_extraction(text: str) -> Extraction:
 
 
 def parse_summary(text: str) -> str:
-    obj = load_json_object(text)
-    summary = obj.get("summary")
-    summary = clean_text(summary, MAX_CONTENT_CHARS) if isinstance(summary, str) else ""
+    try:
+        summary = SummaryAnswer.model_validate(load_json_object(text)).summary
+    except ValidationError:
+        summary = ""
     if not summary:
         raise BadOutput("JSON object has no 'summary' string")
     return summary

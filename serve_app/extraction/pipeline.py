@@ -45,7 +45,14 @@ from serve_app.extraction.junk import (
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.negation import without_negated
 from serve_app.extraction.outcome import Outcome
-from serve_app.extraction.parser import BadOutput, ExtractedFact, ExtractedMemory, parse_extraction
+from serve_app.extraction.parser import (
+    EXTRACTION_SCHEMA,
+    RECONCILE_SCHEMA,
+    BadOutput,
+    ExtractedFact,
+    ExtractedMemory,
+    parse_extraction,
+)
 from serve_app.extraction.prompts import (
     EXTRACT_SYSTEM,
     answer_tokens,
@@ -226,15 +233,24 @@ class ExtractionPipeline:
         # What every call of a tenant shares first (contract, guidance: provider prompt
         # caches hit), then what varies (rules if something is shown, turns, known block).
         system = EXTRACT_SYSTEM + guidance_prompt(guidance) + rules
+        schema = RECONCILE_SCHEMA if rules else EXTRACTION_SCHEMA
         for chunk in chunk_turns(turns, budget, s.max_turn_tokens):
             self.metrics.attempt()
+            response_format = self.llm.answer_format(schema)
             answer = await self.llm.complete_json(
                 system,
                 extraction_user_prompt(chunk) + block,
                 tag=tag,
                 max_tokens=answer_tokens(self.settings, chunk, len(known.items)),
+                schema=schema,
             )
-            parsed = parse_extraction(answer)
+            try:
+                parsed = parse_extraction(answer)
+            except BadOutput:
+                self.metrics.schema_failure(purpose, response_format)
+                raise
+            if parsed.dropped:
+                self.metrics.schema_failure(purpose, response_format)
             memories += [
                 m.model_copy(update={"tags": guidance.pick(m.tags)}) for m in parsed.memories
             ]
