@@ -11,7 +11,7 @@ Ingress, in-process (``serve_app.mcp.http``); for desktop agents, over the netwo
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Protocol
 from uuid import UUID
 
@@ -37,6 +37,10 @@ UserId = Annotated[
 ]
 AgentId = Annotated[Identifier | None, Field(description="agent scope (optional)")]
 SessionId = Annotated[Identifier | None, Field(description="session scope (optional)")]
+ReferenceDate = Annotated[
+    date | None,
+    Field(description="the day the message is said; 'last week' is read against it (today)"),
+]
 
 
 class Connector(Protocol):
@@ -107,6 +111,7 @@ def build_server(connector: Connector) -> MCPServer:
         as_of: Annotated[
             datetime | None, Field(description="what was true at this time (ISO 8601)")
         ] = None,
+        reference_date: ReferenceDate = None,
     ) -> dict[str, Any]:
         """The user's memories most relevant to ``query``, best first, each with a score:
         what is true now, or at ``as_of``."""
@@ -116,6 +121,7 @@ def build_server(connector: Connector) -> MCPServer:
             agent_id=agent_id,
             session_id=session_id,
             as_of=as_of.isoformat() if as_of else None,
+            reference_date=reference_date.isoformat() if reference_date else None,
         )
         found = await call(ctx, "search", query, user_id=user_id, top_k=top_k, **options)
         return found.model_dump(mode="json")
@@ -127,10 +133,15 @@ def build_server(connector: Connector) -> MCPServer:
         user_id: UserId = None,
         session_id: SessionId = None,
         agent_id: AgentId = None,
+        reference_date: ReferenceDate = None,
     ) -> str:
         """A ready-to-use block of what is known about the user that matters for ``query``
         (relevant memories and facts), for the system prompt."""
-        options = _clean(session_id=session_id, agent_id=agent_id)
+        options = _clean(
+            session_id=session_id,
+            agent_id=agent_id,
+            reference_date=reference_date.isoformat() if reference_date else None,
+        )
         block = await call(ctx, "context", query, user_id=user_id, **options)
         return block.context
 

@@ -118,7 +118,10 @@ def resolve(text: str, reference: date) -> Period | None:
     """The first period ``text`` names, read against ``reference`` (module docstring)."""
     w = words(text)
     for i in range(len(w)):
-        found = _at(w, i, reference)
+        try:
+            found = _at(w, i, reference)
+        except OverflowError:  # a period past the calendar's ends (year 1 or 9999)
+            found = None
         if found is not None:
             return found
     return None

@@ -11,7 +11,9 @@ from datetime import date, datetime
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from serve_app.schemas.memories import reference_day
 
 
 class Lenient(BaseModel):
@@ -51,6 +53,10 @@ class SearchRequest(EntityFields):
     top_k: int | None = Field(default=None, ge=1)
     threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     categories: list[str] | None = None
+    # Not mem0's: the day the query is asked ("last week" is read against it; /v1/search).
+    reference_date: date | None = None
+
+    _reference = field_validator("reference_date", mode="before")(reference_day)
 
 
 class ListRequest(EntityFields):

@@ -183,6 +183,21 @@ def test_any_word_salad_resolves_to_a_period_or_none(parts, ref):
     assert p is None or p.first <= p.last
 
 
+@given(
+    st.lists(
+        st.sampled_from(
+            ["last", "next", "this", "week", "weekend", "ago", "in", "2", "after", "friday",
+             "yesterday", "tomorrow", "day", "before", "winter", "may", "the", "month"]
+        ),
+        max_size=12,
+    ),
+    st.dates(),
+)
+def test_any_phrase_on_any_day_of_the_calendar(parts, ref):
+    p = resolve(" ".join(parts), ref)
+    assert p is None or p.first <= p.last
+
+
 def test_the_extremes_of_the_calendar_do_not_raise():
     assert resolve("next year", date(9999, 6, 1)) is None
     assert resolve("9999 years ago", date(2026, 1, 1)) is None
