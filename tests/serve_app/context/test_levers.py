@@ -126,7 +126,7 @@ def test_a_vague_follow_up_is_not_small_talk():
 
 
 def test_every_search_of_a_block_reads_periods_against_the_reference_date():
-    """"last week" in a message is read against the day it is said, in each of the
+    """ "last week" in a message is read against the day it is said, in each of the
     block's searches (its parts, the session, the time-free probe, the knowledge base)."""
     seen: list[object] = []
 

@@ -186,8 +186,26 @@ def test_any_word_salad_resolves_to_a_period_or_none(parts, ref):
 @given(
     st.lists(
         st.sampled_from(
-            ["last", "next", "this", "week", "weekend", "ago", "in", "2", "after", "friday",
-             "yesterday", "tomorrow", "day", "before", "winter", "may", "the", "month"]
+            [
+                "last",
+                "next",
+                "this",
+                "week",
+                "weekend",
+                "ago",
+                "in",
+                "2",
+                "after",
+                "friday",
+                "yesterday",
+                "tomorrow",
+                "day",
+                "before",
+                "winter",
+                "may",
+                "the",
+                "month",
+            ]
         ),
         max_size=12,
     ),
