@@ -17,6 +17,7 @@ from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import SUMMARY_SCHEMA, BadOutput, parse_summary
 from serve_app.extraction.prompts import SUMMARY_SYSTEM, summary_user_prompt
+from serve_app.extraction.speakers import Speakers
 from serve_app.extraction.writer import MemoryWriter
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
@@ -73,7 +74,7 @@ class Compressor:
         try:
             answer = await self.llm.complete_json(
                 SUMMARY_SYSTEM,
-                summary_user_prompt(turns),
+                summary_user_prompt(turns, Speakers.of(turns, key.owner)),
                 tag=CallTag(key.tenant_id, key.user_id, "summarize"),
                 schema=SUMMARY_SCHEMA,
             )

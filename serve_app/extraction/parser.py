@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from functools import cache
 from typing import Any, Literal
 
 import re2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from serve_app.extraction.answer_schema import strict_schema
+from serve_app.extraction.answer_schema import ResponseSchema, strict_schema
 from serve_app.extraction.dates import parse_when
 
 MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
@@ -52,6 +53,11 @@ def event_time(value: Any) -> datetime | None:
 PROFILE_CLASSES = ("instruction", "constraint", "identity")
 
 
+def about_alias(value: Any) -> str | None:
+    """A speaker alias as the model wrote it (``"s1"``, ``"me"``), cleaned; else None."""
+    return clean_text(value, 64).lower() or None if isinstance(value, str) else None
+
+
 class BadOutput(ValueError):
     """The LLM's answer holds no usable JSON object."""
 
@@ -69,6 +75,9 @@ class ExtractedMemory(BaseModel):
     target: str | None = Field(default=None, max_length=64)  # a shown alias (m1, f2)
     reason: str = Field(default="", max_length=MAX_REASON_CHARS)
     turns: list[int] = Field(default_factory=list, max_length=64)  # source turn indexes
+    # Whom it is about, in a conversation of several speakers (an alias the prompt
+    # listed: serve_app/extraction/speakers.py); None: the session's user.
+    about: str | None = Field(default=None, max_length=64)
     # Profile class (issue 29), "class" in the JSON: instruction | constraint | identity;
     # "" when the model says none; None when it says nothing (older prompts, other
     # models): the store's classifier decides then.
@@ -124,6 +133,8 @@ class ExtractedMemory(BaseModel):
 
     _valid_from = field_validator("valid_from", mode="before")(event_time)
 
+    _about = field_validator("about", mode="before")(about_alias)
+
     @field_validator("profile_class", mode="before")
     @classmethod
     def _profile_class(cls, v: Any) -> Any:
@@ -158,8 +169,10 @@ class ExtractedFact(BaseModel):
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
     importance: float = Field(default=0.5, ge=0.0, le=1.0)  # context keeps >= 0.5 first
     valid_from: datetime | None = None  # when this value became true (else: the turn's date)
+    about: str | None = Field(default=None, max_length=64)  # as ExtractedMemory's
 
     _valid_from = field_validator("valid_from", mode="before")(event_time)
+    _about = field_validator("about", mode="before")(about_alias)
 
     @field_validator("category", mode="before")
     @classmethod
@@ -204,12 +217,27 @@ class SummaryAnswer(BaseModel):
 
 
 # The reconcile fields are asked for only when the prompt shows known memories
-# (serve_app/extraction/reconcile.py); without them a strict decoder would make the model
+# (serve_app/extraction/reconcile.py), and "about" only when several people speak
+# (serve_app/extraction/speakers.py); without them a strict decoder would make the model
 # write an event for every new memory of an owner who has none.
 RECONCILE_FIELDS = ("event", "target", "reason", "turns")
-EXTRACTION_SCHEMA = strict_schema("memserve_extraction", ExtractionAnswer, RECONCILE_FIELDS)
-RECONCILE_SCHEMA = strict_schema("memserve_reconcile", ExtractionAnswer)
+SPEAKER_FIELDS = ("about",)
 SUMMARY_SCHEMA = strict_schema("memserve_summary", SummaryAnswer)
+
+
+@cache
+def extraction_schema(reconcile: bool, speakers: bool) -> ResponseSchema:
+    """The extraction answer's strict schema for a prompt that shows known memories
+    (``reconcile``) and several speakers (``speakers``), or not."""
+    omit = (() if reconcile else RECONCILE_FIELDS) + (() if speakers else SPEAKER_FIELDS)
+    name = (
+        "memserve_" + ("reconcile" if reconcile else "extraction") + ("_group" if speakers else "")
+    )
+    return strict_schema(name, ExtractionAnswer, omit)
+
+
+EXTRACTION_SCHEMA = extraction_schema(reconcile=False, speakers=False)
+RECONCILE_SCHEMA = extraction_schema(reconcile=True, speakers=False)
 
 
 def _structure(text: str, start: int = 0) -> tuple[list[tuple[int, str]], bool]:

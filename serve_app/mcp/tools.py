@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 from datetime import date, datetime
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 from uuid import UUID
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from serve_app import __version__
 from serve_app.client import AsyncMemserveClient
 from serve_app.client.errors import MemserveError
-from serve_app.schemas import Identifier, MemoryType
+from serve_app.schemas import Identifier, MemoryType, SpeakerName
 
 INSTRUCTIONS = (
     "Long-term memory of the user. Search before answering questions about the user "
@@ -41,6 +41,15 @@ ReferenceDate = Annotated[
     date | None,
     Field(description="the day the message is said; 'last week' is read against it (today)"),
 ]
+
+
+class ConversationMessage(BaseModel):
+    role: Literal["user", "assistant"]
+    content: Annotated[str, Field(min_length=1)]
+    name: Annotated[SpeakerName | None, Field(description="who said it")] = None
+    speaker_id: Annotated[
+        Identifier | None, Field(description="the platform user who said it (group chats)")
+    ] = None
 
 
 class Connector(Protocol):
@@ -97,6 +106,26 @@ def build_server(connector: Connector) -> MCPServer:
         fields = _clean(tags=tags, importance=importance, agent_id=agent_id, session_id=session_id)
         memory = await call(ctx, "add", content, user_id=user_id, type=type.value, **fields)
         return memory.model_dump(mode="json")
+
+    @server.tool()
+    async def add_conversation(
+        ctx: Context,
+        session_id: Annotated[Identifier, Field(description="the conversation's id")],
+        messages: Annotated[
+            list[ConversationMessage],
+            Field(min_length=1, description="the new messages, oldest first"),
+        ],
+        user_id: UserId = None,
+        agent_id: AgentId = None,
+    ) -> dict[str, Any]:
+        """Record messages of a conversation; what is worth remembering is extracted in
+        the background. In a group chat give each message who said it: ``name``, and
+        ``speaker_id`` for a user of the platform (their own statements go to their own
+        memory); messages without them are the user's."""
+        sent = [m.model_dump(exclude_none=True) for m in messages]
+        options = _clean(agent_id=agent_id)
+        accepted = await call(ctx, "add_turns", session_id, sent, user_id=user_id, **options)
+        return accepted.model_dump(mode="json")
 
     @server.tool()
     async def search_memories(

@@ -14,6 +14,7 @@ from serve_app.schemas.memories import (
     Identifier,
     Memory,
     ScoredMemory,
+    SpeakerName,
     StrictModel,
     at_most,
     check_content,
@@ -34,6 +35,10 @@ __all__ = [
 class ChatMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str = Field(max_length=100_000)
+    # Who said it, as on /v1/sessions (the block reads the words; accepted so that a
+    # platform can send the same messages everywhere).
+    name: SpeakerName | None = None
+    speaker_id: Identifier | None = None
 
     @field_validator("content")
     @classmethod

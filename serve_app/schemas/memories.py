@@ -20,6 +20,22 @@ from serve_app.settings import get_settings
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")
 ]
+# Who said a message (OpenAI's ``name``): shown in the extraction prompt as the speaker,
+# so no line breaks, brackets or colons that would read as prompt structure.
+SpeakerName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f\[\]:]+$")
+]
+_NOT_IN_NAMES = str.maketrans("", "", "".join(map(chr, range(32))) + "\x7f[]:")
+
+
+def speaker_name(value: Any) -> str | None:
+    """A ``name`` taken from a payload that is forwarded as it is (the chat proxy's
+    OpenAI messages, mem0's): made a :data:`SpeakerName`, or None."""
+    if not isinstance(value, str):
+        return None
+    return value.translate(_NOT_IN_NAMES).strip()[:64] or None
+
+
 # Free text that reaches a text column: PostgreSQL refuses NUL, so it is a 422 here.
 NO_NUL = r"^[^\x00]*$"
 # memory_items.version is a PostgreSQL integer: a bigger one is a 422, not an overflow.

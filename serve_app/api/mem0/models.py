@@ -22,6 +22,9 @@ class Lenient(BaseModel):
 
 class Message(Lenient):
     role: str = Field(max_length=32)
+    # Who said it (mem0 and OpenAI's ``name``): kept with the words, "Sam: ...", so
+    # what someone else said is not stored or extracted as the user's own.
+    name: str | None = None
     # Text, or mem0's multimodal content: one part ``{"type": "pdf_url", "pdf_url":
     # {"url": ...}}`` or a list of parts (serve_app/api/mem0/documents.py reads them).
     content: str | dict[str, Any] | list[Any] = Field(union_mode="left_to_right")
