@@ -14,6 +14,7 @@ one (a service key; mind its rate limit). Writes ``loadtests/results/eval_retrie
 
     python loadtests/eval_retrieval.py                      # all sets, all modes
     python loadtests/eval_retrieval.py --sets locomo --max-queries 100
+    python loadtests/eval_retrieval.py --sets locomo --modes hybrid --reference-date
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ class Api:
         chunks = [items[i : i + 100] for i in range(0, len(items), 100)]
         return sum(self.pool.map(post, chunks))
 
-    def search_many(self, user: str, queries: list[str], top_k: int, mode: str) -> list[list]:
+    def search_many(
+        self, user: str, queries: list[str], top_k: int, mode: str, **extra: object
+    ) -> list[list]:
         def one(text: str) -> list:
-            body = {"user_id": user, "query": text, "top_k": top_k, "mode": mode}
+            body = {"user_id": user, "query": text, "top_k": top_k, "mode": mode, **extra}
             r = self.client.post("/v1/search", json=body)
             r.raise_for_status()
             return r.json()["results"]
@@ -105,6 +108,15 @@ def locomo_items(conv: dict) -> list[dict]:
     return items
 
 
+def last_session_day(conv: dict) -> str | None:
+    """The day of the conversation's last session (ISO 8601): when its questions are
+    asked, so their "last year" or "two weeks ago" are read against it."""
+    c = conv["conversation"]
+    days = [session_date(c.get(k)) for k in c if re.fullmatch(r"session_\d+_date_time", k)]
+    days = [d for d in days if d]
+    return max(days)[:10] if days else None
+
+
 def locomo_qa(conv: dict, max_queries: int | None) -> list[dict]:
     qa = [q for q in conv["qa"] if evidence_ids(q.get("evidence"))]
     return qa[:max_queries] if max_queries else qa
@@ -138,7 +150,9 @@ class LocomoScores:
         }
 
 
-def eval_locomo(api: Api, run: str, modes, max_queries: int | None) -> dict:
+def eval_locomo(
+    api: Api, run: str, modes, max_queries: int | None, reference: bool = False
+) -> dict:
     convs = json.loads((DATA / "locomo-dev.json").read_text())
     scores = LocomoScores()
     stored = 0
@@ -147,7 +161,8 @@ def eval_locomo(api: Api, run: str, modes, max_queries: int | None) -> dict:
         stored += api.store(user, locomo_items(conv))
         qa = locomo_qa(conv, max_queries)
         for mode in modes:
-            results = api.search_many(user, [q["question"] for q in qa], max(KS), mode)
+            extra = {"reference_date": last_session_day(conv)} if reference else {}
+            results = api.search_many(user, [q["question"] for q in qa], max(KS), mode, **extra)
             for q, res in zip(qa, results, strict=True):
                 scores.add(mode, conv["sample_id"], q, [r["metadata"].get("dia_id") for r in res])
     return {"memories": stored, "modes": scores.report(modes)}
@@ -246,6 +261,11 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--max-queries", type=int, default=None, help="per conversation / set")
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument(
+        "--reference-date",
+        action="store_true",
+        help="LoCoMo: each search's reference_date is its conversation's last session day",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "loadtests" / "results")
     ap.add_argument("--name", help="result file name (default eval_retrieval.json)")
     args = ap.parse_args()
@@ -277,7 +297,9 @@ def main() -> None:
         for s in sets:
             print(f"evaluating {s} ...", flush=True)
             if s == "locomo":
-                report["locomo"] = eval_locomo(api, run, modes, args.max_queries)
+                report["locomo"] = eval_locomo(
+                    api, run, modes, args.max_queries, args.reference_date
+                )
             else:
                 report[s] = eval_beir(api, run, s, modes, args.max_queries)
     finally:

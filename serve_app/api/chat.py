@@ -29,6 +29,7 @@ from serve_app.auth import resolve_owner
 from serve_app.errors import ApiError
 from serve_app.responses import UsageResponse, UsageRow
 from serve_app.schemas import ErrorResponse, Identifier, at_most, said_time
+from serve_app.schemas.memories import speaker_name
 from serve_app.services.chat import ChatCall
 
 router = APIRouter(prefix="/v1", tags=["chat"])
@@ -124,6 +125,7 @@ async def chat_completions(
         stream=body.stream,
         key_id="" if caller.via_token else caller.key_id,  # use is counted per API key
         occurred_at=occurred_at,
+        speaker=speaker_name((users[-1].model_extra or {}).get("name")) if users else None,
     )
     return await services.chat.complete(call)
 

@@ -21,6 +21,7 @@ async def context(body: ContextRequest, caller: Caller, services: Svc):
         history=[(m.role, m.content) for m in body.history or ()],
         token_budget=body.token_budget,
         top_k=body.top_k,
+        reference_date=body.reference_date,
     )
     return {
         "context": result.context,

@@ -33,6 +33,7 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
         mode=body.mode,
         include_archived=body.include_archived,
         as_of=body.as_of,
+        reference_date=body.reference_date,
         include_invalidated=body.include_invalidated,
         explain=body.explain,
         document_ids=tuple(dict.fromkeys(body.document_ids or ())),

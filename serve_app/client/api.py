@@ -111,7 +111,8 @@ class Api(DataApi, DocumentsApi, AdminApi):
     @staticmethod
     def search(query: str, *, user_id: str | None = None, **options: Any) -> Call[SearchResponse]:
         """``options``: top_k, threshold, types, tags, filters, agent_id, session_id, mode,
-        as_of, include_invalidated, explain; the knowledge base (issue 33): knowledge
+        as_of, reference_date (the day the query is asked: "last week" is read against
+        it; ISO 8601), include_invalidated, explain; the knowledge base: knowledge
         (default true), scopes (user/agent/org), document_ids. Chunks carry ``citation``."""
         body = {"user_id": user_id, "query": query, **options}
         return with_body("POST", "/v1/search", body, SearchResponse)
@@ -125,7 +126,9 @@ class Api(DataApi, DocumentsApi, AdminApi):
         history: Iterable[Message] | None = None,
         **options: Any,
     ) -> Call[ContextResponse]:
-        """Ranked memories as a prompt block; ``history`` turns may be ``(role, content)``."""
+        """Ranked memories as a prompt block; ``history`` turns may be ``(role, content)``.
+        ``options``: session_id, agent_id, token_budget, top_k, reference_date (the day the
+        message is said; ISO 8601)."""
         body = {"user_id": user_id, "query": query, **options}
         if history:
             body["history"] = to_messages(history)

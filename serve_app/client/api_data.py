@@ -76,7 +76,9 @@ class DataApi:
         user_id: str | None = None,
         **options: Any,
     ) -> Call[TurnsAccepted]:
-        """``options``: agent_id. Turns are buffered and extracted in the background."""
+        """``options``: agent_id. Turns are buffered and extracted in the background. A
+        message may be a mapping with ``name`` (who said it) and ``speaker_id`` (the
+        tenant's user who said it, in a group session) besides role and content."""
         body = {"user_id": user_id, "messages": to_messages(messages), **options}
         return with_body("POST", f"/v1/sessions/{session_id}/turns", body, TurnsAccepted)
 

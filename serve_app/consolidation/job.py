@@ -29,18 +29,27 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel
+from pydantic import ValidationError as AnswerInvalid
 
 from serve_app.consolidation.lease import Lease, LeaseLost
 from serve_app.consolidation.pairs import groups, near_pairs, unit_vectors
-from serve_app.consolidation.prompts import DIGEST_SYSTEM, INSIGHT_SYSTEM, memories_prompt
+from serve_app.consolidation.prompts import (
+    DIGEST_SYSTEM,
+    INSIGHT_SCHEMA,
+    INSIGHT_SYSTEM,
+    InsightAnswer,
+    memories_prompt,
+)
 from serve_app.consolidation.store import ConsolidationStore
+from serve_app.extraction.answer_schema import ResponseSchema
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
-from serve_app.extraction.parser import BadOutput, clean_text, load_json_object
+from serve_app.extraction.parser import SUMMARY_SCHEMA, BadOutput, SummaryAnswer, load_json_object
 from serve_app.metrics import ConsolidationMetrics
 from serve_app.settings import ConsolidateSettings, Settings
 from serve_app.spend.meter import SpendMeter
@@ -54,6 +63,7 @@ from serve_app.text import dedupe_hash
 log = logging.getLogger(__name__)
 ACTOR = "consolidation"
 Embed = Callable[..., Awaitable[np.ndarray]]
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 def _ms(since: float) -> float:
@@ -229,19 +239,20 @@ class Consolidator:
             if key in known:
                 continue
             calls += 1
-            answer = await self._ask(lease, INSIGHT_SYSTEM, [m["content"] for m in members], report)
-            if answer is None:
+            contents = [m["content"] for m in members]
+            answer = await self._ask(
+                lease, INSIGHT_SYSTEM, contents, report, INSIGHT_SCHEMA, InsightAnswer
+            )
+            if answer is None or not answer.insight:
                 continue
-            text = answer.get("insight")
-            text = clean_text(text, 2000) if isinstance(text, str) else ""
-            if not text:
-                continue
-            importance = answer.get("importance")
-            importance = float(importance) if isinstance(importance, int | float) else 0.6
+            text = answer.insight
             item = NewMemory(
-                content=text, type="insight", importance=min(1.0, max(0.0, importance)),
-                data={"sources": ids, "cluster_key": key}, source=ACTOR,
-            )  # fmt: skip
+                content=text,
+                type="insight",
+                importance=answer.importance,
+                data={"sources": ids, "cluster_key": key},
+                source=ACTOR,
+            )
             vectors = await self.embed([text], is_query=False)
             async with lease.hold() as conn:
                 added = await self._add(owner, item, vectors, conn, report)
@@ -274,11 +285,12 @@ class Consolidator:
             if len(batch) < 2:
                 return
             contents = [r["content"] for r in batch]
-            answer = await self._ask(lease, DIGEST_SYSTEM, contents, report) or {}
-            summary = answer.get("summary")
-            summary = clean_text(summary, 2000) if isinstance(summary, str) else ""
-            if not summary:
+            answer = await self._ask(
+                lease, DIGEST_SYSTEM, contents, report, SUMMARY_SCHEMA, SummaryAnswer
+            )
+            if answer is None or not answer.summary:
                 continue
+            summary = answer.summary
             ids = [str(r["id"]) for r in batch]
             item = NewMemory(content=summary, type="episodic", importance=0.5, source=ACTOR,
                              data={"sources": ids})  # fmt: skip
@@ -312,21 +324,37 @@ class Consolidator:
         return added
 
     async def _ask(
-        self, lease: Lease, system: str, contents: Sequence[str], report: dict
-    ) -> dict[str, Any] | None:
-        """One LLM call, holding no connection; the lease is renewed first so it covers
-        the call (``lease_s`` must exceed the LLM's timeout times its attempts)."""
+        self,
+        lease: Lease,
+        system: str,
+        contents: Sequence[str],
+        report: dict,
+        schema: ResponseSchema,
+        model: type[Answer],
+    ) -> Answer | None:
+        """One LLM call, holding no connection, its answer validated by ``model`` (whose
+        strict schema is ``schema``); the lease is renewed first so it covers the call
+        (``lease_s`` must exceed the LLM's timeout times its attempts)."""
         assert self.llm is not None
         await lease.renew()
         tag = CallTag(lease.owner.tenant_id, lease.owner.user_id, "consolidate")
+        response_format = self.llm.answer_format(schema)
         try:
-            answer = await self.llm.complete_json(system, memories_prompt(contents), tag=tag)
-            return load_json_object(answer)
+            answer = await self.llm.complete_json(
+                system, memories_prompt(contents), tag=tag, schema=schema
+            )
+            return model.model_validate(load_json_object(answer))
         except OverBudget as exc:  # the LLM steps wait for the budget; nothing is lost
             report["deferred"] = exc.resumes_at.isoformat()
             self.metrics.outcome("deferred_budget")
             return None
-        except (LLMUnavailable, BadOutput) as exc:
+        except (BadOutput, AnswerInvalid) as exc:
+            self.metrics.schema_failure(response_format)
+            report["llm_errors"] += 1
+            self.metrics.outcome("llm_error")
+            log.warning("consolidation LLM answer broke its contract: %s", exc)
+            return None
+        except LLMUnavailable as exc:
             report["llm_errors"] += 1
             self.metrics.outcome("llm_error")
             log.warning("consolidation LLM call failed: %s", exc)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from functools import partial
 from typing import Any
 
@@ -64,6 +65,7 @@ class ContextRequest:
     threshold: float | None = None
     max_facts: int = 50
     levers: Levers = field(default_factory=lambda: Levers())
+    reference_date: date | None = None  # "last week" in the message is read against it
 
 
 @dataclass(frozen=True)
@@ -307,6 +309,7 @@ class ContextBuilder:
                     tenant_id=req.tenant_id, user_id=req.user_id,
                     top_k=req.levers.knowledge_top_k * 2, threshold=req.threshold,
                     text=texts[0], owners=shared_owners(req.agent_id),
+                    reference_date=req.reference_date,
                 )
             )  # fmt: skip
             time_free.append(False)
@@ -325,7 +328,7 @@ class ContextBuilder:
                 SearchQuery(
                     tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
                     threshold=req.threshold, text=text, owners=owners, view_of=of,
-                    view_spans=spans,
+                    view_spans=spans, reference_date=req.reference_date,
                 )
             )  # fmt: skip
             if req.session_id:
@@ -333,7 +336,7 @@ class ContextBuilder:
                     SearchQuery(
                         tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k,
                         threshold=req.threshold, session_id=req.session_id, text=text,
-                        view_of=of, view_spans=spans,
+                        view_of=of, view_spans=spans, reference_date=req.reference_date,
                     )
                 )  # fmt: skip
                 time_free.append(plain)
@@ -343,7 +346,7 @@ class ContextBuilder:
                 SearchQuery(
                     tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
                     threshold=req.threshold, text=probe, owners=owners, mode="dense",
-                    view_of=of, view_spans=spans,
+                    view_of=of, view_spans=spans, reference_date=req.reference_date,
                 )
             )  # fmt: skip
             time_free.append(True)

@@ -15,8 +15,9 @@ import numpy as np
 from serve_app.extraction.junk import clean_turns, turn_of
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.outcome import Outcome
-from serve_app.extraction.parser import BadOutput, parse_summary
+from serve_app.extraction.parser import SUMMARY_SCHEMA, BadOutput, parse_summary
 from serve_app.extraction.prompts import SUMMARY_SYSTEM, summary_user_prompt
+from serve_app.extraction.speakers import Speakers
 from serve_app.extraction.writer import MemoryWriter
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
@@ -69,11 +70,13 @@ class Compressor:
             await self.turns.mark_compressed(ids)
             return
         assert self.llm is not None
+        response_format = self.llm.answer_format(SUMMARY_SCHEMA)
         try:
             answer = await self.llm.complete_json(
                 SUMMARY_SYSTEM,
-                summary_user_prompt(turns),
+                summary_user_prompt(turns, Speakers.of(turns, key.owner)),
                 tag=CallTag(key.tenant_id, key.user_id, "summarize"),
+                schema=SUMMARY_SCHEMA,
             )
             summary = parse_summary(answer)
         except OverBudget as exc:  # the turns stay unsummarised until the budget allows
@@ -84,6 +87,7 @@ class Compressor:
             out.error = exc.kind
             return
         except BadOutput:
+            self.metrics.schema_failure("summarize", response_format)
             self.metrics.error("bad_summary")
             out.error = "bad_summary"
             return

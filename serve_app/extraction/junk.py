@@ -76,11 +76,20 @@ class Turn:
     content: str
     turn_index: int = 0
     occurred_at: datetime | None = None  # when it was said (the prompt shows the day)
+    name: str | None = None  # the message's ``name`` (who said it, as the platform shows)
+    speaker_id: str | None = None  # the tenant's user who said it (a group session)
 
 
 def turn_of(row: dict[str, Any]) -> Turn:
     """A ``session_turns`` row as extraction sees it."""
-    return Turn(row["role"], row["content"], row["turn_index"], row.get("occurred_at"))
+    return Turn(
+        row["role"],
+        row["content"],
+        row["turn_index"],
+        row.get("occurred_at"),
+        row.get("speaker_name"),
+        row.get("speaker_id"),
+    )
 
 
 def said_at(rows: Sequence[dict[str, Any]]) -> datetime | None:

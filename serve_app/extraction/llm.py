@@ -1,6 +1,10 @@
 """Async client for any OpenAI-compatible chat-completions endpoint.
 
-Asks for JSON output (``response_format: json_object``), bounds every call with
+Asks for JSON output: a strict ``json_schema`` response format when the caller gives
+the answer's schema (serve_app/extraction/answer_schema.py) and the settings allow it,
+else ``json_object``. An endpoint that refuses the strict format (HTTP 400/422) is asked
+once more in ``json_object`` and remembered, per endpoint and model, as one that
+refuses it. Every call is bounded by
 a timeout, retries transient failures (connection errors, timeouts, 429/5xx)
 with exponential backoff, and goes through a circuit breaker so an outage costs
 one fast refusal per call instead of a pile of hanging requests.
@@ -16,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from typing import Any, ClassVar
 
 import httpx
 
+from serve_app.extraction.answer_schema import ResponseSchema
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
 from serve_app.settings import LLMSettings
 from serve_app.spend.meter import SpendMeter, Ticket, prompt_tokens, spent_from
@@ -33,9 +39,16 @@ class LLMUnavailable(RuntimeError):
     The turns stay queued and are retried later.
     """
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind  # timeout | connect | http_5xx | http_429 | circuit_open | http_4xx
+        self.status = status  # the HTTP status, when the endpoint answered
+
+
+JSON_OBJECT: dict[str, Any] = {"type": "json_object"}
+# What a server that does not know ``json_schema`` answers (OpenAI-compatible servers say
+# 400; FastAPI-based ones 422); other 4xx (auth, not found) are not about the format.
+_FORMAT_REFUSED = {400, 422}
 
 
 def _cut(answer: dict) -> bool:
@@ -50,6 +63,12 @@ _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class LLMClient:
+    # Endpoints (base URL and model) seen refusing, or accepting, the strict format. Shared
+    # by every client of the process: the extraction, summary and consolidation clients
+    # of one endpoint learn it once, not once each.
+    _refuses_strict: ClassVar[set[tuple[str, str]]] = set()
+    _accepts_strict: ClassVar[set[tuple[str, str]]] = set()
+
     def __init__(
         self,
         config: LLMSettings,
@@ -70,18 +89,39 @@ class LLMClient:
             transport=transport,
         )
         self.breaker = CircuitBreaker(config.breaker_failures, config.breaker_reset_s)
+        self._endpoint = (config.base_url.rstrip("/"), config.model)
+
+    def answer_format(self, schema: ResponseSchema | None) -> str:
+        """The response format a call with ``schema`` is sent with now (a metrics label)."""
+        return self._response_format(schema)["type"]
+
+    def _response_format(self, schema: ResponseSchema | None) -> dict[str, Any]:
+        if (
+            schema is None
+            or self.config.response_format != "json_schema"
+            or self._endpoint in self._refuses_strict
+        ):
+            return JSON_OBJECT
+        return schema.response_format()
 
     async def close(self) -> None:
         await self._http.aclose()
 
     async def complete_json(
-        self, system: str, user: str, *, tag: CallTag | None = None, max_tokens: int | None = None
+        self,
+        system: str,
+        user: str,
+        *,
+        tag: CallTag | None = None,
+        max_tokens: int | None = None,
+        schema: ResponseSchema | None = None,
     ) -> str:
         """The assistant message content of one JSON-mode completion.
 
         Raises :class:`LLMUnavailable` for anything transient (after retries), and
         ``OverBudget`` (before any request) when ``tag``'s budget is spent.
-        ``max_tokens``: the answer's cap (default: the configured one).
+        ``max_tokens``: the answer's cap (default: the configured one). ``schema``: the
+        answer's strict schema (None: ``json_object``).
         """
         max_tokens = max_tokens or self.config.max_tokens
         ticket = None
@@ -94,13 +134,48 @@ class LLMClient:
             if ticket is not None:
                 await self.meter.cancel(ticket)  # type: ignore[union-attr]
             raise LLMUnavailable("circuit_open", str(exc)) from None
-        answer, content = await self._attempts(system, user, max_tokens, ticket)
+        answer, content = await self._formatted(system, user, max_tokens, ticket, schema)
         if max_tokens < self.config.max_tokens and _cut(answer):
             # sized too small for this answer: ask once more with the full cap
-            log.info("LLM answer cut at max_tokens=%d; asking again at %d", max_tokens,
-                     self.config.max_tokens)  # fmt: skip
-            return await self.complete_json(system, user, tag=tag)
+            log.info(
+                "LLM answer cut at max_tokens=%d; asking again at %d",
+                max_tokens,
+                self.config.max_tokens,
+            )
+            return await self.complete_json(system, user, tag=tag, schema=schema)
         return content
+
+    async def _formatted(
+        self,
+        system: str,
+        user: str,
+        max_tokens: int,
+        ticket: Ticket | None,
+        schema: ResponseSchema | None,
+    ) -> tuple[dict, str]:
+        """:meth:`_attempts` in the strict format where the endpoint takes it; a refusal
+        of the format itself is asked once more in ``json_object`` and remembered."""
+        response_format = self._response_format(schema)
+        strict = response_format is not JSON_OBJECT
+        try:
+            out = await self._attempts(system, user, max_tokens, ticket, response_format)
+        except LLMUnavailable as exc:
+            if not strict or exc.status not in _FORMAT_REFUSED:
+                raise
+            if self._endpoint in self._accepts_strict:
+                raise  # it took the format before: this refusal is about something else
+            ticket = await self._again(ticket, max_tokens)
+            out = await self._attempts(system, user, max_tokens, ticket, JSON_OBJECT)
+            self._refuses_strict.add(self._endpoint)
+            log.warning(
+                "LLM endpoint %s (model %s) refused the json_schema response format; "
+                "using json_object from now on",
+                *self._endpoint,
+            )
+            return out
+        if strict:
+            self._accepts_strict.add(self._endpoint)
+        return out
 
     @staticmethod
     def _failed(ticket: Ticket | None, kind: str, max_tokens: int) -> Spent:
@@ -125,7 +200,12 @@ class LLMClient:
             await self.meter.finish(ticket, spent)
 
     async def _attempts(
-        self, system: str, user: str, max_tokens: int, ticket: Ticket | None
+        self,
+        system: str,
+        user: str,
+        max_tokens: int,
+        ticket: Ticket | None,
+        response_format: dict[str, Any],
     ) -> tuple[dict, str]:
         """(the answer, its content), with retries and the breaker's bookkeeping.
 
@@ -143,7 +223,7 @@ class LLMClient:
             ],
             "temperature": 0,
             "max_tokens": max_tokens,
-            "response_format": {"type": "json_object"},
+            "response_format": response_format,
         }
         last: LLMUnavailable | None = None
         for attempt in range(self.config.max_retries + 1):
@@ -191,7 +271,7 @@ class LLMClient:
             log.warning(
                 "LLM answered HTTP %d: %s", resp.status_code, resp.text[:500].replace("\n", " ")
             )
-            raise LLMUnavailable(kind, f"LLM answered HTTP {resp.status_code}")
+            raise LLMUnavailable(kind, f"LLM answered HTTP {resp.status_code}", resp.status_code)
         try:
             answer = resp.json()
             return answer, answer["choices"][0]["message"]["content"] or ""

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from functools import cache
 from typing import Any, Literal
 
 import re2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from serve_app.extraction.answer_schema import ResponseSchema, strict_schema
 from serve_app.extraction.dates import parse_when
 
 MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
@@ -51,6 +53,11 @@ def event_time(value: Any) -> datetime | None:
 PROFILE_CLASSES = ("instruction", "constraint", "identity")
 
 
+def about_alias(value: Any) -> str | None:
+    """A speaker alias as the model wrote it (``"s1"``, ``"me"``), cleaned; else None."""
+    return clean_text(value, 64).lower() or None if isinstance(value, str) else None
+
+
 class BadOutput(ValueError):
     """The LLM's answer holds no usable JSON object."""
 
@@ -68,6 +75,9 @@ class ExtractedMemory(BaseModel):
     target: str | None = Field(default=None, max_length=64)  # a shown alias (m1, f2)
     reason: str = Field(default="", max_length=MAX_REASON_CHARS)
     turns: list[int] = Field(default_factory=list, max_length=64)  # source turn indexes
+    # Whom it is about, in a conversation of several speakers (an alias the prompt
+    # listed: serve_app/extraction/speakers.py); None: the session's user.
+    about: str | None = Field(default=None, max_length=64)
     # Profile class (issue 29), "class" in the JSON: instruction | constraint | identity;
     # "" when the model says none; None when it says nothing (older prompts, other
     # models): the store's classifier decides then.
@@ -123,6 +133,8 @@ class ExtractedMemory(BaseModel):
 
     _valid_from = field_validator("valid_from", mode="before")(event_time)
 
+    _about = field_validator("about", mode="before")(about_alias)
+
     @field_validator("profile_class", mode="before")
     @classmethod
     def _profile_class(cls, v: Any) -> Any:
@@ -157,8 +169,10 @@ class ExtractedFact(BaseModel):
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
     importance: float = Field(default=0.5, ge=0.0, le=1.0)  # context keeps >= 0.5 first
     valid_from: datetime | None = None  # when this value became true (else: the turn's date)
+    about: str | None = Field(default=None, max_length=64)  # as ExtractedMemory's
 
     _valid_from = field_validator("valid_from", mode="before")(event_time)
+    _about = field_validator("about", mode="before")(about_alias)
 
     @field_validator("category", mode="before")
     @classmethod
@@ -180,10 +194,50 @@ class ExtractedFact(BaseModel):
         return clean_text(v, 500) if isinstance(v, str) else v
 
 
-class Extraction(BaseModel):
+class ExtractionAnswer(BaseModel):
+    """The extraction prompt's JSON contract: what the model is asked to answer."""
+
     memories: list[ExtractedMemory] = Field(default_factory=list)
     facts: list[ExtractedFact] = Field(default_factory=list)
+
+
+class Extraction(ExtractionAnswer):
     dropped: int = 0  # items that broke the contract
+
+
+class SummaryAnswer(BaseModel):
+    """The summary prompts' JSON contract (episodic summaries and consolidation digests)."""
+
+    summary: str
+
+    @field_validator("summary", mode="before")
+    @classmethod
+    def _summary(cls, v: Any) -> Any:
+        return clean_text(v, MAX_CONTENT_CHARS) if isinstance(v, str) else v
+
+
+# The reconcile fields are asked for only when the prompt shows known memories
+# (serve_app/extraction/reconcile.py), and "about" only when several people speak
+# (serve_app/extraction/speakers.py); without them a strict decoder would make the model
+# write an event for every new memory of an owner who has none.
+RECONCILE_FIELDS = ("event", "target", "reason", "turns")
+SPEAKER_FIELDS = ("about",)
+SUMMARY_SCHEMA = strict_schema("memserve_summary", SummaryAnswer)
+
+
+@cache
+def extraction_schema(reconcile: bool, speakers: bool) -> ResponseSchema:
+    """The extraction answer's strict schema for a prompt that shows known memories
+    (``reconcile``) and several speakers (``speakers``), or not."""
+    omit = (() if reconcile else RECONCILE_FIELDS) + (() if speakers else SPEAKER_FIELDS)
+    name = (
+        "memserve_" + ("reconcile" if reconcile else "extraction") + ("_group" if speakers else "")
+    )
+    return strict_schema(name, ExtractionAnswer, omit)
+
+
+EXTRACTION_SCHEMA = extraction_schema(reconcile=False, speakers=False)
+RECONCILE_SCHEMA = extraction_schema(reconcile=True, speakers=False)
 
 
 def _structure(text: str, start: int = 0) -> tuple[list[tuple[int, str]], bool]:
@@ -335,9 +389,10 @@ def parse_extraction(text: str) -> Extraction:
 
 
 def parse_summary(text: str) -> str:
-    obj = load_json_object(text)
-    summary = obj.get("summary")
-    summary = clean_text(summary, MAX_CONTENT_CHARS) if isinstance(summary, str) else ""
+    try:
+        summary = SummaryAnswer.model_validate(load_json_object(text)).summary
+    except ValidationError:
+        summary = ""
     if not summary:
         raise BadOutput("JSON object has no 'summary' string")
     return summary

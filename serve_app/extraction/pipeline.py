@@ -45,7 +45,13 @@ from serve_app.extraction.junk import (
 from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.negation import without_negated
 from serve_app.extraction.outcome import Outcome
-from serve_app.extraction.parser import BadOutput, ExtractedFact, ExtractedMemory, parse_extraction
+from serve_app.extraction.parser import (
+    BadOutput,
+    ExtractedFact,
+    ExtractedMemory,
+    extraction_schema,
+    parse_extraction,
+)
 from serve_app.extraction.prompts import (
     EXTRACT_SYSTEM,
     answer_tokens,
@@ -55,6 +61,7 @@ from serve_app.extraction.prompts import (
 from serve_app.extraction.raw_turns import raw_turn_memories
 from serve_app.extraction.reconcile import Known, Reconciler, prompt_parts
 from serve_app.extraction.restatements import Embed, drop_restatements
+from serve_app.extraction.speakers import SPEAKER_RULES, Speakers
 from serve_app.extraction.writer import ACTOR, MemoryWriter
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
@@ -163,10 +170,13 @@ class ExtractionPipeline:
             known = await self.reconciler.known(key.owner, cleaned)
             meta = rows[0].get("meta") or {}
             guidance = for_request(await self.guidance(key.tenant_id), meta)
-            memories, facts = await self._ask(key, cleaned, known, guidance)
+            speakers = Speakers.of(cleaned, key.owner)
+            memories, facts = await self._ask(key, cleaned, known, guidance, speakers)
             memories, facts = await self._grounded(cleaned, known, memories, facts, out)
-            await self._save_memories(key, rows, memories, meta, out, known)
-            await self._save_facts(key, meta, facts, out, said_at(rows))
+            for owner, (mine, their_facts) in self._by_owner(speakers, memories, facts, out):
+                shown = known if owner == key.owner else None
+                await self._save_memories(key, rows, mine, meta, out, shown, owner)
+                await self._save_facts(key, meta, their_facts, out, said_at(rows), owner)
         except OverBudget as exc:  # raised before the call: no attempt counted
             await self.turns.release(ids, claim=claim)
             self._defer(key, exc, out)
@@ -202,6 +212,36 @@ class ExtractionPipeline:
         self.metrics.success((time.perf_counter() - started) * 1000)
         return True
 
+    def _by_owner(
+        self,
+        speakers: Speakers,
+        memories: list[ExtractedMemory],
+        facts: list[ExtractedFact],
+        out: Outcome,
+    ) -> list[tuple[Owner, tuple[list[ExtractedMemory], list[ExtractedFact]]]]:
+        """The batch's memories and facts by the owner they are about (the session's owner
+        first). A decision on a row the prompt showed (the session owner's) only stands
+        for the owner; for another speaker it is a new memory. What is about nobody who
+        has a memory here (a third party's own statement, an alias nobody has) is
+        dropped and counted as ``third_party``."""
+        groups: dict[Owner, tuple[list[ExtractedMemory], list[ExtractedFact]]] = {
+            speakers.owner: ([], [])
+        }
+        for item in [*memories, *facts]:
+            owner = speakers.owner_for(item.about)
+            if owner is None:
+                kind = "memory" if isinstance(item, ExtractedMemory) else "fact"
+                getattr(self.metrics, kind)("third_party")
+                out.skipped += 1
+                continue
+            if owner != speakers.owner and isinstance(item, ExtractedMemory):
+                if not item.content:
+                    continue  # INVALIDATE/NOOP of a row shown for the owner
+                item = item.model_copy(update={"event": "ADD", "target": None})
+            mine, their_facts = groups.setdefault(owner, ([], []))
+            (mine if isinstance(item, ExtractedMemory) else their_facts).append(item)
+        return list(groups.items())
+
     async def _cleaned(self, key: SessionKey, rows: list[dict], out: Outcome) -> list[Turn]:
         raw = [turn_of(r) for r in rows]
         cleaned, dropped = await self._drop_restatements(key.owner, clean_turns(raw))
@@ -211,10 +251,16 @@ class ExtractionPipeline:
         return cleaned
 
     async def _ask(
-        self, key: SessionKey, turns: list[Turn], known: Known, guidance: ExtractionGuidance
+        self,
+        key: SessionKey,
+        turns: list[Turn],
+        known: Known,
+        guidance: ExtractionGuidance,
+        speakers: Speakers,
     ) -> tuple[list[ExtractedMemory], list[ExtractedFact]]:
         """One LLM call per token-capped chunk (each shows what the owner already has:
-        serve_app/extraction/reconcile.py); any failure fails the whole batch."""
+        serve_app/extraction/reconcile.py, and who said what when several people speak:
+        serve_app/extraction/speakers.py); any failure fails the whole batch."""
         assert self.llm is not None
         s = self.settings.extract
         memories: list[ExtractedMemory] = []
@@ -226,15 +272,26 @@ class ExtractionPipeline:
         # What every call of a tenant shares first (contract, guidance: provider prompt
         # caches hit), then what varies (rules if something is shown, turns, known block).
         system = EXTRACT_SYSTEM + guidance_prompt(guidance) + rules
+        if speakers:
+            system += "\n" + SPEAKER_RULES
+        schema = extraction_schema(reconcile=bool(rules), speakers=bool(speakers))
         for chunk in chunk_turns(turns, budget, s.max_turn_tokens):
             self.metrics.attempt()
+            response_format = self.llm.answer_format(schema)
             answer = await self.llm.complete_json(
                 system,
-                extraction_user_prompt(chunk) + block,
+                extraction_user_prompt(chunk, speakers) + block,
                 tag=tag,
                 max_tokens=answer_tokens(self.settings, chunk, len(known.items)),
+                schema=schema,
             )
-            parsed = parse_extraction(answer)
+            try:
+                parsed = parse_extraction(answer)
+            except BadOutput:
+                self.metrics.schema_failure(purpose, response_format)
+                raise
+            if parsed.dropped:
+                self.metrics.schema_failure(purpose, response_format)
             memories += [
                 m.model_copy(update={"tags": guidance.pick(m.tags)}) for m in parsed.memories
             ]
@@ -292,7 +349,10 @@ class ExtractionPipeline:
         facts: list[ExtractedFact],
         out: Outcome,
         said: datetime | None = None,
+        owner: Owner | None = None,
     ) -> None:
+        """``owner``: whose facts they are (default: the session's owner)."""
+        owner = owner or key.owner
         session_id = self._memory_session(key, meta)
         for fact in facts:
             if fact.confidence < self.settings.extract.min_confidence:
@@ -300,7 +360,7 @@ class ExtractionPipeline:
             else:
                 try:
                     outcome = await self.guarded.upsert_fact(
-                        key.owner, fact.category, fact.key, fact.value, fact.confidence,
+                        owner, fact.category, fact.key, fact.value, fact.confidence,
                         session_id=session_id, importance=fact.importance,
                         valid_from=fact.valid_from or said,
                     )  # fmt: skip
@@ -324,8 +384,12 @@ class ExtractionPipeline:
         memories: list[ExtractedMemory],
         meta: dict[str, Any],
         out: Outcome,
-        known: Known,
+        known: Known | None,
+        owner: Owner | None = None,
     ) -> None:
+        """``owner``: whose memories they are (default: the session's owner); ``known``:
+        what the prompt showed of that owner's (None: nothing, every item is new)."""
+        owner = owner or key.owner
         s = self.settings
         keep: list[ExtractedMemory] = []
         seen: set[str] = set()
@@ -361,7 +425,7 @@ class ExtractionPipeline:
             valid_from=said_at(rows),  # unless the model dates a memory itself
         )
         prov = Provenance([r["turn_index"] for r in rows], template.valid_from)
-        await self.writer.save(key.owner, keep, vectors, template, out, known, prov)
+        await self.writer.save(owner, keep, vectors, template, out, known, prov)
 
     async def _drop_restatements(self, owner: Owner, turns: list[Turn]) -> tuple[list[Turn], int]:
         """Remove assistant sentences that restate memories the user already has."""

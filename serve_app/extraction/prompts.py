@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.junk import Turn
+from serve_app.extraction.speakers import Speakers
 from serve_app.settings import Settings
 
 EXTRACT_MARKER = "[memserve:extract:v1]"
@@ -77,15 +78,17 @@ def day(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%a %Y-%m-%d")
 
 
-def format_turns(turns: Sequence[Turn]) -> str:
+def format_turns(turns: Sequence[Turn], speakers: Speakers | None = None) -> str:
     """``[n] role: text``, with the day in front whenever it differs from the turn
-    before (each turn's date at the cost of one date per day, not per turn)."""
+    before (each turn's date at the cost of one date per day, not per turn); with
+    several speakers, ``[n] user s1 (Sam): text``."""
     lines, shown = [], None
     for t in turns:
         when = day(t.occurred_at) if t.occurred_at is not None else None
         stamp = f"({when}) " if when is not None and when != shown else ""
         shown = when or shown
-        lines.append(f"[{t.turn_index}] {stamp}{t.role}: {t.content}")
+        who = speakers.label(t) if speakers else t.role
+        lines.append(f"[{t.turn_index}] {stamp}{who}: {t.content}")
     return "\n".join(lines)
 
 
@@ -94,15 +97,18 @@ def session_date(turns: Sequence[Turn]) -> datetime | None:
     return max((t.occurred_at for t in turns if t.occurred_at is not None), default=None)
 
 
-def extraction_user_prompt(turns: Sequence[Turn]) -> str:
+def extraction_user_prompt(turns: Sequence[Turn], speakers: Speakers | None = None) -> str:
     today = session_date(turns)
     head = f"Session date: {day(today)}\n" if today is not None else ""
-    return head + "Conversation:\n" + format_turns(turns)
+    if speakers:
+        head += speakers.block()
+    return head + "Conversation:\n" + format_turns(turns, speakers)
 
 
-def summary_user_prompt(turns: Sequence[Turn]) -> str:
+def summary_user_prompt(turns: Sequence[Turn], speakers: Speakers | None = None) -> str:
     first, last = turns[0].turn_index, turns[-1].turn_index
-    return f"Turns {first}-{last}:\n" + format_turns(turns)
+    head = speakers.block() if speakers else ""
+    return head + f"Turns {first}-{last}:\n" + format_turns(turns, speakers)
 
 
 def truncate_tokens(text: str, max_tokens: int) -> str:

@@ -11,18 +11,18 @@ Ingress, in-process (``serve_app.mcp.http``); for desktop agents, over the netwo
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
-from typing import Annotated, Any, Protocol
+from datetime import date, datetime
+from typing import Annotated, Any, Literal, Protocol
 from uuid import UUID
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from serve_app import __version__
 from serve_app.client import AsyncMemserveClient
 from serve_app.client.errors import MemserveError
-from serve_app.schemas import Identifier, MemoryType
+from serve_app.schemas import Identifier, MemoryType, SpeakerName
 
 INSTRUCTIONS = (
     "Long-term memory of the user. Search before answering questions about the user "
@@ -37,6 +37,19 @@ UserId = Annotated[
 ]
 AgentId = Annotated[Identifier | None, Field(description="agent scope (optional)")]
 SessionId = Annotated[Identifier | None, Field(description="session scope (optional)")]
+ReferenceDate = Annotated[
+    date | None,
+    Field(description="the day the message is said; 'last week' is read against it (today)"),
+]
+
+
+class ConversationMessage(BaseModel):
+    role: Literal["user", "assistant"]
+    content: Annotated[str, Field(min_length=1)]
+    name: Annotated[SpeakerName | None, Field(description="who said it")] = None
+    speaker_id: Annotated[
+        Identifier | None, Field(description="the platform user who said it (group chats)")
+    ] = None
 
 
 class Connector(Protocol):
@@ -95,6 +108,26 @@ def build_server(connector: Connector) -> MCPServer:
         return memory.model_dump(mode="json")
 
     @server.tool()
+    async def add_conversation(
+        ctx: Context,
+        session_id: Annotated[Identifier, Field(description="the conversation's id")],
+        messages: Annotated[
+            list[ConversationMessage],
+            Field(min_length=1, description="the new messages, oldest first"),
+        ],
+        user_id: UserId = None,
+        agent_id: AgentId = None,
+    ) -> dict[str, Any]:
+        """Record messages of a conversation; what is worth remembering is extracted in
+        the background. In a group chat give each message who said it: ``name``, and
+        ``speaker_id`` for a user of the platform (their own statements go to their own
+        memory); messages without them are the user's."""
+        sent = [m.model_dump(exclude_none=True) for m in messages]
+        options = _clean(agent_id=agent_id)
+        accepted = await call(ctx, "add_turns", session_id, sent, user_id=user_id, **options)
+        return accepted.model_dump(mode="json")
+
+    @server.tool()
     async def search_memories(
         ctx: Context,
         query: Annotated[str, Field(min_length=1, description="what to look for")],
@@ -107,6 +140,7 @@ def build_server(connector: Connector) -> MCPServer:
         as_of: Annotated[
             datetime | None, Field(description="what was true at this time (ISO 8601)")
         ] = None,
+        reference_date: ReferenceDate = None,
     ) -> dict[str, Any]:
         """The user's memories most relevant to ``query``, best first, each with a score:
         what is true now, or at ``as_of``."""
@@ -116,6 +150,7 @@ def build_server(connector: Connector) -> MCPServer:
             agent_id=agent_id,
             session_id=session_id,
             as_of=as_of.isoformat() if as_of else None,
+            reference_date=reference_date.isoformat() if reference_date else None,
         )
         found = await call(ctx, "search", query, user_id=user_id, top_k=top_k, **options)
         return found.model_dump(mode="json")
@@ -127,10 +162,15 @@ def build_server(connector: Connector) -> MCPServer:
         user_id: UserId = None,
         session_id: SessionId = None,
         agent_id: AgentId = None,
+        reference_date: ReferenceDate = None,
     ) -> str:
         """A ready-to-use block of what is known about the user that matters for ``query``
         (relevant memories and facts), for the system prompt."""
-        options = _clean(session_id=session_id, agent_id=agent_id)
+        options = _clean(
+            session_id=session_id,
+            agent_id=agent_id,
+            reference_date=reference_date.isoformat() if reference_date else None,
+        )
         block = await call(ctx, "context", query, user_id=user_id, **options)
         return block.context
 

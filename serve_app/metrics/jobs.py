@@ -18,6 +18,7 @@ from serve_app.metrics.specs import (
     EXTRACT_MEMORIES,
     EXTRACT_SUCCESSES,
     EXTRACT_UNGROUNDED,
+    LLM_SCHEMA_FAILURES,
     RECONCILE_DECISIONS,
     RECONCILE_REJECTED,
     REEMBED_ITEMS,
@@ -54,6 +55,12 @@ class ExtractionMetrics(MetricSet):
         self.rejected_aliases = self.add(LocalCounter(RECONCILE_REJECTED))
         self.ungrounded_items = self.add(LocalCounter(EXTRACT_UNGROUNDED))
         self.latency = self.add(LocalHistogram(EXTRACT_LATENCY_MS))
+        self.schema_failures = self.add(LocalCounter(LLM_SCHEMA_FAILURES))
+
+    def schema_failure(self, purpose: str, response_format: str) -> None:
+        """An answer that broke its JSON contract (extraction or summary)."""
+        self.counts[f"schema_failures:{purpose}"] += 1
+        self.schema_failures.inc((purpose, response_format))
 
     def attempt(self) -> None:
         self.counts["attempts"] += 1
@@ -101,6 +108,12 @@ class ConsolidationMetrics(MetricSet):
         self.counts: Tally[str] = Tally()
         self.outcomes = self.add(LocalCounter(CONSOLIDATE_OUTCOMES))
         self.latency = self.add(LocalHistogram(CONSOLIDATE_RUN_MS))
+        self.schema_failures = self.add(LocalCounter(LLM_SCHEMA_FAILURES))
+
+    def schema_failure(self, response_format: str) -> None:
+        """An insight or digest answer that broke its JSON contract."""
+        self.counts["schema_failures"] += 1
+        self.schema_failures.inc(("consolidate", response_format))
 
     def outcome(self, outcome: str, n: int = 1) -> None:
         if n > 0:

@@ -106,6 +106,13 @@ LLM_TOKENS = _c(
     "LLM tokens per tenant (bounded: the rest are 'other') and purpose; kind: prompt,"
     " completion, cached, estimated (prompt + completion counted without upstream usage).",
 )
+LLM_SCHEMA_FAILURES = _c(
+    "llm_schema_failures",
+    ("purpose", "format"),
+    "LLM answers that broke their JSON contract (no usable object, or items dropped), by"
+    " purpose (extract, infer, summarize, consolidate) and response format (json_schema,"
+    " json_object).",
+)
 LLM_CALLS = _c("llm_calls", ("tenant", "purpose", "outcome"), "LLM calls metered, by outcome.")
 LLM_BUDGET_EVENTS = _c(
     "llm_budget_events",

@@ -32,11 +32,15 @@ Parts = dict[Hashable, dict[str, float]]
 FUSED = ("lexical", "entity", "time", "neighbour", "expansion")
 
 
-def time_part(segments: Sequence[Segment], intent: TimeIntent, weight: float) -> np.ndarray:
+def time_part(
+    segments: Sequence[Segment], intent: TimeIntent, weight: float, period_weight: float = 0.0
+) -> np.ndarray:
     """The time bonus alone of every fused position (``direct_scores`` adds entities too)."""
     if not segments:
         return np.zeros(0, dtype=np.float32)
-    return np.concatenate([direct_scores(seg, intent, 0.0, weight) for seg in segments])
+    return np.concatenate(
+        [direct_scores(seg, intent, 0.0, weight, period_weight) for seg in segments]
+    )
 
 
 def zscore_parts(ids: Sequence[Hashable], top: np.ndarray, **arrays: np.ndarray) -> Parts:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from psycopg import sql
@@ -35,6 +35,9 @@ class SearchQuery:
     # then; ``include_invalidated`` retired ones too (audits). Either is answered cold.
     as_of: datetime | None = None
     include_invalidated: bool = False
+    # The day the query is asked: relative periods in ``text`` ("last week") are read
+    # against it (retrieval.temporal); None: ``as_of``'s day, else today.
+    reference_date: date | None = None
     # Return each result's score split into its signals (retrieval.explain); off: no cost.
     explain: bool = False
     # Knowledge base (issue 33): only chunks of these documents (``data.document_id``).
@@ -49,6 +52,12 @@ class SearchQuery:
     @property
     def owner_keys(self) -> tuple[str, ...]:
         return self.owners or (self.user_id,)
+
+    @property
+    def reference_day(self) -> date | None:
+        if self.reference_date is not None:
+            return self.reference_date
+        return self.as_of.date() if self.as_of is not None else None
 
     @property
     def current(self) -> bool:

@@ -204,7 +204,7 @@ class Retriever:
         ids: list[Any] = []
         dense, lex, positions, weights, direct = [], [], [], [], []
         segments: list[Segment] = []
-        intent = time_intent(q.text)
+        intent = time_intent(q.text, q.reference_day)
         offset = 0  # owners' positions apart by a gap: no neighbours across owners
         for e in entries:
             x = e.all_vectors()
@@ -221,7 +221,11 @@ class Retriever:
                 rows = np.arange(len(e))
             names = e.signals.entities.query_names(q.text) if e.signals is not None else []
             segments.append(Segment(e.signals, rows, len(ids) - len(rows), tuple(names)))
-            direct.append(direct_scores(segments[-1], intent, rs.entity_weight, rs.time_weight))
+            direct.append(
+                direct_scores(
+                    segments[-1], intent, rs.entity_weight, rs.time_weight, rs.period_weight
+                )
+            )
             dense.append(d)
             lex.append(lx)
             positions.append(rows + offset)
@@ -246,7 +250,7 @@ class Retriever:
         top = np.argpartition(-s, n - 1)[:n]
         top = top[np.argsort(-s[top], kind="stable")]
         if parts is not None:
-            t = why.time_part(segments, intent, rs.time_weight)
+            t = why.time_part(segments, intent, rs.time_weight, rs.period_weight)
             lexical, direct_all = (1 - a) * z(lx), np.concatenate(direct)
             parts.update(why.zscore_parts(
                 ids, top, lexical=lexical, time=t, entity=direct_all - t, neighbour=s1 - s0,

@@ -24,6 +24,7 @@ import numpy as np
 
 from serve_app.retrieval.temporal import (
     TimeIntent,
+    in_period,
     mentions_time,
     referenced_day,
     said_day,
@@ -136,9 +137,15 @@ class Segment:
 
 
 def direct_scores(
-    seg: Segment, intent: TimeIntent, entity_weight: float, time_weight: float
+    seg: Segment,
+    intent: TimeIntent,
+    entity_weight: float,
+    time_weight: float,
+    period_weight: float = 0.0,
 ) -> np.ndarray:
-    """entity_weight x idf share of the query's names + time_weight x time fit, per row."""
+    """entity_weight x idf share of the query's names + time_weight x time fit, per row,
+    + period_weight for a memory said or referring to a day in the period the question
+    names ("last week": the question tells when, so it weighs more than a hint)."""
     out = np.zeros(len(seg.rows), dtype=np.float32)
     sig = seg.signals
     if sig is None:
@@ -148,6 +155,9 @@ def direct_scores(
     if time_weight and intent:
         t = time_scores(intent, sig.said[seg.rows], sig.referenced[seg.rows], sig.timed[seg.rows])
         out += time_weight * t
+    if period_weight and intent.period is not None:
+        inside = in_period(intent.period, sig.said[seg.rows], sig.referenced[seg.rows])
+        out += period_weight * inside
     return out
 
 

@@ -4,7 +4,7 @@ issue 29): what ``POST /v1/context`` takes and returns, validated like every req
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Literal
 from uuid import UUID
 
@@ -14,9 +14,11 @@ from serve_app.schemas.memories import (
     Identifier,
     Memory,
     ScoredMemory,
+    SpeakerName,
     StrictModel,
     at_most,
     check_content,
+    reference_day,
 )
 
 __all__ = [
@@ -33,6 +35,10 @@ __all__ = [
 class ChatMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str = Field(max_length=100_000)
+    # Who said it, as on /v1/sessions (the block reads the words; accepted so that a
+    # platform can send the same messages everywhere).
+    name: SpeakerName | None = None
+    speaker_id: Identifier | None = None
 
     @field_validator("content")
     @classmethod
@@ -50,8 +56,11 @@ class ContextRequest(StrictModel):
     history: list[ChatMessage] | None = None
     token_budget: int | None = Field(default=None, ge=1)
     top_k: int | None = Field(default=None, ge=1)
+    # The day the message is said: "last week" in it is read against this (default today).
+    reference_date: date | None = None
 
     _query = field_validator("query")(check_content)
+    _reference = field_validator("reference_date", mode="before")(reference_day)
 
     _history = field_validator("history")(
         at_most("history_items", "at most {limit} history messages", size=True)

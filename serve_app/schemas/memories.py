@@ -8,7 +8,7 @@ a 4xx that changes nothing. Limits come from settings.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -20,6 +20,22 @@ from serve_app.settings import get_settings
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@\-]+$")
 ]
+# Who said a message (OpenAI's ``name``): shown in the extraction prompt as the speaker,
+# so no line breaks, brackets or colons that would read as prompt structure.
+SpeakerName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f\[\]:]+$")
+]
+_NOT_IN_NAMES = str.maketrans("", "", "".join(map(chr, range(32))) + "\x7f[]:")
+
+
+def speaker_name(value: Any) -> str | None:
+    """A ``name`` taken from a payload that is forwarded as it is (the chat proxy's
+    OpenAI messages, mem0's): made a :data:`SpeakerName`, or None."""
+    if not isinstance(value, str):
+        return None
+    return value.translate(_NOT_IN_NAMES).strip()[:64] or None
+
+
 # Free text that reaches a text column: PostgreSQL refuses NUL, so it is a 422 here.
 NO_NUL = r"^[^\x00]*$"
 # memory_items.version is a PostgreSQL integer: a bigger one is a 422, not an overflow.
@@ -111,6 +127,27 @@ def event_time(value: datetime | None) -> datetime | None:
     """An event time (``valid_from``/``valid_until``/``as_of``): ISO 8601; naive is UTC."""
     if value is not None and value.tzinfo is None:
         return value.replace(tzinfo=UTC)
+    return value
+
+
+# Relative periods ("last week") are read against a reference day in this range: a
+# conversation's day, not any day the calendar type can hold.
+REFERENCE_YEARS = (1900, 2200)
+
+
+def reference_day(value: Any) -> Any:
+    """``reference_date``: the day relative periods in a query are read against (the day
+    it was asked): an ISO 8601 date, or a date-time (its UTC day; naive is UTC)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError("reference_date must be an ISO 8601 date or date-time") from None
+    if isinstance(value, datetime):
+        value = event_time(value).astimezone(UTC).date()
+    first, last = REFERENCE_YEARS
+    if isinstance(value, date) and not first <= value.year <= last:
+        raise ValueError(f"reference_date must be in the years {first}..{last}")
     return value
 
 
@@ -206,6 +243,9 @@ class SearchRequest(StrictModel):
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
     include_archived: bool = False  # archived memories too (answered from PostgreSQL)
     as_of: datetime | None = None  # what was valid then (event time)
+    # The day the query is asked: "last week", "two months ago" are read against it
+    # (default: as_of's day, else today).
+    reference_date: date | None = None
     include_invalidated: bool = False  # retired memories too (audits)
     explain: bool = False  # each result's score split into its signals (costs nothing off)
     # Knowledge base (issue 33): the tenant's readable documents next to the user's own
@@ -219,6 +259,7 @@ class SearchRequest(StrictModel):
 
     _query = field_validator("query")(check_content)
     _as_of = field_validator("as_of")(event_time)
+    _reference = field_validator("reference_date", mode="before")(reference_day)
     _tags = field_validator("tags")(_check_tags)
 
     _top_k = field_validator("top_k")(at_most("top_k", "top_k must be at most {limit}"))

@@ -35,7 +35,7 @@ from serve_app.services.chat_caps import (
 )
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
-from serve_app.services.sessions import SessionService
+from serve_app.services.sessions import SessionService, Speaker
 from serve_app.settings import ChatSettings, LimitSettings, LLMSettings, SpendSettings
 from serve_app.spend.meter import SpendMeter, Ticket
 from serve_app.store import Owner
@@ -59,6 +59,7 @@ class ChatCall:
     stream: bool
     key_id: str = ""  # the API key the use is counted against
     occurred_at: datetime | None = None  # when the user said it (None: now)
+    speaker: str | None = None  # the user message's ``name`` (who said it)
 
 
 def inject(messages: list[dict[str, Any]], block: str) -> list[dict[str, Any]]:
@@ -179,7 +180,12 @@ class ChatService:
         async def run() -> None:
             try:
                 await self.sessions.record(
-                    call.owner, session, call.agent_id, turn, occurred_at=[call.occurred_at] * 2
+                    call.owner,
+                    session,
+                    call.agent_id,
+                    turn,
+                    occurred_at=[call.occurred_at] * 2,
+                    speakers=[Speaker(call.speaker), Speaker()],
                 )
             except Exception:  # never surfaces in the chat path; the answer is already sent
                 log.warning("recording a chat turn failed", exc_info=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date
 from typing import Any
 
 from serve_app.context import ContextBuilder, ContextRequest, ContextResult
@@ -28,6 +29,7 @@ class ContextService:
         history: Sequence[tuple[str, str]] = (),
         token_budget: int | None = None,
         top_k: int | None = None,
+        reference_date: date | None = None,
     ) -> ContextResult:
         assert owner.user_id is not None
         d = self.defaults
@@ -44,6 +46,7 @@ class ContextService:
                 threshold=d.threshold,
                 max_facts=d.max_facts,
                 levers=levers(d),
+                reference_date=reference_date,
             )
         )
 

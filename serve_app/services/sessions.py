@@ -20,7 +20,7 @@ from serve_app.extraction.trigger import ExtractionTrigger
 from serve_app.schemas import MemoryFields
 from serve_app.spend.meter import SpendMeter
 from serve_app.store import Owner
-from serve_app.store.turns import SessionKey, TurnStore
+from serve_app.store.turns import SessionKey, Speaker, TurnStore
 
 
 class SessionService:
@@ -57,9 +57,11 @@ class SessionService:
         messages: Sequence[tuple[str, str]],
         *,
         occurred_at: Sequence[datetime | None] | None = None,
+        speakers: Sequence[Speaker] | None = None,
     ) -> tuple[list[int], str]:
         """Append turns and fire extraction when due; (turn range, extraction state).
-        ``occurred_at``: when each message was said (None: now)."""
+        ``occurred_at``: when each message was said (None: now); ``speakers``: who said
+        each (None: the owner and the assistant)."""
         if session_id.startswith(INFER_PREFIX):
             reserved = f"session ids starting with {INFER_PREFIX!r} are reserved"
             raise ApiError(422, "invalid_request", reserved)
@@ -71,6 +73,7 @@ class SessionService:
             agent_id=agent_id,
             ttl_hours=self.turn_ttl_hours,
             occurred_at=occurred_at,
+            speakers=speakers,
         )
         fired = self.trigger is not None and self.trigger.due(appended.pending_user_turns)
         if fired:

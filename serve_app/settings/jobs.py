@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
@@ -60,6 +62,10 @@ class LLMSettings(BaseSettings):
     breaker_failures: int = 5  # consecutive failed calls that open the breaker
     breaker_reset_s: float = 30.0  # an open breaker lets one trial call through after this
     max_tokens: int = 1024
+    # How extraction, summaries and consolidation ask for JSON: json_schema (strict, from
+    # the answer models; an endpoint that refuses it is asked in json_object instead, once,
+    # and remembered) or json_object (loose JSON, for endpoints that mishandle schemas).
+    response_format: Literal["json_schema", "json_object"] = "json_schema"
     # The chat proxy's upstream call (answers can be long; extraction uses timeout_s).
     chat_timeout_s: float = Field(120.0, validation_alias=env("MEMSERVE_CHAT_TIMEOUT_S"))
 

@@ -115,6 +115,9 @@ class RetrievalSettings(BaseSettings):
     # LoCoMo dev per conversation in loadtests/results/eval_signals*.json):
     entity_weight: float = 0.0  # x idf of the query's proper nouns a memory names (dev: no gain)
     time_weight: float = 1.0  # x time fit ("when", a named period, "recently")
+    # + this for a memory inside the period a question names ("last week", "in May 2023"),
+    # read against the query's reference_date (today by default)
+    period_weight: float = 1.0
     expand_seeds: int = 3  # the best hits whose rare entities and session lend a bonus
     expand_entity_weight: float = 0.0  # x idf of a seed's rare entities (dev: no gain)
     expand_session_weight: float = 0.6  # flat bonus for a seed's session

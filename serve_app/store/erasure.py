@@ -96,6 +96,11 @@ def params(user_id: str | None) -> dict[str, Any]:
     work = _work.get()
     if work is None:
         return {"erasure_user": user_id, "erasure_session": None, "erasure_since": None}
+    if user_id is not None and user_id != work.user_id:
+        # A group session's work writing what a speaker said about themselves into that
+        # speaker's own memory: their forgets since the work began void it (the session
+        # is the host's, so only a forget of the whole speaker applies).
+        return {"erasure_user": user_id, "erasure_session": None, "erasure_since": work.since}
     return {
         "erasure_user": work.user_id,
         "erasure_session": work.session_id,

@@ -71,6 +71,11 @@ class Scope:
         """The scope's turns: a session's own, and the pending ``infer`` jobs that the
         session's memories would come from (their turns live under ``infer-<hex>`` with
         the session in ``meta``; missed, their memories appeared after the forget)."""
+        if self.session_id is None and self.agent_id is None and self.user_id is not None:
+            # A whole user: their sessions, and what they said in others' group sessions.
+            where, params = self.where(("user_id",))
+            said = sql.SQL("(({}) OR (tenant_id = %(tenant_id)s AND speaker_id = %(user_id)s))")
+            return said.format(where), params
         if self.session_id is None:
             return self.where(("user_id", "agent_id", "session_id"))
         where, params = Scope(self.tenant_id, self.user_id, self.agent_id).where(

@@ -43,6 +43,16 @@ class SessionKey:
 
 
 @dataclass(frozen=True)
+class Speaker:
+    """Who said a turn: its ``name`` (OpenAI's message field) and the platform user of the
+    session's tenant who said it (a group session); both None: the session's user (or
+    the assistant, by role)."""
+
+    name: str | None = None
+    user_id: str | None = None
+
+
+@dataclass(frozen=True)
 class TurnCounts:
     turns: int
     pending: int  # not yet extracted
@@ -79,11 +89,13 @@ WITH base AS (
     FROM session_turns WHERE tenant_id = %(t)s AND user_id = %(u)s AND session_id = %(s)s
 ), ins AS (
     INSERT INTO session_turns (tenant_id, user_id, session_id, agent_id, turn_index, role,
-                               content, expires_at, meta, occurred_at)
+                               content, expires_at, meta, occurred_at, speaker_name, speaker_id)
     SELECT %(t)s, %(u)s, %(s)s, %(agent)s, base.n + m.ord, m.role, m.content,
-           now() + %(ttl)s::interval, %(meta)s, coalesce(m.occurred_at, now())
-    FROM base, unnest(%(roles)s::text[], %(contents)s::text[], %(occurred)s::timestamptz[])
-         WITH ORDINALITY AS m(role, content, occurred_at, ord)
+           now() + %(ttl)s::interval, %(meta)s, coalesce(m.occurred_at, now()), m.name,
+           m.speaker
+    FROM base, unnest(%(roles)s::text[], %(contents)s::text[], %(occurred)s::timestamptz[],
+                      %(names)s::text[], %(speakers)s::text[])
+         WITH ORDINALITY AS m(role, content, occurred_at, name, speaker, ord)
     RETURNING role
 ), reopen AS (  -- a data-modifying CTE runs to completion even though nothing reads it
     UPDATE session_state SET ended_at = NULL, updated_at = now()
@@ -119,11 +131,14 @@ class TurnStore:
         ttl_hours: float,
         meta: dict[str, Any] | None = None,
         occurred_at: Sequence[datetime | None] | None = None,
+        speakers: Sequence[Speaker] | None = None,
     ) -> Appended:
         """Append (role, content) messages with consecutive turn indexes.
 
         ``occurred_at``: when each message was said (the client's clock, per message;
         None: the server's), shown to extraction so relative dates can be resolved.
+        ``speakers``: who said each message (its ``name``, and the platform user of the
+        tenant who said it); None: the session's user and the assistant.
 
         The session's lock (serialises its appends: retrying unique-index collisions
         failed with 8-10 at once), then one statement: next indexes, the insert, the
@@ -134,11 +149,15 @@ class TurnStore:
         occurred = list(occurred_at) if occurred_at is not None else [None] * len(messages)
         if len(occurred) != len(messages):
             raise ValueError(f"{len(messages)} messages but {len(occurred)} occurred_at")
+        said_by = list(speakers) if speakers is not None else [Speaker()] * len(messages)
+        if len(said_by) != len(messages):
+            raise ValueError(f"{len(messages)} messages but {len(said_by)} speakers")
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(_APPEND_LOCK, key.params())
             cur = await conn.execute(_APPEND_SQL, key.params(
                 agent=agent_id, roles=roles, contents=contents,
                 ttl=f"{ttl_hours} hours", meta=Jsonb(meta or {}), occurred=occurred,
+                names=[s.name for s in said_by], speakers=[s.user_id for s in said_by],
             ))  # fmt: skip
             row = await cur.fetchone()
         last = row["last"]
@@ -184,7 +203,7 @@ class TurnStore:
                 + " AND extracted_at IS NULL AND " + _CLAIMABLE
                 + " ORDER BY turn_index LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
                 " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta,"
-                " claim_token, occurred_at, now() AS read_at",
+                " claim_token, occurred_at, speaker_name, speaker_id, now() AS read_at",
                 key.params(lease=lease_s, limit=limit),
             )  # fmt: skip
             rows = await cur.fetchall()
@@ -273,7 +292,7 @@ class TurnStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT id, turn_index, role, content, extracted_at, dead_at, occurred_at,"
-                " now() AS read_at"
+                " speaker_name, speaker_id, now() AS read_at"
                 " FROM session_turns WHERE " + _SESSION + " AND compressed_at IS NULL"
                 " ORDER BY turn_index",
                 key.params(),

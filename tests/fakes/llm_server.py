@@ -193,6 +193,9 @@ class FakeLLM:
             # a cut queued answer goes back to the queue's front (the model would say it again).
             self.honour_max_tokens = False
             self.cache = PrefixCache()  # cached_tokens in the usage it reports
+            # Answer a strict ``json_schema`` response format with 400, as servers that
+            # only know ``json_object`` do.
+            self.refuse_json_schema = False
 
     def add_rule(
         self,
@@ -233,6 +236,11 @@ class FakeLLM:
         with self._lock:
             self.mode = mode
             self.delay_s = delay_s
+
+    def refuse_schema(self, refuse: bool = True) -> None:
+        """Whether a ``json_schema`` response format is refused (400) like an old server."""
+        with self._lock:
+            self.refuse_json_schema = refuse
 
     def set_usage(self, report: bool) -> None:
         """Whether answers report ``usage`` (the tokens are counted either way: ``served``)."""
@@ -275,6 +283,8 @@ class FakeLLM:
             self.set_mode(body["mode"], float(body.get("delay_s", 0.0)))
         elif action == "usage":
             self.set_usage(bool(body.get("report", True)))
+        elif action == "refuse_schema":
+            self.refuse_schema(bool(body.get("refuse", True)))
         elif action == "down":
             threading.Thread(target=self.down, daemon=True).start()
         else:
@@ -310,6 +320,9 @@ class FakeLLM:
             status, message = 200, "scripted failure"
             if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
                 return 400, "context too long", None, "stop"
+            response_format = body.get("response_format") or {}
+            if self.refuse_json_schema and response_format.get("type") == "json_schema":
+                return 400, "response_format 'json_schema' is not supported", None, "stop"
             hook, responders = self.on_request, list(self.responders)
             queued = kind == "extract" and bool(self.queue)
             if queued:

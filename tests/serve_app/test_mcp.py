@@ -38,6 +38,7 @@ async def test_tools_and_their_input_schemas(transport):
         tools = {t.name: t for t in (await s.list_tools()).tools}
     assert set(tools) == {
         "add_memory",
+        "add_conversation",
         "search_memories",
         "get_context",
         "list_memories",

@@ -27,6 +27,7 @@ from serve_app.api.mem0.scope import Scope
 from serve_app.auth import Principal
 from serve_app.errors import ApiError
 from serve_app.schemas.documents import DocumentInput, DocumentOut
+from serve_app.schemas.memories import speaker_name
 from serve_app.services.memories import SHARED_WRITERS
 
 # mem0's document part types and what their bytes are.
@@ -90,7 +91,9 @@ def split_messages(messages: list[Any]) -> tuple[list[tuple[str, str]], list[Doc
             else:
                 words.append(got)
         if words and message.role != "system":
-            texts.append((message.role, " ".join(words)))
+            said = " ".join(words)
+            name = speaker_name(message.name)
+            texts.append((message.role, f"{name}: {said}" if name else said))
     return texts, documents
 
 

@@ -173,6 +173,7 @@ async def search(body: m.SearchRequest, caller: Caller, services: Svc):
         created_after=scope.created_after,
         created_before=scope.created_before,
         text=body.query,
+        reference_date=body.reference_date,
     )
     queries = [q]
     if not shared and scope.run_id is None:  # a user's search: the org's (and agent's) knowledge

@@ -11,7 +11,9 @@ from datetime import date, datetime
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from serve_app.schemas.memories import reference_day
 
 
 class Lenient(BaseModel):
@@ -20,6 +22,9 @@ class Lenient(BaseModel):
 
 class Message(Lenient):
     role: str = Field(max_length=32)
+    # Who said it (mem0 and OpenAI's ``name``): kept with the words, "Sam: ...", so
+    # what someone else said is not stored or extracted as the user's own.
+    name: str | None = None
     # Text, or mem0's multimodal content: one part ``{"type": "pdf_url", "pdf_url":
     # {"url": ...}}`` or a list of parts (serve_app/api/mem0/documents.py reads them).
     content: str | dict[str, Any] | list[Any] = Field(union_mode="left_to_right")
@@ -51,6 +56,10 @@ class SearchRequest(EntityFields):
     top_k: int | None = Field(default=None, ge=1)
     threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     categories: list[str] | None = None
+    # Not mem0's: the day the query is asked ("last week" is read against it; /v1/search).
+    reference_date: date | None = None
+
+    _reference = field_validator("reference_date", mode="before")(reference_day)
 
 
 class ListRequest(EntityFields):

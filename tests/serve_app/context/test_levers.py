@@ -123,3 +123,23 @@ def test_a_vague_follow_up_is_not_small_talk():
     r = build(b, "How much?", history=history)
     assert r.search_query == "How much? planning vacation hawaii"
     assert [m["content"] for m in r.memories] == [budget["content"]]
+
+
+def test_every_search_of_a_block_reads_periods_against_the_reference_date():
+    """ "last week" in a message is read against the day it is said, in each of the
+    block's searches (its parts, the session, the time-free probe, the knowledge base)."""
+    seen: list[object] = []
+
+    class Recording(Backend):
+        async def search(self, queries):
+            seen.extend(q.reference_date for q in queries)
+            return await super().search(queries)
+
+    asked = datetime(2023, 5, 17, tzinfo=UTC).date()
+    build(
+        Recording(),
+        "What did I cook last week? And what should I shop for?",
+        session_id="s1",
+        reference_date=asked,
+    )
+    assert len(seen) >= 3 and set(seen) == {asked}

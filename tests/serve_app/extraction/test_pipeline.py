@@ -99,6 +99,10 @@ async def test_malformed_json_is_retried_then_dead_lettered(make_harness, fake_l
     out = await h.pipeline.process_session(k)
     assert out.error == "bad_output"
     assert await h.turns.pending_count(k) == 1  # kept for a retry
+    # Counted as an answer that broke its contract, under the format it was asked in.
+    assert h.pipeline.metrics.counts["schema_failures:extract"] == 1
+    [call] = fake_llm.calls("extract")
+    assert call["body"]["response_format"]["json_schema"]["name"] == "memserve_extraction"
     out = await h.pipeline.process_session(k)
     assert out.error == "bad_output"
     assert await h.turns.pending_count(k) == 0  # dead-lettered, not retried forever
