@@ -21,10 +21,12 @@ from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
 from serve_app.documents.fetch import DocumentFetcher
+from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
 from serve_app.identity.wiring import token_verifier
 from serve_app.metrics import IngestMetrics, start_pool_metrics
 from serve_app.profile.classify import ProfileClassifier
+from serve_app.retrieval.rerank import build_reranker
 from serve_app.services.auth import Authenticator, authenticator, key_store
 from serve_app.services.chat import ChatService
 from serve_app.services.chat_caps import allowed_models
@@ -39,6 +41,7 @@ from serve_app.services.lifecycle import Lifecycle, build_lifecycle
 from serve_app.services.maintenance import MaintenanceService
 from serve_app.services.memories import Embed, MemoryService, Search
 from serve_app.services.portability import PortabilityService
+from serve_app.services.rerank import RerankService
 from serve_app.services.sessions import SessionService
 from serve_app.services.tenants import TenantService, tenant_service
 from serve_app.services.webhooks import WebhookService
@@ -94,6 +97,7 @@ class Services:
     webhooks: WebhookService | None = None  # webhook subscriptions (/v1/admin/webhooks)
     documents: DocumentService | None = None  # the knowledge base (/v1/documents)
     fetcher: DocumentFetcher | None = None  # documents named by URL (mem0 document messages)
+    rerank: RerankService | None = None  # the ``rerank`` option of search and context
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:
@@ -104,6 +108,14 @@ class Services:
                 await closer()
             except Exception:
                 log.warning("closing a service resource failed", exc_info=True)
+
+
+def rerank_llm(settings: Settings, meter: SpendMeter) -> LLMClient | None:
+    """The LLM of the ``llm`` re-scoring back-end: the extraction LLM, metered, with no
+    retries (a caller waits on it; a failed call falls back to the search order)."""
+    if "llm" not in settings.rerank.backends or not settings.llm.base_url:
+        return None
+    return LLMClient(settings.llm.model_copy(update={"max_retries": 0}), meter=meter)
 
 
 async def build_services(
@@ -173,6 +185,10 @@ async def build_services(
             turn_ttl_hours=settings.extract.turn_ttl_hours,
             spend=spend,
         )
+        rerank = RerankService(
+            build_reranker(settings.rerank, rerank_llm(settings, spend)), tenants.effective
+        )
+        closers.append(rerank.close)
         profiles = ProfileStore(pool)
         context = ContextService(
             ContextBuilder(
@@ -238,6 +254,7 @@ async def build_services(
             webhooks=WebhookService(WebhookStore(pool), settings.webhooks),
             documents=documents,
             fetcher=fetcher,
+            rerank=rerank,
             _closers=closers,
         )
     except BaseException:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -133,6 +133,13 @@ class Budgets(_Group):
     chat: BudgetLimits = Field(default_factory=BudgetLimits)
 
 
+class Rerank(_Group):
+    """The re-scoring back-ends this tenant's requests may use (issue 42): the operator's
+    (``MEMSERVE_RERANK_BACKENDS``) narrowed; one the operator does not offer stays off."""
+
+    backends: list[Literal["onnx", "llm"]] | None = Field(default=None, max_length=2)
+
+
 class TenantSettings(_Group):
     """The document ``/v1/admin/tenant/settings`` reads and writes."""
 
@@ -143,6 +150,7 @@ class TenantSettings(_Group):
     extraction: Guidance = Field(default_factory=Guidance)
     budgets: Budgets = Field(default_factory=Budgets)
     identity: Identity = Field(default_factory=Identity)  # trusted token issuers (JWT)
+    rerank: Rerank = Field(default_factory=Rerank)
 
 
 def canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,6 +219,7 @@ def environment(settings: Settings, chat_models: Iterable[str] = ()) -> dict[str
             for g in GROUPS
         },
         "identity": {},  # issuers are the tenant's own: the environment names none
+        "rerank": {"backends": list(settings.rerank.backends)},
     }
 
 
@@ -249,6 +258,7 @@ class Effective:
     guidance: ExtractionGuidance
     budgets: Mapping[str, Limits] = field(default_factory=dict)  # group -> its budgets
     issuers: tuple[Issuer, ...] = ()  # trusted token issuers (serve_app/identity/)
+    rerank_backends: frozenset[str] = frozenset()  # what its requests' ``rerank`` may use
 
     def expires_at(self, memory_type: str, now: datetime | None = None) -> datetime | None:
         """When a new memory of this type expires by default (None: never)."""
@@ -279,4 +289,5 @@ def resolve(overrides: Mapping[str, Any], env: Mapping[str, Any]) -> Effective:
             for name, b in (("background", doc.budgets.background), ("chat", doc.budgets.chat))
         },
         issuers=tuple(doc.identity.issuers or ()),
+        rerank_backends=frozenset(doc.rerank.backends or ()),
     )

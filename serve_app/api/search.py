@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter
 
 from serve_app.api.deps import Caller, Svc
@@ -11,6 +14,13 @@ from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import SearchRequest, SearchResponse
 from serve_app.services.memories import knowledge_query
+from serve_app.services.rerank import report
+from serve_app.store import Owner
+
+if TYPE_CHECKING:
+    from serve_app.composition import Services
+    from serve_app.retrieval.rerank import RerankOutcome
+    from serve_app.services.rerank import RerankStep
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
@@ -60,10 +70,30 @@ def searches(body: SearchRequest, q: SearchQuery) -> list[SearchQuery]:
     return out
 
 
+async def rerank_step(
+    services: Services, requested: bool | str, owner: Owner, query: str, *, lenient: bool = False
+) -> tuple[RerankStep | None, RerankOutcome | None]:
+    """A request's ``rerank`` step (serve_app/services/rerank.py); 422 when it asks for a
+    back-end nobody offers (``lenient``: mem0's no-op instead)."""
+    if requested is False:
+        return None, None
+    if services.rerank is None:  # services built without the option (tests' partial roots)
+        if lenient:
+            return None, None
+        raise ApiError(422, "rerank_unavailable", "rerank: no back-end is enabled")
+    return await services.rerank.step(
+        requested, owner.tenant_id, owner.user_id, query, lenient=lenient
+    )
+
+
 @router.post("/search", response_model=SearchResponse)
 async def search(body: SearchRequest, caller: Caller, services: Svc):
     owner = resolve_owner(caller, body.user_id)
     q = to_query(body, owner.tenant_id, owner.user_id, services.settings.limits.default_top_k)
     c = services.settings.context
     gate = Evidence(c.evidence_similarity, c.evidence_similarity_lexical)
-    return {"results": await services.memories.search_knowledge(searches(body, q), q.top_k, gate)}
+    step, outcome = await rerank_step(services, body.rerank, owner, body.query)
+    # a reranked search fetches a pool of candidates for the back-end, then cuts to top_k
+    wide = replace(q, top_k=max(q.top_k, step.reranker.pool)) if step is not None else q
+    results = await services.memories.search_knowledge(searches(body, wide), q.top_k, gate, step)
+    return {"results": results, "rerank": report(step, outcome)}

@@ -36,6 +36,7 @@ from serve_app.context.fuse import (
     shifted,
     topic_cosines,
 )
+from serve_app.context.left_out import LeftOut
 from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import fit_profile, format_with_profile
@@ -49,6 +50,8 @@ FactsFn = Callable[[str, str, int], Awaitable[list[dict[str, Any]]]]
 ProfileFn = Callable[[str, Sequence[str], int, str | None], Awaitable[list[dict[str, Any]]]]
 # (tenant_id, chunk ids) -> id -> the chunk's data (serve_app.store.citations).
 CiteFn = Callable[[str, Sequence[Any]], Awaitable[dict[Any, dict[str, Any]]]]
+# The request's re-scoring step (serve_app/services/rerank.py): candidates, best first.
+RerankFn = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 OFFLOAD_CHARS = 1000  # a longer message is read (split, small talk) on a worker thread
 
 
@@ -66,6 +69,8 @@ class ContextRequest:
     max_facts: int = 50
     levers: Levers = field(default_factory=lambda: Levers())
     reference_date: date | None = None  # "last week" in the message is read against it
+    explain: bool = False  # record what the block leaves out (ContextResult.left_out)
+    rerank: RerankFn | None = None  # re-orders the memory candidates before the rules
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ class ContextResult:
     parts: list[str] = field(default_factory=list)  # the parts searched (split lever)
     knowledge: list[dict[str, Any]] = field(default_factory=list)  # cited chunks in the block
     knowledge_tokens: int = 0
+    left_out: list[dict[str, Any]] | None = None  # explain: candidates not shown, by rule
 
 
 def owners_for(user_id: str, agent_id: str | None) -> tuple[str, ...]:
@@ -147,6 +153,7 @@ class ContextBuilder:
     async def build(self, req: ContextRequest) -> ContextResult:
         if req.levers.any:
             return await self._build(req)
+        trace = LeftOut() if req.explain else None
         facts_task = asyncio.ensure_future(self.facts(req.tenant_id, req.user_id, req.max_facts))
         memories: list[dict[str, Any]] = []
         chunks: list[dict[str, Any]] = []
@@ -154,23 +161,28 @@ class ContextBuilder:
         try:
             if not is_greeting(req.query):
                 text = expand_query(req.query, req.history)
-                memories, chunks = await self._memories(req, [text])
+                memories, chunks = await self._memories(req, [text], trace)
             facts = await facts_task
         finally:
             facts_task.cancel()
-        chunks = await self._chunks(req, chunks, stems(text or ""))
+        chunks = await self._chunks(req, chunks, stems(text or ""), trace)
         reserve = self._reserve(req, chunks)
+        _retrieved_why(memories, facts)
         block = format_context(facts, memories, req.token_budget - reserve)
         out = kb.with_knowledge(block, chunks, req.token_budget, req.levers.knowledge_chunk_tokens)
         b = out.block
+        if trace is not None:
+            trace.drop(memories, b.memories, "budget", "no room left in token_budget")
+            trace.drop(chunks, out.chunks, "budget", "no room left in token_budget")
         return ContextResult(
             b.text, b.memories, b.facts, text, b.tokens, knowledge=out.chunks,
-            knowledge_tokens=out.tokens,
+            knowledge_tokens=out.tokens, left_out=trace.items if trace is not None else None,
         )  # fmt: skip
 
     async def _build(self, req: ContextRequest) -> ContextResult:
         """The block with issue 29's levers (each on its own)."""
         lv = req.levers
+        trace = LeftOut() if req.explain else None
         text = expand_query(req.query, req.history)
         # a long message's reading is linear but not free (8000 "?" took ~30 ms): off
         # the event loop, so health probes and other requests are not held up
@@ -189,7 +201,7 @@ class ContextBuilder:
         chunks: list[dict[str, Any]] = []
         try:
             if not small:
-                memories, chunks = await self._memories(req, parts)
+                memories, chunks = await self._memories(req, parts, trace)
             facts = await facts_task
             profile = await profile_task if profile_task is not None else []
         finally:
@@ -198,7 +210,7 @@ class ContextBuilder:
                 profile_task.cancel()
         message = stems(text)  # the expanded text: a follow-up's terms too
         search_query = None if small else text
-        chunks = await self._chunks(req, chunks, message)
+        chunks = await self._chunks(req, chunks, message, trace)
         budget = req.token_budget - self._reserve(req, chunks)
         p_facts, other, fit = [], list(facts), None
         cap = int(req.token_budget * lv.profile_share)
@@ -213,25 +225,38 @@ class ContextBuilder:
             shown = {str(i["id"]) for i in fit[0]}
             memories = [m for m in memories if str(m["id"]) not in shown]
         if lv.gate:
-            memories = self._admitted(memories, message, lv.evidence)
+            gated = self._admitted(memories, message, lv.evidence)
+            if trace is not None:
+                trace.drop(memories, gated, "gate")
+            memories = gated
         else:
-            for m in memories:
-                m["why"] = f"retrieved (score {float(m.get('score') or 0):.2f})"
+            _retrieved_why(memories, ())
+        if trace is not None:
+            trace.drop(memories, memories[: req.top_k], "top_k", f"past top_k={req.top_k}")
         memories = memories[: req.top_k]
         if not lv.profile:
+            _retrieved_why((), facts)
             block = format_context(facts, memories, budget)
-            return self._result(req, block, chunks, search_query, parts=parts)
+            return self._result(req, block, chunks, search_query, trace, memories, parts=parts)
         if lv.gate:
-            other = [f for f in other if stems(f"{f['key']} {f['value']}") & message]
+            words = [f for f in other if stems(f"{f['key']} {f['value']}") & message]
+            if trace is not None:
+                trace.drop(other, words, "gate", "shares no word with the message")
+            other = words
             for f in other:
                 f["why"] = "shares a word with the message"
+        _retrieved_why((), other)
         block, kept_p, p_tokens = format_with_profile(
             [*profile, *p_facts], other, memories, budget, cap, fit
         )
+        if trace is not None:
+            shown = [*kept_p, *block.memories]
+            over = "over the profile section's share of token_budget"
+            trace.drop([*profile, *p_facts], shown, "profile", over)
         kept_mem_profile = [p for p in kept_p if "category" not in p]
         return self._result(
-            req, block, chunks, search_query, parts=parts, profile=kept_mem_profile,
-            profile_tokens=p_tokens,
+            req, block, chunks, search_query, trace, memories, parts=parts,
+            profile=kept_mem_profile, profile_tokens=p_tokens,
         )  # fmt: skip
 
     @staticmethod
@@ -240,16 +265,23 @@ class ContextBuilder:
         personal: Block,
         chunks: list[dict[str, Any]],
         search_query: str | None,
+        trace: LeftOut | None = None,
+        memories: Sequence[dict[str, Any]] = (),
         **more: Any,
     ) -> ContextResult:
-        """The personal block with the knowledge section in what it left."""
+        """The personal block with the knowledge section in what it left (``memories``:
+        the candidates the block was built from, for ``trace``)."""
         out = kb.with_knowledge(
             personal, chunks, req.token_budget, req.levers.knowledge_chunk_tokens
         )
         b = out.block
+        if trace is not None:
+            trace.drop(memories, b.memories, "budget", "no room left in token_budget")
+            trace.drop(chunks, out.chunks, "budget", "no room left in token_budget")
         return ContextResult(
             b.text, b.memories, b.facts, search_query, b.tokens, knowledge=out.chunks,
-            knowledge_tokens=out.tokens, **more,
+            knowledge_tokens=out.tokens, left_out=trace.items if trace is not None else None,
+            **more,
         )  # fmt: skip
 
     @staticmethod
@@ -258,14 +290,23 @@ class ContextBuilder:
         return kb.reserve(chunks, req.token_budget, lv.knowledge_share, lv.knowledge_chunk_tokens)
 
     async def _chunks(
-        self, req: ContextRequest, chunks: list[dict[str, Any]], message: frozenset[str]
+        self,
+        req: ContextRequest,
+        chunks: list[dict[str, Any]],
+        message: frozenset[str],
+        trace: LeftOut | None = None,
     ) -> list[dict[str, Any]]:
         """Chunks that pass the evidence gate (always: a knowledge base is big, and noise
         from it costs the prompt), best first, cited; at most ``knowledge_top_k``."""
         if not chunks or self.cite is None:
             return []
         lv = req.levers
-        chunks = self._admitted(chunks, message, lv.evidence)[: lv.knowledge_top_k]
+        admitted = self._admitted(chunks, message, lv.evidence)
+        if trace is not None:
+            trace.drop(chunks, admitted, "gate")
+            top = f"past knowledge_top_k={lv.knowledge_top_k}"
+            trace.drop(admitted, admitted[: lv.knowledge_top_k], "knowledge", top)
+        chunks = admitted[: lv.knowledge_top_k]
         kb.attach(chunks, await self.cite(req.tenant_id, [c["id"] for c in chunks]))
         for c in chunks:
             c["why"] = f"knowledge base {kb.label(c['citation'])}: {c['why']}"
@@ -287,7 +328,7 @@ class ContextBuilder:
         return out
 
     async def _memories(
-        self, req: ContextRequest, texts: Sequence[str]
+        self, req: ContextRequest, texts: Sequence[str], trace: LeftOut | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every text searched (broad, and the session), all in one backend call, so one
         encoder batch; a memory found by several texts keeps its best score and its
@@ -359,12 +400,32 @@ class ContextBuilder:
             found = fuse(found)
         found.sort(key=lambda m: (-float(m.get("score") or 0.0), str(m["id"])))
         kept = dedupe(found)
+        if trace is not None:
+            trace.drop(found, kept, "dedupe", "a near-copy of a better-ranked candidate")
         chunks = [m for m in kept if knowledge and kb.is_chunk(m)]
         kept = [m for m in kept if not (knowledge and kb.is_chunk(m))]
+        if req.rerank is not None:
+            kept = await req.rerank(kept)
         if topic is not None:
             for m in kept:
                 m["topic_similarity"] = topic.get(str(m["id"]), -1.0)
-        return (kept if req.levers.gate else kept[: req.top_k]), chunks
+        if req.levers.gate:
+            return kept, chunks
+        if trace is not None:
+            trace.drop(kept, kept[: req.top_k], "top_k", f"past top_k={req.top_k}")
+        return kept[: req.top_k], chunks
+
+
+def _retrieved_why(memories: Sequence[dict[str, Any]], facts: Sequence[dict[str, Any]]) -> None:
+    """Every block item says why it is there: without the evidence gate a memory is in
+    by its search score (and the re-scoring's, when the request asked for it), a fact
+    because facts are shown while they fit."""
+    for m in memories:
+        why = f"retrieved (score {float(m.get('score') or 0):.2f}"
+        rr = m.get("rerank_score")
+        m["why"] = why + (f", reranked {float(rr):.2f})" if rr is not None else ")")
+    for f in facts:
+        f.setdefault("why", "fact: facts are shown while they fit")
 
 
 def _split_facts(facts: Sequence[dict[str, Any]]) -> tuple[list, list]:

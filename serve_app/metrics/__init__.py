@@ -25,6 +25,7 @@ from serve_app.metrics.jobs import (
     WebhookMetrics,
 )
 from serve_app.metrics.pool import PoolMetrics, start_pool_metrics
+from serve_app.metrics.rerank import RerankMetrics
 from serve_app.metrics.retriever import RetrieverMetrics
 from serve_app.metrics.specs import (
     BATCH_SIZE_BUCKETS,
@@ -63,6 +64,8 @@ from serve_app.metrics.specs import (
     REEMBED_ITEMS,
     REEMBED_PROGRESS,
     REEMBED_REMAINING,
+    RERANK_CALLS,
+    RERANK_MS,
     RETRIEVER_BYTES,
     RETRIEVER_HIT_RATE,
     RETRIEVER_LOOKUPS,
@@ -130,12 +133,15 @@ __all__ = [
     "REEMBED_ITEMS",
     "REEMBED_PROGRESS",
     "REEMBED_REMAINING",
+    "RERANK_CALLS",
+    "RERANK_MS",
     "RETRIEVER_BYTES",
     "RETRIEVER_HIT_RATE",
     "RETRIEVER_LOOKUPS",
     "RaySink",
     "ReembedMetrics",
     "RequestMetrics",
+    "RerankMetrics",
     "RetrieverMetrics",
     "SpendMetrics",
     "Tags",

@@ -130,3 +130,10 @@ INGEST_OPEN = _h(
     (0, 1, 2, 4, 8, 16),
     "Pipelined batch adds already running on the replica when one starts (its depth).",
 )
+RERANK_CALLS = _c(
+    "rerank_calls",
+    ("backend", "outcome"),
+    "Re-scoring runs of search/context candidates (issue 42) by back-end (onnx, llm) and"
+    " outcome: ok, or the fallback's reason (over_budget, llm_unavailable, llm_malformed).",
+)
+RERANK_MS = _h("rerank_ms", ("backend",), HTTP_MS_BUCKETS, "Time of one re-scoring run (ms).")

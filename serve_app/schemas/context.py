@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 from serve_app.schemas.memories import (
     Identifier,
     Memory,
+    RerankInfo,
     ScoredMemory,
     SpeakerName,
     StrictModel,
@@ -25,8 +26,10 @@ __all__ = [
     "ChatMessage",
     "ContextFact",
     "ContextMemory",
+    "ContextQuery",
     "ContextRequest",
     "ContextResponse",
+    "LeftOut",
     "ProfileMemory",
     "ProfileResponse",
 ]
@@ -48,28 +51,37 @@ class ChatMessage(StrictModel):
         return value
 
 
-class ContextRequest(StrictModel):
+class ContextQuery(StrictModel):
+    """``GET /v1/context``'s query parameters (the POST body without ``history``)."""
+
     user_id: Identifier | None = None
     query: str
     session_id: Identifier | None = None
     agent_id: Identifier | None = None
-    history: list[ChatMessage] | None = None
     token_budget: int | None = Field(default=None, ge=1)
     top_k: int | None = Field(default=None, ge=1)
     # The day the message is said: "last week" in it is read against this (default today).
     reference_date: date | None = None
+    # the candidates left out of the block and the rule that left each out (``left_out``)
+    explain: bool = False
+    # re-score the candidates before the block's rules: true or a back-end by name
+    rerank: bool | Literal["onnx", "llm"] = False
 
     _query = field_validator("query")(check_content)
     _reference = field_validator("reference_date", mode="before")(reference_day)
-
-    _history = field_validator("history")(
-        at_most("history_items", "at most {limit} history messages", size=True)
-    )
     _budget = field_validator("token_budget")(
         at_most("context_token_budget", "token_budget must be at most {limit}")
     )
 
     _top_k = field_validator("top_k")(at_most("top_k", "top_k must be at most {limit}"))
+
+
+class ContextRequest(ContextQuery):
+    history: list[ChatMessage] | None = None
+
+    _history = field_validator("history")(
+        at_most("history_items", "at most {limit} history messages", size=True)
+    )
 
 
 class ContextFact(BaseModel):
@@ -89,6 +101,22 @@ class ContextMemory(ScoredMemory):
     # the lower of this and ``similarity``); null: the message has no time words (or the
     # lever is off); -1: the search without them did not return it
     topic_similarity: float | None = None
+
+
+class LeftOut(BaseModel):
+    """A candidate the block did not show (``explain``), and the rule that left it out:
+    ``gate`` (no evidence from the message), ``top_k``, ``budget`` (no room in the token
+    budget), ``dedupe`` (a near-copy of a shown memory), ``profile`` (shown in the profile
+    section instead), ``knowledge`` (a chunk past knowledge_top_k or the gate)."""
+
+    id: UUID
+    content: str
+    type: str | None = None
+    rule: str
+    detail: str | None = None
+    score: float | None = None
+    similarity: float | None = None
+    rerank_score: float | None = None
 
 
 class ProfileMemory(Memory):
@@ -111,6 +139,8 @@ class ContextResponse(BaseModel):
     # "From the knowledge base" (issue 33): the cited chunks in the block, and their tokens
     knowledge: list[ContextMemory] = Field(default_factory=list)
     knowledge_tokens: int = 0
+    left_out: list[LeftOut] | None = None  # explain: what the block did not show, and why
+    rerank: RerankInfo | None = None  # only when the request asked for it
 
 
 class ProfileResponse(BaseModel):

@@ -256,6 +256,9 @@ class SearchRequest(StrictModel):
         default=None, min_length=1, max_length=3
     )
     document_ids: list[Identifier] | None = Field(default=None, min_length=1, max_length=100)
+    # Re-score the candidates (issue 42): true (the default back-end) or one by name; off
+    # by default. A back-end the tenant is not offered: 422 (docs/api.md, Re-ranking).
+    rerank: bool | Literal["onnx", "llm"] = False
 
     _query = field_validator("query")(check_content)
     _as_of = field_validator("as_of")(event_time)
@@ -306,6 +309,17 @@ class ScoredMemory(Memory):
     score: float
     similarity: float | None = None
     citation: Citation | None = None  # set when the result is a document chunk
+    rerank_score: float | None = None  # the re-scoring back-end's score (``rerank``)
+
+
+class RerankInfo(BaseModel):
+    """What a request's ``rerank`` did: ``applied`` false with a ``reason`` (not_configured,
+    over_budget, llm_unavailable, llm_malformed, no_candidates): the search order stands."""
+
+    backend: str | None
+    applied: bool
+    reason: str | None = None
+    candidates: int = 0  # re-scored (at most MEMSERVE_RERANK_MAX_CANDIDATES)
 
 
 class ScoreBreakdown(BaseModel):
@@ -341,6 +355,7 @@ class MemoryBatch(BaseModel):
 
 class SearchResponse(BaseModel):
     results: list[ExplainedMemory] | list[ScoredMemory]  # explain: true gives the former
+    rerank: RerankInfo | None = None  # only when the request asked for it
 
 
 class DeletedCount(BaseModel):

@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 
 from serve_app.context import ContextBuilder, ContextRequest, ContextResult
-from serve_app.context.builder import Levers, owners_for
+from serve_app.context.builder import Levers, RerankFn, owners_for
 from serve_app.context.evidence import Evidence
 from serve_app.profile.classify import fact_class
 from serve_app.settings import ContextSettings
@@ -30,7 +30,11 @@ class ContextService:
         token_budget: int | None = None,
         top_k: int | None = None,
         reference_date: date | None = None,
+        explain: bool = False,
+        rerank: RerankFn | None = None,
     ) -> ContextResult:
+        """``explain``: the result says which candidates the block left out and why;
+        ``rerank``: the request's re-scoring step, run on the memory candidates."""
         assert owner.user_id is not None
         d = self.defaults
         return await self.builder.build(
@@ -47,6 +51,8 @@ class ContextService:
                 max_facts=d.max_facts,
                 levers=levers(d),
                 reference_date=reference_date,
+                explain=explain,
+                rerank=rerank,
             )
         )
 

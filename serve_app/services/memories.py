@@ -63,6 +63,12 @@ class Search(Protocol):
     async def __call__(self, queries: Sequence[SearchQuery]) -> list[list[dict[str, Any]]]: ...
 
 
+class Rerank(Protocol):
+    """Candidates re-ordered (serve_app/services/rerank.py's step), best first."""
+
+    async def __call__(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+
 def write_owner(caller: Principal, user_id: str | None, items: Sequence[NewMemory]) -> Owner:
     """Only shared items: the tenant (no user needed); otherwise the named/bound user."""
     if all(i.scope in SHARED_SCOPES for i in items):
@@ -248,12 +254,18 @@ class MemoryService:
         return await self.citations.lookup(tenant_id, ids)
 
     async def search_knowledge(
-        self, queries: Sequence[SearchQuery], top_k: int, evidence: Evidence | None = None
+        self,
+        queries: Sequence[SearchQuery],
+        top_k: int,
+        evidence: Evidence | None = None,
+        rerank: Rerank | None = None,
     ) -> list[dict[str, Any]]:
         """The user's own search and the shared knowledge's (issue 33) in one backend call
         (one embedding), merged by score (a row found twice keeps its best), cut to
         ``top_k``; chunks get their ``citation``, and with ``explain`` a ``source`` and
-        ``why`` (``evidence``: the context block's gate, said for each chunk)."""
+        ``why`` (``evidence``: the context block's gate, said for each chunk).
+        ``rerank``: re-orders the merged candidates before the cut (the queries fetch
+        more than ``top_k`` for it)."""
         if not queries:
             return []
         found = await self._search(queries)
@@ -261,7 +273,10 @@ class MemoryService:
         for row in (r for rows in found for r in rows):
             if row["id"] not in best or row["score"] > best[row["id"]]["score"]:
                 best[row["id"]] = row
-        out = sorted(best.values(), key=lambda r: (-r["score"], str(r["id"])))[:top_k]
+        out = sorted(best.values(), key=lambda r: (-r["score"], str(r["id"])))
+        if rerank is not None:
+            out = await rerank(out)
+        out = out[:top_k]
         chunks = [r for r in out if kb.is_chunk(r)]
         if chunks:
             kb.attach(chunks, await self.cite(queries[0].tenant_id, [r["id"] for r in chunks]))

@@ -29,6 +29,7 @@ from serve_app.settings.jobs import (
     ReembedSettings,
     WebhookSettings,
 )
+from serve_app.settings.rerank import RerankSettings
 from serve_app.settings.retrieval import (
     CacheSettings,
     ContextSettings,
@@ -66,6 +67,7 @@ __all__ = [
     "QuotaSettings",
     "RankSettings",
     "ReembedSettings",
+    "RerankSettings",
     "RetrievalSettings",
     "ServingSettings",
     "Settings",
@@ -111,6 +113,7 @@ class Settings(BaseSettings):
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)  # documents by URL
+    rerank: RerankSettings = Field(default_factory=RerankSettings)  # search/context re-scoring
 
     @property
     def models_dir(self) -> Path:

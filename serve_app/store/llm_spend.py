@@ -26,7 +26,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 GROUPS = ("background", "chat")
-PURPOSES = ("extract", "summarize", "consolidate", "infer", "chat")
+PURPOSES = ("extract", "summarize", "consolidate", "infer", "chat", "rerank")
 SCOPES = ("tenant_daily", "tenant_monthly", "user_daily")
 GROUP_BY = ("day", "user", "purpose", "model")
 _COLUMN = {"day": "day", "user": "user_id", "purpose": "purpose", "model": "model"}
@@ -35,7 +35,9 @@ _SUMS = ("calls", "errors", "estimated_calls", "prompt_tokens", "completion_toke
 
 
 def group_of(purpose: str) -> str:
-    return "chat" if purpose == "chat" else "background"
+    """A request-path call (the chat proxy, a search's re-scoring) spends the ``chat``
+    budgets; what runs in the background spends the ``background`` ones."""
+    return "chat" if purpose in ("chat", "rerank") else "background"
 
 
 @dataclass(frozen=True)

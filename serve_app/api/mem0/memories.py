@@ -3,6 +3,7 @@ adapted onto the memory, session and search services of ``/v1``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, time
 from typing import Any
 from uuid import UUID
@@ -21,11 +22,13 @@ from serve_app.api.mem0.scope import (
     owners_of,
     scope_owner,
 )
+from serve_app.api.search import rerank_step
 from serve_app.errors import ApiError
 from serve_app.extraction.guidance import META_CATEGORIES
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields, MemoryPatch, check_content
 from serve_app.services.memories import knowledge_query
+from serve_app.services.rerank import report
 from serve_app.tenancy import Guidance
 
 router = APIRouter(tags=["mem0"])
@@ -175,12 +178,16 @@ async def search(body: m.SearchRequest, caller: Caller, services: Svc):
         text=body.query,
         reference_date=body.reference_date,
     )
-    queries = [q]
+    step, outcome = await rerank_step(
+        services, body.rerank or False, owner, body.query, lenient=True
+    )
+    wide = replace(q, top_k=max(q.top_k, step.reranker.pool)) if step is not None else q
+    queries = [wide]
     if not shared and scope.run_id is None:  # a user's search: the org's (and agent's) knowledge
         knowledge = (f"@agent:{scope.agent_id}",) if scope.agent_id else ()
-        queries.append(knowledge_query(q, (*knowledge, "@org")))
-    rows = await services.memories.search_knowledge(queries, q.top_k)
-    return {"results": [m.to_mem0(r) for r in rows]}
+        queries.append(knowledge_query(wide, (*knowledge, "@org")))
+    rows = await services.memories.search_knowledge(queries, q.top_k, rerank=step)
+    return {"results": [m.to_mem0(r) for r in rows], "rerank": report(step, outcome)}
 
 
 @router.post("/v3/memories/", response_model=m.Mem0Page)

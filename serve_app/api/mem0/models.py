@@ -1,14 +1,16 @@
 """Bodies of the mem0 routes, in the shapes the official ``mem0ai`` client sends and reads.
 
-Requests are lenient like mem0's (unknown options such as ``rerank`` are accepted
-and ignored); what memserve stores is still validated by its own models (content,
-tags, metadata limits). ``custom_categories`` on add is honoured (see the add route).
+Requests are lenient like mem0's (unknown options are accepted and ignored; ``rerank``
+on search re-scores when the tenant is offered a back-end, and is mem0's no-op when
+not: the response's ``rerank`` says which); what memserve stores is still validated by
+its own models (content, tags, metadata limits). ``custom_categories`` on add is
+honoured (see the add route).
 """
 
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -58,6 +60,8 @@ class SearchRequest(EntityFields):
     categories: list[str] | None = None
     # Not mem0's: the day the query is asked ("last week" is read against it; /v1/search).
     reference_date: date | None = None
+    # mem0's flag (true: the default back-end), or memserve's back-end by name
+    rerank: bool | Literal["onnx", "llm"] | None = None
 
     _reference = field_validator("reference_date", mode="before")(reference_day)
 
@@ -123,6 +127,7 @@ class Mem0Scored(Mem0Memory):
 
 class Mem0SearchResults(BaseModel):
     results: list[Mem0Scored]
+    rerank: dict[str, Any] | None = None  # what ``rerank`` did (memserve's; mem0 ignores it)
 
 
 class Mem0Page(BaseModel):

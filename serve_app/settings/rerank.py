@@ -1,0 +1,37 @@
+"""Re-scoring of search and context candidates (issue 42's rerank slot): off by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import BaseSettings
+
+from serve_app.settings.base import group
+
+Backend = Literal["onnx", "llm"]
+
+
+class RerankSettings(BaseSettings):
+    """Which re-scoring back-ends the operator offers, and the bounds of one call.
+
+    ``backends``: what a request's ``rerank`` may use (empty: none, and a ``/v1`` request
+    asking for it gets 422); a tenant may narrow it (``rerank.backends`` in the tenant
+    settings), never widen it. ``onnx``: a cross-encoder the operator supplies in
+    ``onnx_dir`` (``model.onnx`` + ``tokenizer.json``; nothing is downloaded). ``llm``:
+    the extraction LLM (``MEMSERVE_LLM_*``), metered under the tenant's ``chat`` budgets
+    (a request-path call, purpose ``rerank``): over budget the order is left as it was.
+    """
+
+    model_config = group("MEMSERVE_RERANK_")
+
+    backends: list[Backend] = []
+    default_backend: Backend | None = None  # ``rerank: true``'s; None: the first offered
+    onnx_dir: Path | None = None
+    # the first this many candidates are re-scored, the rest keep their order after them
+    max_candidates: int = 20
+    batch_size: int = 16  # (query, candidate) pairs per ONNX run
+    max_length: int = 256  # tokens of one (query, candidate) pair for the cross-encoder
+    threads: int = 1  # ONNX Runtime intra-op threads (the request path shares the CPU)
+    max_chars: int = 500  # of each candidate shown to the LLM (and of the query)
+    llm_max_tokens: int = 256  # the LLM answer's cap (a list of scores)
