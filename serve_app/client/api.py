@@ -113,7 +113,9 @@ class Api(DataApi, DocumentsApi, AdminApi):
         """``options``: top_k, threshold, types, tags, filters, agent_id, session_id, mode,
         as_of, reference_date (the day the query is asked: "last week" is read against
         it; ISO 8601), include_invalidated, explain; the knowledge base: knowledge
-        (default true), scopes (user/agent/org), document_ids. Chunks carry ``citation``."""
+        (default true), scopes (user/agent/org), document_ids. Chunks carry ``citation``.
+        ``rerank``: true (the default back-end) or "onnx"/"llm": the candidates re-scored
+        (422 when the tenant is offered none; the response's ``rerank`` says what ran)."""
         body = {"user_id": user_id, "query": query, **options}
         return with_body("POST", "/v1/search", body, SearchResponse)
 
@@ -128,11 +130,24 @@ class Api(DataApi, DocumentsApi, AdminApi):
     ) -> Call[ContextResponse]:
         """Ranked memories as a prompt block; ``history`` turns may be ``(role, content)``.
         ``options``: session_id, agent_id, token_budget, top_k, reference_date (the day the
-        message is said; ISO 8601)."""
+        message is said; ISO 8601), ``explain`` (the response's ``left_out``: candidates
+        not shown and the rule that left each out), ``rerank`` (as in :meth:`search`)."""
         body = {"user_id": user_id, "query": query, **options}
         if history:
             body["history"] = to_messages(history)
         return with_body("POST", "/v1/context", body, ContextResponse)
+
+    @Endpoint
+    @staticmethod
+    def explain_context(
+        query: str, *, user_id: str | None = None, **options: Any
+    ) -> Call[ContextResponse]:
+        """``GET /v1/context?explain=true``: the block for ``query`` with ``left_out``, the
+        candidates it did not show and the rule that left each out (gate, top_k, budget,
+        dedupe, profile, knowledge), for an operator looking at a miss. ``options`` as
+        :meth:`context` without ``history``."""
+        params = {"user_id": user_id, "query": query, "explain": True, **options}
+        return with_params("GET", "/v1/context", params, ContextResponse)
 
     # health
     @Endpoint

@@ -20,6 +20,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/memories/{memory_id}/history"): ("history",),
     ("POST", "/v1/search"): ("search",),
     ("POST", "/v1/context"): ("context",),
+    ("GET", "/v1/context"): ("explain_context",),
     ("POST", "/v1/chat/completions"): ("chat", "chat_stream"),
     ("GET", "/v1/chat/usage"): ("chat_usage",),
     ("POST", "/v1/sessions/{session_id}/turns"): ("add_turns",),

@@ -4,9 +4,12 @@ profile), through POST and GET; every shown item keeps its ``why``."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from serve_app.bootstrap import bootstrap
+from serve_app.client import AsyncMemserveClient
+from serve_app.client.errors import InvalidRequest
 from serve_app.settings import Settings
 from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
@@ -34,9 +37,11 @@ async def api(fresh_db, encoder):
                 r = await svc.post("/v1/memories", json={"user_id": "carl", "content": text})
                 assert r.status_code == 201, r.text
                 ids[text] = r.json()["id"]
-            yield svc, ids
+            typed = AsyncMemserveClient("http://t", SERVICE, transport=httpx.ASGITransport(app))
+            yield svc, ids, typed
         finally:
             await svc.aclose()
+            await typed.aclose()
 
 
 async def context(svc, **extra) -> dict:
@@ -51,7 +56,7 @@ def shown_ids(out: dict) -> set[str]:
 
 
 async def test_explain_names_the_rule_that_left_each_candidate_out(api):
-    svc, ids = api
+    svc, ids, _ = api
     full = await context(svc)
     assert full["left_out"] == [] and {ids[t] for t in CAR} <= shown_ids(full)
     assert all(m["why"] for k in ("memories", "profile") for m in full[k])
@@ -72,7 +77,7 @@ async def test_explain_names_the_rule_that_left_each_candidate_out(api):
 
 
 async def test_explain_shows_a_gated_miss_through_get(api):
-    svc, ids = api
+    svc, ids, _ = api
     params = {"user_id": "carl", "query": GATED_QUERY, "explain": "true"}
     r = await svc.get("/v1/context", params=params)
     assert r.status_code == 200, r.text
@@ -88,9 +93,19 @@ async def test_explain_shows_a_gated_miss_through_get(api):
 
 
 async def test_get_context_validates_like_post(api):
-    svc, _ = api
+    svc, *_ = api
     base = {"user_id": "carl", "query": QUERY}
     for bad in ({"token_budget": 0}, {"top_k": "x"}, {"explain": "maybe"}, {"history": "[]"}):
         r = await svc.get("/v1/context", params={**base, **bad})
         assert r.status_code == 422, (bad, r.text)
     assert (await svc.get("/v1/context", params={"user_id": "carl"})).status_code == 422
+
+
+async def test_the_client_explains_and_reranks_through_get_and_post(api):
+    _, ids, typed = api
+    out = await typed.explain_context(GATED_QUERY, user_id="carl")
+    assert ids[WEEKDAYS] in {str(x.id) for x in out.left_out}
+    posted = await typed.context(GATED_QUERY, user_id="carl", explain=True)
+    assert [str(x.id) for x in posted.left_out] == [str(x.id) for x in out.left_out]
+    with pytest.raises(InvalidRequest, match="rerank"):  # the operator offers no back-end here
+        await typed.search(QUERY, user_id="carl", rerank=True)
