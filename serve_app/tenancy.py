@@ -127,7 +127,8 @@ class BudgetLimits(_Group):
 
 class Budgets(_Group):
     """LLM token budgets: over ``background``, extraction and the other background
-    calls are deferred (turns stay queued); over ``chat``, the chat proxy answers 429."""
+    calls are deferred (turns stay queued); over ``chat``, the chat proxy answers 429 and
+    a request's LLM ``rerank`` keeps the search order."""
 
     background: BudgetLimits = Field(default_factory=BudgetLimits)
     chat: BudgetLimits = Field(default_factory=BudgetLimits)

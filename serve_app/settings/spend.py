@@ -13,7 +13,8 @@ class SpendSettings(BaseSettings):
     The budget defaults apply to every tenant that does not set its own
     (``budgets`` in the tenant settings). ``background``: extraction, summaries,
     consolidation and ``infer`` adds (deferred when over); ``chat``: the chat proxy
-    (429 when over). Tokens are prompt + completion.
+    (429 when over) and the ``llm`` re-scoring of ``rerank`` (the search order when
+    over). Tokens are prompt + completion.
     """
 
     model_config = group("MEMSERVE_SPEND_")

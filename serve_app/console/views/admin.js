@@ -46,7 +46,7 @@ async function keysView(body) {
   ], keys, { id: "keys" }));
 }
 
-const PURPOSES = ["extract", "infer", "summarize", "consolidate", "chat"];
+const PURPOSES = ["extract", "infer", "summarize", "consolidate", "chat", "rerank"];
 
 async function usageView(body) {
   await llmUsage(body);
