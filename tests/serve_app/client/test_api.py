@@ -103,6 +103,9 @@ CALLS: list[tuple] = [
      ("POST", "/v1/context", {}, {"query": "tea?", "history": [
          {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})),
     ("context", ("tea?",), {"history": []}, ("POST", "/v1/context", {}, {"query": "tea?"})),
+    ("explain_context", ("tea?",), {**U, "top_k": 2, "rerank": "onnx"},
+     ("GET", "/v1/context", {**U, "query": "tea?", "explain": "true", "top_k": "2",
+                             "rerank": "onnx"}, None)),
     ("add_turns", ("s1", [("user", "hi")]), U,
      ("POST", "/v1/sessions/s1/turns", {}, {"user_id": "u1", "messages": [
          {"role": "user", "content": "hi"}]})),
