@@ -135,7 +135,7 @@ class Budgets(_Group):
 
 
 class Rerank(_Group):
-    """The re-scoring back-ends this tenant's requests may use (issue 42): the operator's
+    """The re-scoring back-ends this tenant's requests may use: the operator's
     (``MEMSERVE_RERANK_BACKENDS``) narrowed; one the operator does not offer stays off."""
 
     backends: list[Literal["onnx", "llm"]] | None = Field(default=None, max_length=2)

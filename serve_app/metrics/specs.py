@@ -133,7 +133,7 @@ INGEST_OPEN = _h(
 RERANK_CALLS = _c(
     "rerank_calls",
     ("backend", "outcome"),
-    "Re-scoring runs of search/context candidates (issue 42) by back-end (onnx, llm) and"
+    "Re-scoring runs of search/context candidates (a request's rerank) by back-end (onnx, llm) and"
     " outcome: ok, or the fallback's reason (over_budget, llm_unavailable, llm_malformed).",
 )
 RERANK_MS = _h("rerank_ms", ("backend",), HTTP_MS_BUCKETS, "Time of one re-scoring run (ms).")

@@ -256,7 +256,7 @@ class SearchRequest(StrictModel):
         default=None, min_length=1, max_length=3
     )
     document_ids: list[Identifier] | None = Field(default=None, min_length=1, max_length=100)
-    # Re-score the candidates (issue 42): true (the default back-end) or one by name; off
+    # Re-score the candidates: true (the default back-end) or one by name; off
     # by default. A back-end the tenant is not offered: 422 (docs/api.md, Re-ranking).
     rerank: bool | Literal["onnx", "llm"] = False
 

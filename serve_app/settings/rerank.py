@@ -1,4 +1,4 @@
-"""Re-scoring of search and context candidates (issue 42's rerank slot): off by default."""
+"""Re-scoring of search and context candidates (a request's ``rerank``): off by default."""
 
 from __future__ import annotations
 
