@@ -58,6 +58,8 @@ E2E_LLM_ENV = {
     "MEMSERVE_FETCH_TIMEOUT_S": "3",
     # tests/security: a PDF bomb's parse is killed at 3 s of CPU, well within BOMB_S.
     "MEMSERVE_DOC_PARSE_CPU_S": "3",
+    # test_context.py: a request's rerank may use the (scripted) LLM; off unless asked.
+    "MEMSERVE_RERANK_BACKENDS": '["llm"]',
 }
 
 

@@ -1,13 +1,16 @@
-"""POST /v1/context and shared (agent/org) and session scopes, over HTTP."""
+"""POST /v1/context and shared (agent/org) and session scopes, over HTTP; GET with
+``explain`` and ``rerank`` through the Ray deployments."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import psycopg
 import pytest
 
 from serve_app.extraction.junk import CONTEXT_CLOSE, CONTEXT_OPEN
+from serve_app.retrieval.rerank import RERANK_MARKER
 from tests.e2e.conftest import client_for
 
 pytestmark = pytest.mark.e2e
@@ -205,3 +208,39 @@ def test_history_and_content_limits(api, uid):
     r = api.post("/v1/context", json={"user_id": uid, "query": "q", "history": bad_role})
     assert r.status_code == 422
     assert api.post("/v1/context", json={"user_id": uid, "query": " "}).status_code == 422
+
+
+def test_explain_shows_what_the_block_left_out_and_why(api, uid):
+    car = add(api, user_id=uid, content="My car is parked in the office garage on weekdays")
+    add(api, user_id=uid, content="My car is a red Tesla Model 3")
+    params = {"user_id": uid, "query": "What should I know about my car?", "explain": "true"}
+    r = api.get("/v1/context", params=params)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    left = {x["id"]: x for x in out["left_out"]}
+    assert left[car["id"]]["rule"] == "gate" and car["id"] not in ids(out)
+    assert all(m["why"] for m in out["memories"] + out["profile"])
+    plain = api.post("/v1/context", json={"user_id": uid, "query": params["query"]})
+    assert plain.json()["left_out"] is None
+
+
+def test_rerank_with_the_llm_over_http(api, uid, fake_llm):
+    query = "Suggest a small project to practice coding"
+    for text in ("I'm learning Python", "I like coding at night", "My coding desk is small"):
+        add(api, user_id=uid, content=text)
+    plain = api.post("/v1/search", json={"user_id": uid, "query": query, "knowledge": False})
+    order = [x["id"] for x in plain.json()["results"]]
+    assert len(order) >= 2
+    scores = list(range(len(order)))  # the LLM puts the search's last first
+    fake_llm.add_rule(RERANK_MARKER, json.dumps({"scores": scores}), kind=None, times=1)
+    body = {"user_id": uid, "query": query, "knowledge": False, "rerank": "llm"}
+    r = api.post("/v1/search", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["rerank"]["applied"] is True
+    assert [x["id"] for x in r.json()["results"]] == order[::-1]
+    # the LLM answers no scores (no rule left): the search order, said so, not an error
+    again = api.post("/v1/search", json=body)
+    assert again.status_code == 200 and again.json()["rerank"]["reason"] == "llm_malformed"
+    assert [x["id"] for x in again.json()["results"]] == order
+    onnx = api.post("/v1/search", json={**body, "rerank": "onnx"})  # not offered here
+    assert onnx.status_code == 422 and onnx.json()["error"]["code"] == "rerank_unavailable"
