@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings
 
 from serve_app.settings.base import group
@@ -29,9 +30,10 @@ class RerankSettings(BaseSettings):
     default_backend: Backend | None = None  # ``rerank: true``'s; None: the first offered
     onnx_dir: Path | None = None
     # the first this many candidates are re-scored, the rest keep their order after them
-    max_candidates: int = 20
-    batch_size: int = 16  # (query, candidate) pairs per ONNX run
-    max_length: int = 256  # tokens of one (query, candidate) pair for the cross-encoder
-    threads: int = 1  # ONNX Runtime intra-op threads (the request path shares the CPU)
-    max_chars: int = 500  # of each candidate shown to the LLM (and of the query)
-    llm_max_tokens: int = 256  # the LLM answer's cap (a list of scores)
+    max_candidates: int = Field(default=20, ge=1, le=200)
+    batch_size: int = Field(default=16, ge=1)  # (query, candidate) pairs per ONNX run
+    # tokens of one (query, candidate) pair for the cross-encoder (its position limit)
+    max_length: int = Field(default=256, ge=8, le=4096)
+    threads: int = Field(default=1, ge=1)  # ONNX intra-op threads (the request path shares CPU)
+    max_chars: int = Field(default=500, ge=1)  # of each candidate shown to the LLM (and query)
+    llm_max_tokens: int = Field(default=256, ge=16)  # the LLM answer's cap (a list of scores)

@@ -152,6 +152,9 @@ async def test_llm_rerank_is_metered_and_falls_back_over_budget(api, llm):
     assert got["rerank"]["applied"] and got["rerank"]["backend"] == "llm"
     assert got["results"][0]["id"] == plain["results"][-1]["id"]
     assert len(llm.calls()) == 1
+    # the scores belong to that response: the next plain search (a hot cache) has none
+    again = await search(svc, top_k=n)
+    assert [r["rerank_score"] for r in again["results"]] == [None] * n
     async with services.spend.store.pool.connection() as conn:
         cur = await conn.execute("SELECT purpose, grp, user_id, outcome FROM llm_calls")
         rows = await cur.fetchall()
