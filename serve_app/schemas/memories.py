@@ -257,7 +257,7 @@ class SearchRequest(StrictModel):
     )
     document_ids: list[Identifier] | None = Field(default=None, min_length=1, max_length=100)
     # Re-score the candidates: true (the default back-end) or one by name; off
-    # by default. A back-end the tenant is not offered: 422 (docs/api.md, Re-ranking).
+    # by default. A back-end the tenant is not offered: 422 (README, Re-ranking and explain).
     rerank: bool | Literal["onnx", "llm"] = False
 
     _query = field_validator("query")(check_content)

@@ -4,6 +4,7 @@ share, gate), and a rerank step that changes which candidates make the cut."""
 
 from __future__ import annotations
 
+from serve_app.context import ContextBuilder, ContextRequest
 from serve_app.context.builder import Levers
 from serve_app.context.evidence import Evidence
 from tests.serve_app.context.test_levers import Backend, build, mem
@@ -59,3 +60,33 @@ def test_gate_and_rerank_step():
     assert [m["content"] for m in r.memories] == ["Tesla tires are expensive in winter"]
     assert rules(r) == [("I have two cats", "gate"), ("My red Tesla needs winter tires", "top_k")]
     assert r.left_out[1]["rerank_score"] == 0.0
+
+
+def test_a_near_copy_is_left_out_by_dedupe():
+    best = mem("My red Tesla needs winter tires", 0.8, 0.9)
+    copy = mem("My red Tesla needs winter tires!", 0.8, 0.8)
+    b = Backend(by_text={QUERY: [best, copy]})
+    r = build(b, QUERY, levers=OFF, explain=True)
+    assert [m["id"] for m in r.memories] == [best["id"]]
+    assert [(x["id"], x["rule"]) for x in r.left_out] == [(copy["id"], "dedupe")]
+
+
+async def test_chunks_past_knowledge_top_k_and_under_the_gate_are_named():
+    chunks = [
+        mem("Tesla winter tires: fit the 18 inch wheels", 0.8, 0.9, type="document_chunk"),
+        mem("Winter tires for a red Tesla: the approved list", 0.7, 0.8, type="document_chunk"),
+        mem("Office coffee machine manual", 0.1, 0.7, type="document_chunk"),
+    ]
+    b = Backend(by_text={QUERY: chunks})
+
+    async def cite(tenant, ids):
+        return {i: {"title": "Tyres"} for i in ids}
+
+    levers = Levers(knowledge=True, knowledge_top_k=1, evidence=Evidence(0.45, 0.25))
+    builder = ContextBuilder(b.search, b.facts, b.profile, cite)
+    r = await builder.build(ContextRequest("t", "u", QUERY, levers=levers, explain=True))
+    assert [c["id"] for c in r.knowledge] == [chunks[0]["id"]]
+    assert [(x["id"], x["rule"]) for x in r.left_out] == [
+        (chunks[2]["id"], "gate"),
+        (chunks[1]["id"], "knowledge"),
+    ]
