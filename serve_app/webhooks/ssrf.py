@@ -28,6 +28,8 @@ import socket
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+import httpx
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # IANA special-purpose blocks that are not "globally reachable" (RFC 6890 registries,
@@ -93,11 +95,14 @@ class TargetGuard:
         self.allow_private = allow_private  # development and tests only: any address
 
     def shape(self, url: str) -> tuple[str, int]:
-        """Host and port of a well-formed http(s) URL without credentials; else Refused."""
+        """Host and port of a well-formed http(s) URL without credentials; else Refused.
+        Well-formed for the HTTP client too: a URL it cannot parse (a control character,
+        a broken IPv6 literal) would fail at send time, after the check said yes."""
         try:
             parts = urlsplit(url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError as exc:
+            httpx.URL(url)
+        except (ValueError, httpx.InvalidURL) as exc:
             raise Refused(f"not a valid URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise Refused("the URL must be http(s)://host/...")

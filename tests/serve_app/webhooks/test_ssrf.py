@@ -84,3 +84,19 @@ def test_every_listed_block_is_refused_at_its_first_and_last_address():
 async def test_a_url_to_a_nat64_private_address_is_refused():
     with pytest.raises(Refused):
         await TargetGuard().check("http://[64:ff9b::a9fe:a9fe]/latest/meta-data")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.com/a\x01b",
+        "http://exa\x7fmple.com/",
+        "http://[::1/jwks",
+        "http://example.com:99999/",
+        "ftp://example.com/",
+        "http://user:pw@example.com/",
+    ],
+)
+async def test_a_url_the_http_client_cannot_send_is_refused_at_the_check(url):
+    with pytest.raises(Refused):
+        await TargetGuard(allow_private=True).check(url)
