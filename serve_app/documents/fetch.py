@@ -122,6 +122,8 @@ class DocumentFetcher:
             if "location header" in str(exc).lower():  # httpx could not parse a redirect
                 raise FetchError(422, "url_refused", f"{url}: redirect to {exc}") from None
             raise FetchError(422, "fetch_failed", f"{url}: {type(exc).__name__}") from None
+        except httpx.InvalidURL as exc:  # a redirect's Location httpx cannot parse
+            raise FetchError(422, "url_refused", f"{url}: {exc}") from None
         except (httpx.HTTPError, OSError, UnicodeError, ValueError) as exc:
             raise FetchError(422, "fetch_failed", f"{url}: {type(exc).__name__}") from None
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 Algorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
@@ -62,6 +64,8 @@ class Issuer(BaseModel):
             raise ValueError("give exactly one of jwks_url and jwks")
         if self.jwks is not None:
             _check_inline(self.jwks)
+        if self.jwks_url is not None:
+            _check_fetchable(self.jwks_url)
         if self.scope_claim is not None and not (self.write_scopes or self.read_scopes):
             raise ValueError("scope_claim needs write_scopes or read_scopes")
         if self.scope_claim is None and (self.write_scopes or self.read_scopes):
@@ -84,6 +88,19 @@ class Issuer(BaseModel):
         if values & set(self.write_scopes):
             return "write"
         return "read" if values & set(self.read_scopes) else None
+
+
+def _check_fetchable(url: str) -> None:
+    """A ``jwks_url`` the HTTP client can send: refused here, where the tenant admin sees
+    why, not at the first token of the issuer (a 500 that strangers could trigger)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port out of range or not a number raises here
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise ValueError(f"jwks_url is not a URL that can be fetched: {exc}") from None
+    if not parts.hostname:
+        raise ValueError("jwks_url has no host")
 
 
 def _check_inline(jwks: dict[str, Any]) -> None:

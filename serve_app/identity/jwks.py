@@ -32,6 +32,7 @@ from jwt import PyJWK
 from jwt.exceptions import PyJWKError
 
 from serve_app.settings import IdentitySettings
+from serve_app.webhooks.ssrf import TargetGuard
 
 log = logging.getLogger(__name__)
 MAX_KEYS = 100  # keys taken from one JWKS
@@ -90,11 +91,13 @@ def _default_alg(raw: dict[str, Any]) -> str:
     return {"P-256": "ES256", "P-384": "ES384"}.get(raw.get("crv"), "ES256")
 
 
+# The one judgement of "public" that webhooks and document fetches use too (the IANA
+# special-purpose blocks, IPv4 carried in IPv6: NAT64, 6to4, Teredo, mapped).
+_GUARD = TargetGuard()
+
+
 def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    return _GUARD.allowed_address(ipaddress.ip_address(address.split("%", 1)[0]))
 
 
 class JwksFetcher:
@@ -116,7 +119,8 @@ class JwksFetcher:
                 return parse_jwks(json.loads(await self._get(httpx.URL(url))))
         except TimeoutError:
             raise FetchRefused(f"{url}: no answer within {self.s.fetch_timeout_s} s") from None
-        except (httpx.HTTPError, OSError, ValueError, UnicodeError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError, UnicodeError) as exc:
+            # InvalidURL: an entry stored before jwks_url was checked at registration
             raise FetchRefused(f"{url}: {type(exc).__name__}: {exc}") from None
 
     async def _get(self, url: httpx.URL) -> bytes:

@@ -32,6 +32,7 @@ from serve_app.services.chat_caps import (
     estimated_usage,
     reported_usage,
     reports_usage,
+    request_tokens,
 )
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
@@ -223,15 +224,17 @@ class ChatService:
             headers["Authorization"] = f"Bearer {u.api_key}"
         extra = {"X-Memserve-Context-Memories": str(n_memories)}
 
-        def record(answer: str, tokens: tuple[int, int] | None) -> None:
+        def record(answer: str, tokens: Tokens | None, said: str | None = None) -> None:
             """Count the call and keep its turn; ``tokens`` None: the upstream reported
-            none (a cut stream, or one without usage), so they are estimated."""
+            none (a cut stream, or one that ignored ``include_usage``), so they are
+            estimated from every part of the request and of ``answer`` (what it wrote:
+            text, tool-call arguments, reasoning). ``said``: the answer's text, the turn."""
             estimated = tokens is None
             if tokens is None:
-                tokens = estimated_usage(payload["messages"], answer)
-            self.usage.count(call.key_id, tenant, Usage(1, 0, *tokens))
+                tokens = (*estimated_usage(payload, answer), 0)
+            self.usage.count(call.key_id, tenant, Usage(1, 0, *tokens[:2]))
             self._spent(ticket, "ok", tokens, estimated)
-            self._record_later(call, answer)
+            self._record_later(call, answer if said is None else said)
 
         try:
             if not call.stream:
@@ -247,6 +250,13 @@ class ChatService:
                     content = ""
                 record(content, _usage(answer))
                 return JSONResponse(answer, headers=extra)
+            # Usage on every stream, so what the upstream bills is what is metered; the
+            # client sees the usage chunk only if it asked for it.
+            asked = (payload.get("stream_options") or {}).get("include_usage") is True
+            payload["stream_options"] = {
+                **(payload.get("stream_options") or {}),
+                "include_usage": True,
+            }
             request = self.http.build_request("POST", url, json=payload, headers=headers)
             upstream = await self.http.send(request, stream=True)
         except (httpx.HTTPError, ValueError) as exc:
@@ -270,7 +280,9 @@ class ChatService:
                 _as_sse(answer, record), media_type="text/event-stream", headers=extra
             )
         return StreamingResponse(
-            _relay(upstream, record), media_type="text/event-stream", headers=extra
+            _relay(upstream, record, keep_usage=asked),
+            media_type="text/event-stream",
+            headers=extra,
         )
 
     async def _admit(self, call: ChatCall, payload: dict[str, Any]) -> Ticket | None:
@@ -278,7 +290,7 @@ class ChatService:
         budget is spent (``Retry-After``: when its window rolls over). A database that
         cannot take the intent fails open: the answer matters more than its meter."""
         limit = next((payload[n] for n in TOKEN_FIELDS if payload.get(n) is not None), 0)
-        prompt, _ = estimated_usage(payload["messages"], "")
+        prompt = request_tokens(payload)  # tools, tool calls, images and reasoning too
         tag = CallTag(call.owner.tenant_id, call.owner.user_id, "chat")
         try:
             return await self.spend.begin(tag, str(payload["model"]), prompt, int(limit))
@@ -297,7 +309,7 @@ class ChatService:
         self,
         ticket: Ticket | None,
         outcome: str,
-        tokens: tuple[int, int] = (0, 0),
+        tokens: Tokens = (0, 0, 0),
         estimated: bool = False,
     ) -> None:
         """Record the call's use after the answer (a background write, never awaited)."""
@@ -305,15 +317,16 @@ class ChatService:
             return
         ms = (time.perf_counter() - ticket.started) * 1000
         try:
-            self.spend.finish_later(ticket, Spent(outcome, *tokens, 0, estimated, ms))
+            self.spend.finish_later(ticket, Spent(outcome, *tokens, estimated, ms))
         except RuntimeError:  # no running loop (shutdown): the reconciler counts the intent
             log.warning("chat call %s left to the reconciler", ticket.id)
 
 
-Record = Callable[[str, tuple[int, int] | None], None]
+Tokens = tuple[int, int, int]  # prompt, completion, cached prompt
+Record = Callable[..., None]
 
 
-def _usage(answer: Any) -> tuple[int, int] | None:
+def _usage(answer: Any) -> Tokens | None:
     """The tokens an answer or chunk reports; None when it reports none."""
     return reported_usage(answer) if reports_usage(answer) else None
 
@@ -354,32 +367,60 @@ def _error_event(chunk: dict[str, Any]) -> str:
     return "data: " + json.dumps({"error": {"code": code, "message": message}})
 
 
-async def _relay(upstream: httpx.Response, record: Record) -> AsyncIterator[bytes]:
-    """Pass SSE lines through as they arrive, collecting the answer's text deltas.
+def _written(delta: dict[str, Any]) -> tuple[str, str]:
+    """(the text a delta adds to the answer, everything it adds that is billed: tool-call
+    names and arguments, reasoning)."""
+    text = delta.get("content") if isinstance(delta.get("content"), str) else ""
+    billed = [text]
+    for key in ("reasoning_content", "reasoning", "refusal"):
+        if isinstance(delta.get(key), str):
+            billed.append(delta[key])
+    calls = delta.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            billed += [str(function.get("name") or ""), str(function.get("arguments") or "")]
+    return text, "".join(billed)
+
+
+async def _relay(
+    upstream: httpx.Response, record: Record, *, keep_usage: bool = True
+) -> AsyncIterator[bytes]:
+    """Pass SSE lines through as they arrive, collecting what the answer writes.
 
     The turn and the use are recorded however the stream ends: at ``[DONE]``, when the
     upstream stops early, or when the client goes away (the generator is then closed
-    or cancelled, and only its ``finally`` runs).
+    or cancelled, and only its ``finally`` runs). ``keep_usage`` False: the client did not
+    ask for usage (the proxy did): the usage chunk is left out and ``usage`` taken off
+    the others, so the client sees the stream it asked for.
     """
-    parts: list[str] = []
-    tokens = None  # a final chunk may report usage (stream_options.include_usage)
+    text: list[str] = []
+    billed: list[str] = []
+    tokens = None  # the final chunk reports usage (stream_options.include_usage)
     try:
         async for line in upstream.aiter_lines():
             chunk = _event(line)
             if isinstance(chunk, dict) and "error" in chunk:
                 line = _error_event(chunk)
+            elif isinstance(chunk, dict) and "usage" in chunk:
+                tokens = _usage(chunk) or tokens
+                if not keep_usage:
+                    if not chunk.get("choices"):
+                        continue  # the usage chunk: the client did not ask for it
+                    line = "data: " + json.dumps({k: v for k, v in chunk.items() if k != "usage"})
             yield (line + "\n").encode()
             if not isinstance(chunk, dict):
                 continue
-            tokens = _usage(chunk) or tokens
             try:
                 delta = chunk["choices"][0].get("delta") or {}
-                parts.append(delta.get("content") or "")
             except (KeyError, IndexError, TypeError, AttributeError):
                 continue
+            said, wrote = _written(delta) if isinstance(delta, dict) else ("", "")
+            text.append(said)
+            billed.append(wrote)
     except httpx.HTTPError:
         log.warning("upstream stream broke off", exc_info=True)
     finally:
         # Before any await: in a cancelled task the next await raises again at once.
-        record("".join(parts), tokens)
+        record("".join(billed), tokens, "".join(text))
         await upstream.aclose()

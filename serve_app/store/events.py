@@ -79,7 +79,12 @@ class Cursor:
         if not token:
             return cls()
         txid, sep, ident = token.partition("-")
-        if not sep or not txid.isdigit() or not ident.isdigit() or len(token) > 41:
+        digits = txid.isascii() and txid.isdigit() and ident.isascii() and ident.isdigit()
+        if not sep or not digits or len(token) > 41:
+            raise ValueError("cursor must be the next_cursor of an earlier page")
+        # txid is an xid8 (unsigned 64 bits), id a bigint: larger numbers are no cursor
+        # this feed wrote, and PostgreSQL would refuse the cast (a 500, not a 400).
+        if int(txid) >= 2**64 or int(ident) >= 2**63:
             raise ValueError("cursor must be the next_cursor of an earlier page")
         return cls(int(txid), int(ident))
 

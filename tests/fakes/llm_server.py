@@ -357,7 +357,7 @@ class FakeLLM:
                 with self._lock:
                     self.queue.insert(0, content)
             content, finish = content[: cap * 3], "length"
-        prompt, completion = estimated_usage(messages, content)
+        prompt, completion = estimated_usage(body, content)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                  "total_tokens": prompt + completion,
                  "prompt_tokens_details": {"cached_tokens": self._cached(messages)}}  # fmt: skip
@@ -421,8 +421,10 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             n = int(self.headers.get("Content-Length") or 0)
             return json.loads(self.rfile.read(n) or b"{}")
 
-        def _stream(self, body: dict[str, Any], content: str) -> None:
-            """OpenAI-style SSE: a role chunk, content in a few pieces, a stop chunk, [DONE]."""
+        def _stream(self, body: dict[str, Any], content: str, usage: dict | None) -> None:
+            """OpenAI-style SSE: a role chunk, content in a few pieces, a stop chunk, [DONE];
+            with ``stream_options.include_usage`` (and usage reported), every chunk carries
+            ``"usage": null`` and a last one with no choices carries the usage, as OpenAI's."""
             base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk",
                     "created": int(time.time()), "model": body.get("model", "fake")}  # fmt: skip
             step = max(1, len(content) // 3)
@@ -437,6 +439,9 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
                       for d in deltas]  # fmt: skip
             events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if (body.get("stream_options") or {}).get("include_usage") and usage is not None:
+                events = [{**e, "usage": None} for e in events]
+                events.append({**base, "choices": [], "usage": usage})
             with fake._lock:
                 mode, delay = fake.mode, fake.delay_s
             if mode == "cut":  # the role and the first piece, then the connection closes
@@ -483,7 +488,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 self._json(status, {"error": error})
                 return
             if body.get("stream"):
-                self._stream(body, content or "")
+                self._stream(body, content or "", usage)
                 return
             self._json(
                 200,

@@ -86,8 +86,14 @@ def test_chat_caps_allow_normal_requests():
     assert models == {"a", "b"}
     check_caps({"model": "a", "n": 1, "max_tokens": 512, "tools": []}, caps, models)
     check_caps({}, caps, models)
-    assert reported_usage({"usage": {"prompt_tokens": 7, "completion_tokens": 3}}) == (7, 3)
-    assert reported_usage({"usage": None}) == (0, 0)
+    assert reported_usage({"usage": {"prompt_tokens": 7, "completion_tokens": 3}}) == (7, 3, 0)
+    cached = {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 5},
+    }
+    assert reported_usage({"usage": cached}) == (7, 3, 5)
+    assert reported_usage({"usage": None}) == (0, 0, 0)
 
 
 def test_bootstrap_key_minted_only_on_a_tenant_that_never_had_one(fresh_db):

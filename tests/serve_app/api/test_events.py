@@ -81,8 +81,16 @@ async def test_feed_isolation_paging_and_content(api):
 
     # A user key may not read another user's events; junk is a clear 4xx.
     assert (await alice.get("/v1/events", params={"user_id": "bob"})).status_code == 403
-    for params in ({"after": "nonsense"}, {"types": "memory.eaten"}, {"limit": 0},
-                   {"limit": 501}, {"after": "1-2-3"}):  # fmt: skip
+    junk = [
+        {"after": "nonsense"},
+        {"types": "memory.eaten"},
+        {"limit": 0},
+        {"limit": 501},
+        {"after": "1-2-3"},
+        {"after": "99999999999999999999999-1"},  # past xid8: was a 500 from the cast
+        {"after": f"{2**64}-1"},
+    ]
+    for params in junk:
         r = await svc.get("/v1/events", params=params)
         assert r.status_code == 422, (params, r.text)
         assert r.json()["error"]["code"] == "invalid_request" or "detail" in r.text

@@ -165,6 +165,23 @@ async def test_private_urls_are_refused_and_write_nothing(api, server):
     assert await documents(c) == []  # the good document before it was not ingested either
 
 
+async def test_urls_the_http_client_cannot_parse_are_a_422_not_a_500(api, server):
+    c, _ = api
+    good = doc("mdx_url", server.url("/guide.md"))
+    bad = [
+        server.url("/guide\x01.md"),  # a control character
+        "http://[::1/jwks",  # a broken IPv6 literal
+        "http://64:ff9b::a9fe:a9fe/x",
+        "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",  # NAT64 of the metadata address
+        server.url("/redirect?to=http://exa%01mple.com/"),
+    ]
+    for url in bad:
+        r = await c.post(ADD, json={"user_id": "ann", "messages": [good, doc("pdf_url", url)]})
+        assert r.status_code == 422, (url, r.text)
+        assert r.json()["error"]["code"] in ("url_refused", "fetch_failed"), r.text
+    assert await documents(c) == []
+
+
 async def test_several_documents_are_added_all_or_nothing(fresh_db, encoder):
     """The second document takes the user past the quota: neither is stored (before,
     the first one landed and the add still answered an error)."""

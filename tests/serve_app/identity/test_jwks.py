@@ -136,3 +136,21 @@ async def test_a_withdrawn_key_moves_the_generation_on(issuer):
         assert await cache.key(issuer.jwks_url, None, issuer.kid("RS256"), "RS256") is not None
         assert cache.generation == 1
         assert await cache.key(issuer.jwks_url, None, old, "RS256") is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[64:ff9b::a9fe:a9fe]/jwks",  # NAT64 of the cloud metadata address
+        "http://[64:ff9b::7f00:1]/jwks",  # NAT64 of loopback
+        "http://100.64.0.1/jwks",  # shared address space
+        "http://[::1/jwks",  # a URL the client cannot parse (stored before it was checked)
+    ],
+)
+async def test_private_or_broken_jwks_urls_are_refused_not_a_500(url):
+    fetcher = JwksFetcher(_settings(allow_private_jwks=False))
+    try:
+        with pytest.raises(FetchRefused):
+            await fetcher.fetch(url)
+    finally:
+        await fetcher.aclose()

@@ -188,7 +188,10 @@ async def test_prune_drops_only_events_past_retention_in_batches(db):
 def test_cursor_round_trips_and_refuses_junk():
     assert Cursor.parse(Cursor(12, 34).token()) == Cursor(12, 34)
     assert Cursor.parse(None) == Cursor()
-    for junk in ("x", "1-", "-1", "1-2-3", "1;2", "9" * 50 + "-1", str(uuid.uuid4())):
+    # past xid8 (2**64) or bigint (2**63): PostgreSQL's cast would fail; other digits
+    top = (f"{2**64}-1", f"1-{2**63}", "99999999999999999999999-1", "\u0663-1", "1-\u00b9")
+    assert Cursor.parse(f"{2**64 - 1}-{2**63 - 1}") == Cursor(2**64 - 1, 2**63 - 1)
+    for junk in ("x", "1-", "-1", "1-2-3", "1;2", "9" * 50 + "-1", str(uuid.uuid4()), *top):
         with pytest.raises(ValueError):
             Cursor.parse(junk)
 
