@@ -33,8 +33,10 @@ Conventions, for phrases that people use in more than one way:
   spring" the current one, else whichever of the last and the next is closer ("this
   winter" said in late November is the coming one, "this summer" in October the past).
 - A month alone ("in May") is the most recent May that has begun by the reference; with
-  a year ("May 2023") that month; a year after "in", "during", "since", "of", "before" or
-  "after" ("in 2022") that year.
+  a year ("May 2023") that month; with a day ("August 11, 2023", "1 February 2023", "the
+  3rd of March") that day, and without a year the latest such day by the reference; a
+  season with a year ("summer 2021") that year's; a year after "in", "during", "since",
+  "of", "before" or "after" ("in 2022") that year.
 - "yesterday", "today"/"tonight", "tomorrow", "the day before yesterday", "the day after
   tomorrow".
 
@@ -316,18 +318,55 @@ def _at(w: list[str], i: int, ref: date) -> Period | None:
     if word in _WEEKDAYS and (i == 0 or w[i - 1] not in ("last", "this", "next", "coming")):
         return _day(_recent_weekday(ref, _WEEKDAYS[word]))
 
+    if word in _SEASONS and _is_year(nxt):  # "summer 2021": that year's
+        return _season(int(nxt), _SEASONS[word])
     if word in _SEASONS and i > 0 and w[i - 1] in ("in", "the", "during"):
         return _season_named(ref, _SEASONS[word], "recent")
 
     if word in _MONTHS:
-        prev = w[i - 1] if i > 0 else ""
-        if _is_year(nxt):
-            return _month(int(nxt), _MONTHS[word])
-        if prev in _YEAR_LEAD or (prev in ("the", "on") and word not in _VERB_MONTHS):
-            return _recent_month(ref, _MONTHS[word])
+        return _month_phrase(w, i, ref)
 
     if word in _YEAR_LEAD and _is_year(nxt):
         return _year(int(nxt))
+    return None
+
+
+def _day_of_month(word: str) -> int | None:
+    """``11``, ``11th``, ``1st`` as a day of the month (1..31), else None."""
+    digits = word[:-2] if word[-2:] in ("st", "nd", "rd", "th") else word
+    if 1 <= len(digits) <= 2 and _digits(digits) and 1 <= int(digits) <= 31:
+        return int(digits)
+    return None
+
+
+def _month_phrase(w: list[str], i: int, ref: date) -> Period | None:
+    """A month at word ``i``: "August 11, 2023", "1 February 2023", "October 6" (the
+    latest one by the reference), "May 2023", "in May"."""
+    month = _MONTHS[w[i]]
+    prev = w[i - 1] if i > 0 else ""
+    nxt = w[i + 1] if i + 1 < len(w) else ""
+    after = w[i + 2] if i + 2 < len(w) else ""
+    day = _day_of_month(nxt)
+    year = after if day is not None else nxt
+    if day is None and (day := _day_of_month(prev)) is not None:  # "1 February"
+        year = nxt
+    if day is None and prev == "of" and i > 1:  # "the 3rd of March"
+        day, year = _day_of_month(w[i - 2]), nxt
+    lead = prev in _YEAR_LEAD or prev in ("on", "the", "of")
+    if day is not None and (_is_year(year) or w[i] not in _VERB_MONTHS or lead):
+        y = int(year) if _is_year(year) else ref.year
+        if day > calendar.monthrange(y, month)[1]:
+            return None
+        when = date(y, month, day)
+        if not _is_year(year) and when > ref:  # "October 6" said in May: last October's
+            if day > calendar.monthrange(y - 1, month)[1]:
+                return None
+            when = date(y - 1, month, day)
+        return _day(when)
+    if _is_year(nxt):
+        return _month(int(nxt), month)
+    if prev in _YEAR_LEAD or (prev in ("the", "on") and w[i] not in _VERB_MONTHS):
+        return _recent_month(ref, month)
     return None
 
 

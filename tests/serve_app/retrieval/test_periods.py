@@ -236,3 +236,32 @@ def test_words_read_a_bounded_prefix():
 )
 def test_examples_said_on_a_saturday(text, expected):
     assert resolve(text, date(2026, 11, 28)) == Period(*expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("What did Jon find on 1 February, 2023?", (date(2023, 2, 1), date(2023, 2, 1))),
+        ("two weeks before August 11, 2023", (date(2023, 8, 11), date(2023, 8, 11))),
+        ("on the 3rd of March", (date(2023, 3, 3), date(2023, 3, 3))),
+        ("on October 6", (date(2022, 10, 6), date(2022, 10, 6))),  # the latest by then
+        ("on May 5th", (date(2023, 5, 5), date(2023, 5, 5))),
+        ("Which state did she visit in summer 2021?", (date(2021, 6, 1), date(2021, 8, 31))),
+        ("winter 2021", (date(2021, 12, 1), date(2022, 2, 28))),
+    ],
+)
+def test_days_of_months_and_seasons_of_years(text, expected):
+    assert resolve(text, date(2023, 5, 20)) == Period(*expected)
+
+
+@pytest.mark.parametrize("text", ["February 30 2023", "the 31st of February", "I may 5 people"])
+def test_days_that_do_not_exist_or_verbs_name_no_day(text):
+    assert resolve(text, date(2023, 5, 20)) is None
+
+
+@given(REFS, st.integers(min_value=1, max_value=12), st.integers(min_value=1, max_value=31))
+def test_a_day_without_a_year_is_the_latest_by_the_reference(ref, month, day):
+    p = resolve(f"on {calendar.month_name[month]} {day}", ref)
+    if p is not None:
+        assert p.first == p.last <= ref and (ref - p.first).days < 366 + 1
+        assert (p.first.month, p.first.day) == (month, day)
