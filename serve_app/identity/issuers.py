@@ -10,6 +10,7 @@ is never an algorithm. Inline JWKS hold public keys only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -57,6 +58,12 @@ class Issuer(BaseModel):
     max_lifetime_s: int = Field(86400, ge=60, le=7 * 86400)  # exp - iat at most this
     leeway_s: int = Field(30, ge=0, le=300)  # clock skew allowed on exp, nbf and iat
     advertise: bool = False  # list it in /.well-known/oauth-protected-resource (MCP sign-in)
+    # Whose users its tokens name: True, the tenant's own user ids (its ``sub`` "alice" is
+    # the tenant's user alice); False, users of this issuer alone ("<ref>:alice": another
+    # issuer's "alice" is another user). Unset: True for the tenant's first issuer (every
+    # entry of that issuer URL), False for the others, so adding an issuer never lets it
+    # act as existing users.
+    map_users: bool | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Issuer:
@@ -73,6 +80,20 @@ class Issuer(BaseModel):
         if len(set(self.audiences)) != len(self.audiences):
             raise ValueError("an audience is listed twice")
         return self
+
+    def with_primary(self, primary: bool) -> Issuer:
+        """This entry with ``map_users`` decided (``primary``: the issuer URL of the
+        tenant's first entry)."""
+        if self.map_users is not None:
+            return self
+        return self.model_copy(update={"map_users": primary})
+
+    def user_id(self, subject: str) -> str:
+        """The tenant's user id of a token's user claim (``map_users``: see above)."""
+        if self.map_users is not False:
+            return subject
+        ref = hashlib.sha256(self.issuer.encode()).hexdigest()[:12]
+        return f"iss-{ref}:{subject}"
 
     def access(self, claims: dict[str, Any]) -> str | None:
         """'write', 'read' or None (no access) for verified ``claims``."""

@@ -40,6 +40,7 @@ from serve_app.tenancy import Effective
 _USER = re2.compile(r"^[A-Za-z0-9_.:\-][A-Za-z0-9_.:@\-]{0,127}$")  # schemas.Identifier, no '@'
 _KID = re2.compile(r"^[A-Za-z0-9_.:=+/\-]{1,256}$")
 MAX_AUDIENCES = 16
+MAX_USER_CHARS = 128  # schemas.Identifier
 
 
 class Refused(Exception):
@@ -153,7 +154,7 @@ class TokenVerifier:
         eff = await self.effective(tenant_id)
         for issuer in eff.issuers:
             if issuer.issuer == iss and set(issuer.audiences) & set(auds):
-                return issuer, tenant_id
+                return issuer.with_primary(iss == eff.issuers[0].issuer), tenant_id
         raise Refused("issuer")  # the index moved on meanwhile: fail closed
 
     async def _tenants_of(self, iss: str, auds: tuple[str, ...]) -> list[str]:
@@ -195,6 +196,9 @@ class TokenVerifier:
         user = claims.get(issuer.user_claim)
         if not isinstance(user, str) or not _USER.match(user):
             raise Refused("user_claim")  # not a plain user id: '@org', 10 kB, NUL, ...
+        user = issuer.user_id(user)
+        if len(user) > MAX_USER_CHARS:
+            raise Refused("user_claim")  # namespaced past an identifier's length
         access = issuer.access(claims)
         if access is None:
             raise Refused("scope")
@@ -230,7 +234,7 @@ def _peek(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise Refused("malformed")
     try:
         header, claims = (json.loads(_unb64(part)) for part in parts[:2])
-    except (ValueError, binascii.Error):
+    except (ValueError, binascii.Error, RecursionError):  # nested past the decoder's stack
         raise Refused("malformed") from None
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise Refused("malformed")

@@ -99,7 +99,10 @@ class Authenticator:
 
         Rates: the key's own, else its ``tenant``'s settings (which default to the env's)."""
         user = caller.user_id if caller.role == "user" else end_user
-        bucket = f"{caller.key_id}\x00{(user or '')[:MAX_END_USER_CHARS]}"
+        # The tenant first: a key id is unique, but a token's "key" is its issuer, which
+        # two tenants may share (other audiences): one tenant's calls must never drain
+        # another's bucket.
+        bucket = f"{caller.tenant_id}\x00{caller.key_id}\x00{(user or '')[:MAX_END_USER_CHARS]}"
         rate = caller.rate_limit_per_s
         if rate is None and tenant is not None:
             rate = tenant.rate_per_user
@@ -110,7 +113,7 @@ class Authenticator:
         if self.key_limiter is not None:
             per_key = tenant.rate_per_key if tenant is not None else None
             # A user key serves one user; a token's issuer serves many, each its own "key".
-            whose = bucket if caller.role == "user" else caller.key_id
+            whose = bucket if caller.role == "user" else f"{caller.tenant_id}\x00{caller.key_id}"
             wait = self.key_limiter.acquire(whose, per_key, units)
             if wait > 0:
                 self.refused["key_rate"] += 1

@@ -3,6 +3,7 @@ SQL over migration 0020, exercised by the e2e and security suites), keys are inl
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Sequence
 
@@ -118,3 +119,40 @@ async def test_the_stranger_budget_is_asked_before_any_lookup(verifier, issuer):
     with pytest.raises(OutOfBudget):
         await verifier.verify(issuer.token("ann", "acme"), spent)
     assert verifier.index.asked == 0
+
+
+async def test_a_second_issuer_names_users_of_its_own(issuer):
+    """A partner issuer added after the tenant's own may not act as the tenant's existing
+    users: its "alice" is another user, unless the tenant maps its users explicitly."""
+    partner, mapped = LocalIssuer(), LocalIssuer()  # other ports: other issuer URLs
+    entries = [
+        {"issuer": issuer.issuer, "audiences": ["acme"], "jwks": issuer.jwks()},
+        {"issuer": partner.issuer, "audiences": ["acme"], "jwks": partner.jwks()},
+        {"issuer": mapped.issuer, "audiences": ["acme"], "jwks": mapped.jwks(), "map_users": True},
+    ]
+    settings = resolve({"identity": {"issuers": entries}}, {})
+
+    async def effective(tenant: str) -> Effective:
+        return settings
+
+    pairs = {(e["issuer"], "acme"): "acme" for e in entries}
+    s = IdentitySettings()
+    v = TokenVerifier(Index(pairs), effective, JwksCache(JwksFetcher(s), s), s)
+    own = await v.verify(issuer.token("alice", "acme"), _nothing)
+    theirs = await v.verify(partner.token("alice", "acme"), _nothing)
+    shared = await v.verify(mapped.token("alice", "acme"), _nothing)
+    assert own.user_id == "alice" and shared.user_id == "alice"
+    assert theirs.user_id != "alice" and theirs.user_id.endswith(":alice")
+    assert theirs.user_id == (await v.verify(partner.token("alice", "acme"), _nothing)).user_id
+    for server in (partner, mapped):
+        server.server.server_close()
+
+
+async def test_a_header_nested_past_the_decoder_is_refused_not_a_crash(verifier):
+    def b64(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    nested = b64(b"[" * 2000 + b"]" * 2000)  # under max_token_chars, past the stack
+    with pytest.raises(Refused) as err:
+        await verifier.verify(f"{nested}.{b64(b'{}')}.sig", _nothing)
+    assert err.value.reason == "malformed"

@@ -8,6 +8,7 @@ import time
 import psycopg
 import pytest
 
+from serve_app.auth import TOKEN_PREFIX, Principal
 from serve_app.db.pool import open_pool
 from serve_app.errors import ApiError
 from serve_app.services.auth import authenticator, key_store
@@ -129,3 +130,16 @@ async def test_missing_or_malformed_credentials_are_charged_like_bad_keys(auth, 
     with pytest.raises(ApiError) as e:  # and an uncached key from there gets no lookup
         await a.principal("Bearer msk_after_no_key", "10.0.3.1")
     assert e.value.status == 429
+
+
+async def test_token_buckets_are_the_tenants_own(auth):
+    """Two tenants that trust the same issuer URL (other audiences) get the same token
+    "key" id: one tenant's calls for its alice must not drain the other's alice."""
+    authn, _, _ = auth
+    key = TOKEN_PREFIX + "same-issuer-ref"
+    a, b = Principal(key, "tenant-a", "user", "alice"), Principal(key, "tenant-b", "user", "alice")
+    with pytest.raises(ApiError) as err:
+        for _ in range(100):
+            authn.charge(b, None, 1.0)
+    assert err.value.status == 429
+    authn.charge(a, None, 1.0)  # tenant A's alice still has her whole burst
