@@ -32,7 +32,12 @@ FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
 BINARY_VAR = "RAY_SERVE_HAPROXY_BINARY_PATH"
 # Ports HAProxy mode opens besides the app's own: HAProxy's stats page and Prometheus
 # exporter (all interfaces), and the Python fallback proxy Serve keeps on the head node.
-# Ray's defaults are fixed numbers, so a second service on the machine could not start.
+# Ray's defaults are fixed numbers (8404, 9101, 8500), so a second service on the machine
+# could not start: each is the service's port plus an offset instead (the defaults for
+# port 8000), so two services on two ports never pick the same side ports, also when
+# they start at the same moment (a "free" check alone races with the other's HAProxy,
+# which binds only once its proxy actor runs).
+SERVICE_PORT = 8000
 FIXED_PORTS = {
     "RAY_SERVE_HAPROXY_STATS_PORT": 8404,
     "RAY_SERVE_HAPROXY_METRICS_PORT": 9101,
@@ -91,23 +96,29 @@ def _free(port: int) -> bool:
     return True
 
 
-def _ports(environ: Mapping[str, str]) -> dict[str, str]:
-    """Ray's fixed side ports where free, another free port where taken (unless set)."""
+def side_ports(service_port: int, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The side ports of a service on ``service_port``: each Ray default shifted by the
+    service port's distance from 8000, or a free port where that one is taken or out of
+    range (a variable already set is kept)."""
     out = {}
     for var, default in FIXED_PORTS.items():
         if var in environ:
             continue
-        port = default if _free(default) else free_port("0.0.0.0")
-        if port != default:
-            log.info("port %d is taken: %s=%d", default, var, port)
+        wanted = default + service_port - SERVICE_PORT
+        port = wanted if 1024 <= wanted <= 65535 and _free(wanted) else free_port("0.0.0.0")
+        if port != wanted:
+            log.info("port %d is taken: %s=%d", wanted, var, port)
         out[var] = str(port)
     return out
 
 
-def ray_env(enabled: bool, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def ray_env(
+    enabled: bool, environ: Mapping[str, str] = os.environ, service_port: int = SERVICE_PORT
+) -> dict[str, str]:
     """The ``RAY_*`` variables that select the proxy: HAProxy if ``enabled`` and its
     binary runs (logged with its path and version), else Serve's Python proxy (one
-    warning line saying why). Explicit ``RAY_SERVE_HAPROXY_*`` settings are kept."""
+    warning line saying why). Explicit ``RAY_SERVE_HAPROXY_*`` settings are kept; the
+    side ports follow ``service_port`` (:func:`side_ports`)."""
     if not enabled:
         return {FLAG: "0"}
     try:
@@ -117,7 +128,7 @@ def ray_env(enabled: bool, environ: Mapping[str, str] = os.environ) -> dict[str,
         log.warning("HAProxy ingress off, Serve's Python proxy serves HTTP: %s", exc)
         return {FLAG: "0"}
     log.info("HAProxy ingress: %s (%s)", binary, version)
-    env = {FLAG: "1", **_ports(environ)}
+    env = {FLAG: "1", **side_ports(service_port, environ)}
     if NBTHREAD_VAR not in environ:
         # Ray's default is 4 threads; more than the machine's cores only adds switches.
         env[NBTHREAD_VAR] = str(max(1, min(4, os.cpu_count() or 1)))
@@ -167,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     from serve_app.settings import get_settings
 
-    print(" ".join(f"{k}={v}" for k, v in ray_env(get_settings().serving.haproxy).items()))
+    settings = get_settings()
+    env = ray_env(settings.serving.haproxy, service_port=settings.port)
+    print(" ".join(f"{k}={v}" for k, v in env.items()))
 
 
 if __name__ == "__main__":

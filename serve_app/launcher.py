@@ -84,7 +84,7 @@ def _serve(
     if not settings.serving.address:
         # HAProxy instead of Serve's Python proxy where its binary runs (a cluster's
         # own environment decides for its nodes).
-        os.environ.update(ray_env(settings.serving.haproxy))
+        os.environ.update(ray_env(settings.serving.haproxy, service_port=settings.port))
     import ray
     from ray import serve
 

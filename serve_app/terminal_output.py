@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+from serve_app.ingress_proxy import FLAG as HAPROXY_FLAG
 from serve_app.mcp import PATH as MCP_PATH
 from serve_app.settings import Settings
 
@@ -40,6 +41,9 @@ def stream_replica_logs() -> bool:
     return log_level() <= logging.INFO
 
 
+HAPROXY_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+
+
 def banner(
     settings: Settings, data: str, elapsed_s: float, dashboard: str | None, logs: str | None
 ) -> str:
@@ -55,6 +59,9 @@ def banner(
     ]
     if logs:
         lines.append(f"  logs       {logs}   ({LEVEL_ENV}=INFO shows them here)")
+    if os.environ.get(HAPROXY_FLAG) == "1":
+        stats, metrics = (os.environ.get(v, "?") for v in HAPROXY_PORTS)
+        lines.append(f"  HAProxy    stats :{stats}   metrics :{metrics}")
     lines.append("Ctrl-C stops it.")
     return "\n".join(lines)
 

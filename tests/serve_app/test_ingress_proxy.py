@@ -21,6 +21,8 @@ from serve_app.ingress_proxy import (
     ray_env,
 )
 from serve_app.ports import free_port
+from serve_app.settings import Settings
+from serve_app.terminal_output import banner
 
 
 def _script(tmp_path, body: str, mode: int = 0o755) -> str:
@@ -57,6 +59,24 @@ def test_on_sets_the_flag_ports_and_threads():
     assert env[FLAG] == "1"
     assert set(ingress_proxy.FIXED_PORTS) <= set(env)
     assert 1 <= int(env[ingress_proxy.NBTHREAD_VAR]) <= 4
+
+
+def test_side_ports_follow_the_service_port_so_two_services_never_share_them():
+    default = ingress_proxy.side_ports(8000, {})
+    other = ingress_proxy.side_ports(8001, {})
+    busy = {int(p) for p in default.values()}
+    if busy == {8404, 9101, 8500}:  # Ray's defaults when nothing else holds them
+        assert {int(p) for p in other.values()} == {8405, 9102, 8501}
+    assert not busy & {int(p) for p in other.values()}
+    assert all(1024 <= int(p) <= 65535 for p in ingress_proxy.side_ports(65500, {}).values())
+
+
+def test_the_banner_names_the_side_ports(monkeypatch):
+    monkeypatch.setenv(FLAG, "1")
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_STATS_PORT", "18404")
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_METRICS_PORT", "19101")
+    text = banner(Settings(), "/data", 1.0, None, None)
+    assert "stats :18404" in text and "metrics :19101" in text
 
 
 def test_off_by_setting():
