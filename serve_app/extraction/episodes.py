@@ -90,6 +90,10 @@ class Compressor:
             self.metrics.schema_failure("summarize", response_format)
             self.metrics.error("bad_summary")
             out.error = "bad_summary"
+            # Given up (counted): an ended session with turns left to summarise is due
+            # again at every scan (TurnStore.due_sessions), and the same answer would
+            # come back each time. Their memories were extracted already.
+            await self.turns.mark_compressed(ids)
             return
         first, last = batch[0]["turn_index"], batch[-1]["turn_index"]
         if await self.index.by_hash(key.owner, summary) is None:

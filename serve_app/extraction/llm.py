@@ -27,7 +27,8 @@ import httpx
 from serve_app.extraction.answer_schema import ResponseSchema
 from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
 from serve_app.settings import LLMSettings
-from serve_app.spend.meter import SpendMeter, Ticket, prompt_tokens, spent_from
+from serve_app.spend.estimate import request_tokens
+from serve_app.spend.meter import SpendMeter, Ticket, spent_from
 from serve_app.store.llm_spend import CallTag, Spent
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,9 @@ class LLMClient:
         max_tokens = max_tokens or self.config.max_tokens
         ticket = None
         if self.meter is not None and tag is not None:
-            est = prompt_tokens(system, user)
+            est = request_tokens(
+                self._body(system, user, max_tokens, self._response_format(schema))
+            )
             ticket = await self.meter.begin(tag, self.config.model, est, max_tokens)
         try:
             self.breaker.before_call()
@@ -199,6 +202,21 @@ class LLMClient:
         if ticket is not None and self.meter is not None:
             await self.meter.finish(ticket, spent)
 
+    def _body(
+        self, system: str, user: str, max_tokens: int, response_format: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The request: what is sent, and what its estimate counts (the schema too)."""
+        return {
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+            ],
+            "temperature": 0,
+            "max_tokens": max_tokens,
+            "response_format": response_format,
+        }
+
     async def _attempts(
         self,
         system: str,
@@ -215,16 +233,7 @@ class LLMClient:
         A retry is admitted against the budgets like any call (:class:`OverBudget`
         propagates; the failed attempts before it count as the breaker's failure).
         """
-        body = {
-            "model": self.config.model,
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": user},
-            ],
-            "temperature": 0,
-            "max_tokens": max_tokens,
-            "response_format": response_format,
-        }
+        body = self._body(system, user, max_tokens, response_format)
         last: LLMUnavailable | None = None
         for attempt in range(self.config.max_retries + 1):
             if attempt:

@@ -25,19 +25,12 @@ import psycopg
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve_app.errors import ApiError, error_response
-from serve_app.services.chat_caps import (
-    TOKEN_FIELDS,
-    allowed_models,
-    check_caps,
-    estimated_usage,
-    reported_usage,
-    reports_usage,
-    request_tokens,
-)
+from serve_app.services.chat_caps import TOKEN_FIELDS, allowed_models, check_caps
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.sessions import SessionService, Speaker
 from serve_app.settings import ChatSettings, LimitSettings, LLMSettings, SpendSettings
+from serve_app.spend.estimate import estimated_usage, request_tokens, usage_of
 from serve_app.spend.meter import SpendMeter, Ticket
 from serve_app.store import Owner
 from serve_app.store.chat_usage import Usage
@@ -248,7 +241,7 @@ class ChatService:
                 except (KeyError, IndexError, TypeError, AttributeError):
                     log.warning("upstream answer without choices[0].message")
                     content = ""
-                record(content, _usage(answer))
+                record(content, usage_of(answer))
                 return JSONResponse(answer, headers=extra)
             # Usage on every stream, so what the upstream bills is what is metered; the
             # client sees the usage chunk only if it asked for it.
@@ -326,11 +319,6 @@ Tokens = tuple[int, int, int]  # prompt, completion, cached prompt
 Record = Callable[..., None]
 
 
-def _usage(answer: Any) -> Tokens | None:
-    """The tokens an answer or chunk reports; None when it reports none."""
-    return reported_usage(answer) if reports_usage(answer) else None
-
-
 async def _as_sse(answer: dict[str, Any], record: Record) -> AsyncIterator[bytes]:
     """A complete chat.completion as chat.completion.chunk events."""
     try:
@@ -346,7 +334,7 @@ async def _as_sse(answer: dict[str, Any], record: Record) -> AsyncIterator[bytes
             yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
         yield b"data: [DONE]\n\n"
     finally:  # the upstream answered (and billed) in full, whether the client stayed or not
-        record(content, _usage(answer))
+        record(content, usage_of(answer))
 
 
 def _event(line: str) -> Any:
@@ -403,7 +391,7 @@ async def _relay(
             if isinstance(chunk, dict) and "error" in chunk:
                 line = _error_event(chunk)
             elif isinstance(chunk, dict) and "usage" in chunk:
-                tokens = _usage(chunk) or tokens
+                tokens = usage_of(chunk) or tokens
                 if not keep_usage:
                     if not chunk.get("choices"):
                         continue  # the usage chunk: the client did not ask for it

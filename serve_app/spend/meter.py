@@ -25,6 +25,7 @@ import psycopg
 from serve_app.context.tokens import count_tokens
 from serve_app.metrics import Flusher, SpendMetrics
 from serve_app.settings import SpendSettings
+from serve_app.spend.estimate import usage_of
 from serve_app.store.llm_spend import (
     SCOPES,
     CallTag,
@@ -50,26 +51,6 @@ class Ticket:
     model: str
     est_prompt: int
     started: float
-
-
-def prompt_tokens(*contents: str) -> int:
-    """The estimate of a prompt's tokens: each message's text counted on its own (the
-    chat proxy's estimate too: serve_app/services/chat_caps.py)."""
-    return sum(count_tokens(c) for c in contents)
-
-
-def usage_of(answer: Any) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached) tokens an OpenAI answer reports; None without ``usage``."""
-    usage = answer.get("usage") if isinstance(answer, dict) else None
-    if not isinstance(usage, dict):
-        return None
-
-    def n(value: Any) -> int:
-        return value if isinstance(value, int) and value > 0 else 0
-
-    details = usage.get("prompt_tokens_details")
-    cached = n(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    return n(usage.get("prompt_tokens")), n(usage.get("completion_tokens")), cached
 
 
 def spent_from(outcome: str, ticket: Ticket, answer: Any, text: str) -> Spent:
@@ -109,7 +90,8 @@ class SpendMeter:
 
     async def begin(self, tag: CallTag, model: str, est: int, max_tokens: int) -> Ticket:
         """Admit a call (raises :class:`OverBudget` before anything is sent) and write
-        its intent. ``est``: the prompt's estimated tokens (:func:`prompt_tokens`)."""
+        its intent. ``est``: the prompt's estimated tokens
+        (:func:`serve_app.spend.estimate.request_tokens`)."""
         started = time.perf_counter()
         self.flusher.start()
         if self.store is None:

@@ -315,9 +315,12 @@ class TurnStore:
 
         Due: N or more pending user turns, or the session ended, or the oldest
         pending turn waited ``idle_s`` (nothing stays in the queue forever); turns
-        in a retry backoff wait. Order: round-robin over tenants, and within a
-        tenant over users (each user's oldest session first, at most ``per_user``
-        of a user per scan), so one user's or tenant's backlog never starves others.
+        in a retry backoff wait. Also an ended session whose turns are all extracted
+        but not yet summarised (at least two: what the summary takes): its summary was
+        held back (a budget spent) and runs once it may. Order: round-robin over
+        tenants, and within a tenant over users (each user's oldest session first, at
+        most ``per_user`` of a user per scan), so one user's or tenant's backlog never
+        starves others.
         """
         async with self.pool.connection() as conn:
             cur = await conn.execute(
@@ -328,7 +331,16 @@ class TurnStore:
                 " GROUP BY t.tenant_id, t.user_id, t.session_id, s.ended_at"
                 " HAVING count(*) FILTER (WHERE t.role = 'user') >= %(every_n)s"
                 " OR s.ended_at IS NOT NULL"
-                " OR min(t.created_at) < now() - %(idle_s)s * interval '1 second'),"
+                " OR min(t.created_at) < now() - %(idle_s)s * interval '1 second'"
+                " UNION SELECT t.tenant_id, t.user_id, t.session_id, min(t.created_at)"
+                " FROM session_turns t JOIN session_state s USING (tenant_id, user_id, session_id)"
+                " WHERE s.ended_at IS NOT NULL AND t.extracted_at IS NOT NULL"
+                " AND t.compressed_at IS NULL AND t.dead_at IS NULL"
+                " AND NOT starts_with(t.session_id, %(infer)s)"
+                " AND NOT EXISTS (SELECT 1 FROM session_turns p WHERE p.tenant_id = t.tenant_id"
+                " AND p.user_id = t.user_id AND p.session_id = t.session_id"
+                " AND p.extracted_at IS NULL AND p.dead_at IS NULL)"
+                " GROUP BY t.tenant_id, t.user_id, t.session_id HAVING count(*) >= 2),"
                 " per_user AS (SELECT *, row_number() OVER (PARTITION BY tenant_id, user_id"
                 " ORDER BY oldest) AS nth FROM due),"
                 " capped AS (SELECT *, min(oldest) OVER (PARTITION BY tenant_id, user_id)"
@@ -337,7 +349,8 @@ class TurnStore:
                 " ORDER BY nth, user_oldest, user_id) AS turn FROM capped)"
                 " SELECT tenant_id, user_id, session_id FROM per_tenant"
                 " ORDER BY turn, oldest LIMIT %(limit)s",
-                {"every_n": every_n, "idle_s": idle_s, "limit": limit, "per_user": per_user},
+                {"every_n": every_n, "idle_s": idle_s, "limit": limit, "per_user": per_user,
+                 "infer": INFER_PREFIX},
             )  # fmt: skip
             rows = await cur.fetchall()
         return [SessionKey(r["tenant_id"], r["user_id"], r["session_id"]) for r in rows]

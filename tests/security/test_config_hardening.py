@@ -14,8 +14,9 @@ from serve_app.bootstrap import ensure_keys
 from serve_app.db.migrations import migrate
 from serve_app.errors import ApiError
 from serve_app.secret_env import load_secrets_file, runtime_env_vars
-from serve_app.services.chat_caps import allowed_models, check_caps, reported_usage
+from serve_app.services.chat_caps import allowed_models, check_caps
 from serve_app.settings import ChatSettings, Settings
+from serve_app.spend.estimate import reported_usage
 
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = {

@@ -14,11 +14,11 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from serve_app.context.tokens import count_tokens
 from serve_app.extraction.llm import LLMUnavailable
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
 from serve_app.services.sessions import SessionService
+from serve_app.spend.estimate import request_tokens
 from serve_app.store.llm_spend import CallTag, Limits, OverBudget
 from serve_app.store.turns import SessionKey
 from tests.fakes.llm_server import extraction, memory
@@ -166,6 +166,31 @@ async def test_over_budget_defers_then_extracts_after_a_raise(make_harness, fake
     assert len(await h.memories("u2")) == 1
 
 
+async def test_a_summary_held_back_by_the_budget_runs_after_a_raise(make_harness, fake_llm):
+    """An ended session whose turns were all extracted before the budget ran out: its
+    summary is deferred, the scan keeps listing it (no unextracted turn is left, so it
+    used to drop out for good), and after a raise the summary is written."""
+    fake_llm.add_rule("kayak", extraction([memory("The user kayaks on weekends")]))
+    fake_llm.add_rule("Turns 1-2", '{"summary": "The user talked about kayaking."}', kind="summary")
+    budgets: dict[str, dict[str, Limits]] = {"acme": {"background": Limits(tenant_daily=10**9)}}
+    h = await make_harness(settings_for(fake_llm.url), spend=fixed(budgets))
+    key = SessionKey("acme", "u1", "s1")
+    await h.say(key, ("user", "I kayak on weekends"), ("user", "mostly on the river"))
+    assert (await h.pipeline.process_session(key)).turns_extracted == 2
+    budgets["acme"] = {"background": Limits(tenant_daily=1)}  # spent by the extraction
+    await h.turns.end(key)
+    held = await h.pipeline.process_session(key)
+    assert held.summaries == 0 and held.deferred is not None
+    assert key in await h.pipeline.scan()  # still due: its summary is owed
+    budgets["acme"] = {"background": Limits(tenant_daily=10**9)}
+    [due] = [k for k in await h.pipeline.scan() if k == key]
+    assert (await h.pipeline.process_session(due)).summaries == 1
+    assert [m["content"] for m in await h.memories("u1", "summary")] == [
+        "The user talked about kayaking."
+    ]
+    assert key not in await h.pipeline.scan()  # summarised: no longer due
+
+
 async def test_a_user_budget_defers_only_that_user(make_harness, fake_llm):
     budgets = {"acme": {"background": Limits(user_daily=1)}}
     h = await make_harness(settings_for(fake_llm.url), spend=fixed(budgets))
@@ -244,7 +269,8 @@ async def test_failed_calls_are_metered_by_what_they_may_have_cost(make_harness,
     rows = await h.rows(
         "SELECT outcome, prompt_tokens, completion_tokens, estimated FROM llm_calls ORDER BY id"
     )
-    est = count_tokens("system") + count_tokens("user text")
+    # the estimate counts the whole request, as the provider bills it (schema included)
+    est = request_tokens(fake_llm.calls()[-1]["body"])
     assert [tuple(r.values()) for r in rows] == [
         ("http_5xx", 0, 0, False),
         ("timeout", est, 50, True),
@@ -294,7 +320,8 @@ async def test_a_timed_out_attempt_and_its_retry_are_both_counted(make_harness, 
     rows = await h.rows(
         "SELECT outcome, prompt_tokens, completion_tokens, estimated FROM llm_calls ORDER BY id"
     )
-    est = count_tokens("system") + count_tokens("user text")
+    # the estimate counts the whole request, as the provider bills it (schema included)
+    est = request_tokens(fake_llm.calls()[-1]["body"])
     assert est == first["prompt_tokens"]
     assert [tuple(r.values()) for r in rows] == [
         ("timeout", est, 50, True),  # 50 >= what it was billed for

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from serve_app.bootstrap import bootstrap
-from serve_app.services.chat_caps import IMAGE_TOKENS, request_tokens
 from serve_app.settings import Settings
+from serve_app.spend.estimate import IMAGE_TOKENS, request_tokens
 from tests.fakes.llm_server import FakeLLM
 from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
