@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
@@ -33,6 +35,56 @@ REDIRECTS = (301, 302, 303, 307, 308)
 class FetchError(ApiError):
     """A document URL that could not be read: refused (SSRF), too large, too slow, or
     answered with an error. ``status`` is the caller's: 413 for size, 422 otherwise."""
+
+
+class ByteBudget:
+    """Bytes of documents a replica holds at once (one event loop: no lock needed)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+
+    def take(self, n: int) -> bool:
+        if self.used + n > self.total:
+            return False
+        self.used += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.used = max(0, self.used - n)
+
+
+class Held:
+    """The documents one request has read, counted in the replica's byte budget until
+    the request is done (:meth:`DocumentFetcher.holding`)."""
+
+    def __init__(self, fetcher: DocumentFetcher) -> None:
+        self.fetcher = fetcher
+        self.bytes = 0
+
+    async def load(self, ref: str) -> Fetched:
+        """:meth:`DocumentFetcher.load`, reserved first at the most it can hold."""
+        f = self.fetcher
+        reserve = f.s.max_bytes
+        if not f.budget.take(reserve):
+            raise FetchError(
+                503,
+                "busy",
+                f"this replica holds {f.budget.used} bytes of documents; retry shortly",
+                headers={"Retry-After": "2"},
+            )
+        try:
+            got = await f.load(ref)
+        except BaseException:
+            f.budget.give(reserve)
+            raise
+        f.budget.give(reserve - len(got.data))
+        self.bytes += len(got.data)
+        return got
+
+    def release(self) -> None:
+        self.fetcher.budget.give(self.bytes)
+        self.bytes = 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +110,16 @@ class DocumentFetcher:
             follow_redirects=False, trust_env=False, timeout=s.timeout_s
         )
         self.gate = asyncio.Semaphore(s.max_concurrent)
+        self.budget = ByteBudget(s.max_bytes_in_flight)
+
+    @contextlib.asynccontextmanager
+    async def holding(self) -> AsyncIterator[Held]:
+        """Documents read for one request, in the budget until it is done."""
+        held = Held(self)
+        try:
+            yield held
+        finally:
+            held.release()
 
     async def aclose(self) -> None:
         await self.client.aclose()

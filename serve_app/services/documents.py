@@ -115,12 +115,17 @@ class DocumentService(DocumentAccess):
                 await self._swap(principal, owner, head, chunks, vectors)
             )
 
+    def authorize(self, principal: Principal, docs: list[DocumentInput]) -> list[Owner]:
+        """Whose each document would be, or the 403 a write would get: for callers that
+        must refuse before they read the documents (mem0's URL parts)."""
+        return [self._owner(principal, d) for d in docs]
+
     async def ingest_many(
         self, principal: Principal, docs: list[DocumentInput], *, charge: Charge | None = None
     ) -> list[DocumentOut]:
         """Several documents all or nothing (mem0's add with document messages): each
         parsed and embedded first, then every swap in one transaction."""
-        owners = [self._owner(principal, d) for d in docs]
+        owners = self.authorize(principal, docs)
         async with self._turns:
             parsed = [await self._parsed(o, d, charge) for o, d in zip(owners, docs, strict=True)]
             if charge is not None:

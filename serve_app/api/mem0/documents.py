@@ -15,6 +15,7 @@ they are a clear 422 that says so, not a schema error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from dataclasses import dataclass
@@ -119,7 +120,8 @@ def document_input(
     key = part.ref if is_url else hashlib.sha256(data).hexdigest()
     title = None
     if is_url:
-        title = urlsplit(part.ref).path.rstrip("/").rsplit("/", 1)[-1][:512] or None
+        with contextlib.suppress(ValueError):  # a URL the fetch will refuse with a 422
+            title = urlsplit(part.ref).path.rstrip("/").rsplit("/", 1)[-1][:512] or None
     where = _scope_fields(caller, scope)
     # Document ids are unique per tenant: the owner is part of the id, so two users (or
     # an agent and the org) adding the same URL get two documents, not one moved.

@@ -83,24 +83,34 @@ async def add(body: m.AddRequest, caller: Caller, services: Svc):
 async def _add_documents(
     body: m.AddRequest, parts: list[DocumentPart], scope: Scope, caller: Caller, services: Svc
 ) -> list[dict[str, Any]]:
-    """Every part is read (and refused) before anything is written, and the documents
-    are written all or nothing (one transaction: a later one's refusal leaves none)."""
+    """Capped, authorised and charged before anything is fetched (a caller who may not
+    write there, or one past its rate, costs the service no fetch); then every part is
+    read (and refused) before anything is written, within the replica's byte budget, and
+    the documents are written all or nothing (one transaction: a later one's refusal
+    leaves none)."""
     if services.documents is None or services.fetcher is None:
         raise ApiError(503, "unavailable", "documents are not served by this replica")
-    read = [await services.fetcher.load(p.ref) for p in parts]
+    cap = services.settings.fetch.max_document_parts
+    if len(parts) > cap:
+        raise ApiError(413, "payload_too_large", f"at most {cap} document parts in one add")
     meta = body.metadata
-    docs = [
-        document_input(caller, scope, p, r.data, meta) for p, r in zip(parts, read, strict=True)
-    ]
+    planned = [document_input(caller, scope, p, b"", meta) for p in parts]
+    services.documents.authorize(caller, planned)
     tenant = (
         None
         if services.tenants is None or caller.role == "admin"
         else await services.tenants.effective(caller.tenant_id)
     )
-    user = docs[0].user_id  # one scope for the whole add
-    outs = await services.documents.ingest_many(
-        caller, docs, charge=lambda units: services.auth.charge(caller, user, units, tenant)
-    )
+    user = planned[0].user_id  # one scope for the whole add
+    services.auth.charge(caller, user, len(parts), tenant)  # a unit a document, up front
+    async with services.fetcher.holding() as held:
+        read = [await held.load(p.ref) for p in parts]
+        docs = [
+            document_input(caller, scope, p, r.data, meta) for p, r in zip(parts, read, strict=True)
+        ]
+        outs = await services.documents.ingest_many(
+            caller, docs, charge=lambda units: services.auth.charge(caller, user, units, tenant)
+        )
     return [added(part, out) for part, out in zip(parts, outs, strict=True)]
 
 

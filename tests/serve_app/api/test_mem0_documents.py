@@ -133,6 +133,56 @@ async def test_a_user_key_adds_to_its_own_scope_only(api):
     assert r.status_code == 403, r.text
 
 
+async def user_key(c, user: str) -> dict[str, str]:
+    r = await c.post(
+        "/v1/admin/keys",
+        json={"role": "user", "user_id": user},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert r.status_code == 201, r.text
+    return {"Authorization": f"Bearer {r.json()['key']}"}
+
+
+async def test_a_refused_caller_costs_no_fetch(api, server):
+    """Rights first: a user key naming another user gets its 403 before any URL is read
+    (was: every part fetched and held, then 403)."""
+    c, _ = api
+    cy = await user_key(c, "cy")
+    urls = [doc("pdf_url", server.url(f"/policy.pdf?n={i}")) for i in range(5)]
+    r = await c.post(ADD, json={"user_id": "ann", "messages": urls}, headers=cy)
+    assert r.status_code == 403, r.text
+    assert server.hits == []
+
+
+async def test_too_many_document_parts_is_a_413_before_any_fetch(api, server):
+    c, services = api
+    cap = services.settings.fetch.max_document_parts
+    urls = [doc("pdf_url", server.url(f"/policy.pdf?n={i}")) for i in range(cap + 1)]
+    r = await c.post(ADD, json={"user_id": "ann", "messages": urls})
+    assert r.status_code == 413, r.text
+    assert server.hits == [] and await documents(c) == []
+    r = await c.post(ADD, json={"user_id": "ann", "messages": urls[:cap]})
+    assert r.status_code == 200, r.text
+    assert len(server.hits) == cap
+
+
+async def test_documents_held_across_requests_fit_the_replicas_byte_budget(api, server):
+    """A fetch that would take the replica past its bytes in flight is a 503 with
+    Retry-After, nothing written; the budget is whole again after each request."""
+    c, services = api
+    fetcher = services.fetcher
+    fetcher.budget.total = fetcher.s.max_bytes  # room for one document at a time
+    two = [doc("pdf_url", server.url("/policy.pdf")), doc("mdx_url", server.url("/guide.md"))]
+    r = await c.post(ADD, json={"user_id": "ann", "messages": [two[0]]})
+    assert r.status_code == 200, r.text
+    assert fetcher.budget.used == 0
+    fetcher.budget.used = 1  # another request holds a byte
+    r = await c.post(ADD, json={"user_id": "ann", "messages": [two[1]]})
+    assert r.status_code == 503 and r.headers["Retry-After"], r.text
+    fetcher.budget.used = 0
+    assert len(await documents(c)) == 1
+
+
 async def test_images_are_a_clear_422_and_write_nothing(api):
     c, _ = api
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
