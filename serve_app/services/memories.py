@@ -273,6 +273,12 @@ class MemoryService:
         for row in (r for rows in found for r in rows):
             if row["id"] not in best or row["score"] > best[row["id"]]["score"]:
                 best[row["id"]] = row
+        if sum(1 for rows in found if rows) > 1:
+            # Each search scales its scores to its own candidates (its best is near 1
+            # whatever its cosine), so an org chunk at 0.1 could outrank the user's own at
+            # 0.6. Across sources the one measure they share ranks: the cosine.
+            for row in best.values():
+                row["score"] = float(row.get("similarity") or 0.0)
         out = sorted(best.values(), key=lambda r: (-r["score"], str(r["id"])))
         if rerank is not None:
             out = await rerank(out)

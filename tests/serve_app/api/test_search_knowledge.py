@@ -120,6 +120,26 @@ async def test_a_users_own_documents_are_theirs(kb):
                                                top_k=50))  # fmt: skip
 
 
+async def test_one_ranking_over_the_users_memories_and_the_shared_knowledge(kb):
+    """The user's search and the org's are scored apart (each against its own
+    candidates); merged, the user's own document (cosine ~0.6) ranked below org chunks of
+    cosine ~0.1 whose search scaled them near 1. One ranking: by the shared cosine."""
+    alice, *_ = kb
+    for text in (
+        "Alice swims in the sea every morning",
+        "Alice's sister lives in Aberdeen",
+        "Alice prefers trains to planes",
+    ):
+        assert (await alice.post("/v1/memories", json={"content": text})).status_code == 201
+    hits = await search(alice, "Which energy source does my thesis defend?", top_k=10)
+    sims = [h["similarity"] for h in hits]
+    assert sims == sorted(sims, reverse=True)
+    assert [h["score"] for h in hits] == sims
+    ranks = {h["content"]: i for i, h in enumerate(hits)}
+    assert ranks[THESIS] == 0
+    assert all(ranks[THESIS] < ranks[c] for c in (RETURNS, SHIPPING) if c in ranks)
+
+
 async def test_filters_by_document_tag_and_scope(kb):
     alice, *_ = kb
     q = "returns, shipping and damaged kettles"
