@@ -121,8 +121,12 @@ def base_url(scope: Scope, public_url: str | None) -> str:
 
 
 def metadata_url(scope: Scope, public_url: str | None) -> str:
-    """Where the protected resource metadata of ``/mcp`` is (RFC 9728, section 3.1)."""
-    return base_url(scope, public_url) + METADATA_PATH + MCP_PATH
+    """Where the protected resource metadata of the MCP endpoint asked is (RFC 9728,
+    section 3.1: the well-known path, then the resource's): ``/mcp`` or a tenant's
+    ``/mcp/{tenant}``."""
+    path = scope.get("path", "")
+    resource = path.rstrip("/") if _is_mcp(scope) else MCP_PATH
+    return base_url(scope, public_url) + METADATA_PATH + resource
 
 
 def _authorization(scope: Scope) -> str | None:

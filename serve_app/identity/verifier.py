@@ -89,21 +89,11 @@ class TokenVerifier:
         self._tenants: OrderedDict[tuple[str, tuple[str, ...]], tuple[float, list[str]]] = (
             OrderedDict()
         )
-        self._advertised: tuple[float, list[str]] = (0.0, [])
-
-    async def advertised(self) -> list[str]:
-        """The issuers tenants advertise for sign-in (read at most every 30 s)."""
-        until, issuers = self._advertised
-        if time.monotonic() >= until or not self.trusted():
-            issuers = await self.index.advertised()
-            self._advertised = (time.monotonic() + 30.0, issuers)
-        return issuers
 
     def forget(self, tenant_id: str) -> None:
         """A tenant's settings changed: nothing derived from any tenant's issuers stays."""
         self._verified.clear()
         self._tenants.clear()
-        self._advertised = (0.0, [])
 
     def cached(self, token: str) -> Principal | None:
         """The principal of a token verified before and still valid (no I/O, no crypto)."""

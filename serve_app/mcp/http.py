@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from serve_app.auth import Principal, bearer_token
 from serve_app.client import AsyncMemserveClient
+from serve_app.errors import error_response
 from serve_app.mcp.tools import build_server
 
 PATH = "/mcp"
@@ -66,6 +67,13 @@ class _Gate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The stranger gate in front of the app authenticated the key (401/429 there).
         principal = self.authenticated(scope)
+        tenant = (scope.get("path_params") or {}).get("tenant")
+        if tenant is not None and tenant != principal.tenant_id:
+            # A tenant's endpoint serves that tenant's callers (its sign-in page is its
+            # own): another tenant's key or token is refused, as on a foreign id.
+            message = "this MCP endpoint is another tenant's"
+            await error_response(403, "forbidden", message)(scope, receive, send)
+            return
         state = scope.setdefault("state", {})
         state[_PRINCIPAL] = principal
         state[_TOKEN] = bearer_token(Headers(scope=scope).get("authorization"))
@@ -84,7 +92,10 @@ def mount_mcp(app: FastAPI, body_bytes: int) -> None:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
-    app.add_route(PATH, _Gate(manager.handle_request), include_in_schema=False)
+    gate = _Gate(manager.handle_request)
+    app.add_route(PATH, gate, include_in_schema=False)
+    # A tenant's own endpoint: its 401 points at that tenant's sign-in document.
+    app.add_route(PATH + "/{tenant}", gate, include_in_schema=False)
     inner = app.router.lifespan_context
 
     @asynccontextmanager

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
-MAX_ADVERTISED = 100  # issuers listed in the protected-resource metadata
-
 
 class IssuerIndex:
     def __init__(self, pool: AsyncConnectionPool) -> None:
@@ -27,13 +25,3 @@ class IssuerIndex:
                 {"i": issuer, "a": list(audiences)},
             )
             return [row["tenant_id"] for row in await cur.fetchall()]
-
-    async def advertised(self) -> list[str]:
-        """Issuer URLs some tenant chose to advertise for sign-in (bounded)."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT DISTINCT issuer FROM trusted_issuers WHERE advertised"
-                " ORDER BY issuer LIMIT %(n)s",
-                {"n": MAX_ADVERTISED},
-            )
-            return [row["issuer"] for row in await cur.fetchall()]

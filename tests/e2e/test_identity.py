@@ -186,19 +186,26 @@ def test_the_mem0_client_signs_in_with_a_token(realm, issuer, service, uid, tmp_
 
 
 async def test_mcp_discovery_and_a_token_on_mcp(realm, issuer, service, uid):
-    _, audience, _, _ = realm
+    tenant, audience, _, _ = realm
+    endpoint = f"{service.base_url}/mcp/{tenant}"
     async with httpx.AsyncClient(base_url=service.base_url) as h:
-        r = await h.post("/mcp", json={})
+        r = await h.post(f"/mcp/{tenant}", json={})
         assert r.status_code == 401
         challenge = r.headers["www-authenticate"]
         assert challenge.startswith("Bearer resource_metadata=")
         url = challenge.split('"')[1]
-        assert url == f"{service.base_url}/.well-known/oauth-protected-resource/mcp"
+        assert url == f"{service.base_url}/.well-known/oauth-protected-resource/mcp/{tenant}"
         meta = (await h.get(url)).json()
-        assert meta["resource"] == f"{service.base_url}/mcp"
-        assert issuer.issuer in meta["authorization_servers"]
-        assert (await h.get("/.well-known/oauth-protected-resource")).status_code == 200
-    async with mcp_over_http(f"{service.base_url}/mcp", issuer.token(uid, audience)) as s:
+        assert meta["resource"] == endpoint
+        assert meta["authorization_servers"] == [issuer.issuer]  # this tenant's, no other's
+        # The shared documents list no tenant's sign-in server (any tenant admin could
+        # otherwise put its own first for everyone).
+        for shared in (
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-protected-resource/mcp",
+        ):
+            assert (await h.get(shared)).json()["authorization_servers"] == []
+    async with mcp_over_http(endpoint, issuer.token(uid, audience)) as s:
         added = await call(s, "add_memory", content="I sail on weekends")
         assert added["user_id"] == uid
         hits = await call(s, "search_memories", query="hobbies")

@@ -54,6 +54,21 @@ async def test_tools_and_their_input_schemas(transport):
     assert all(t.description for t in tools.values())
 
 
+async def test_a_tenants_endpoint_serves_that_tenants_callers_only(transport):
+    """``/mcp/{tenant}`` is where a tenant's users sign in (its 401 names the tenant's
+    own sign-in document); a key of another tenant is refused there."""
+    async with mcp_over_http("http://memserve.test/mcp/default", KEY, transport) as s:
+        added = await call(s, "add_memory", content="I grow tomatoes", user_id="cy")
+        assert added["user_id"] == "cy"
+    async with httpx2.AsyncClient(transport=transport, base_url="http://memserve.test") as h:
+        r = await h.post(
+            "/mcp/other-tenant",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Authorization": f"Bearer {KEY}", "Accept": "application/json"},
+        )
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+
+
 async def test_add_search_context_list_delete_round_trip(transport):
     async with mcp_over_http(URL, KEY, transport) as s:
         bees = await call(s, "add_memory", content="I keep bees in Porto", user_id="bo")

@@ -147,6 +147,7 @@ PUBLIC = {
     # OAuth protected resource metadata (RFC 9728): how MCP clients find where to sign in
     ("GET", "/.well-known/oauth-protected-resource"),
     ("GET", "/.well-known/oauth-protected-resource/mcp"),
+    ("GET", "/.well-known/oauth-protected-resource/mcp/tenant"),  # a tenant's sign-in
 }
 
 
@@ -187,6 +188,15 @@ async def test_public_routes_answer_without_a_key(app):
         assert r.headers["www-authenticate"] == (
             'Bearer resource_metadata="http://t/.well-known/oauth-protected-resource/mcp"'
         )
+        r = await c.post("/mcp/acme", json={})  # a tenant's endpoint: its own document
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"] == (
+            'Bearer resource_metadata="http://t/.well-known/oauth-protected-resource/mcp/acme"'
+        )
+        meta = await c.get("/.well-known/oauth-protected-resource/mcp/acme")
+        assert meta.status_code == 200 and meta.json()["resource"] == "http://t/mcp/acme"
+        bad = await c.get("/.well-known/oauth-protected-resource/mcp/a%20b")
+        assert bad.status_code == 422
 
 
 async def test_a_known_key_still_gets_its_body_read(app):

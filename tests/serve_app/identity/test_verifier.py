@@ -28,9 +28,6 @@ class Index:
         self.asked += 1
         return sorted({t for (i, a), t in self.pairs.items() if i == issuer and a in audiences})
 
-    async def advertised(self) -> list[str]:
-        return []
-
 
 @pytest.fixture
 def issuer():
