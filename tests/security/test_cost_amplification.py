@@ -202,17 +202,24 @@ def test_document_cost_grows_at_most_linearly_and_healthz_answers(
     CASES[f"cost amplification: {kind}"] += 1
     row = COSTS.setdefault(
         f"{case.route} (documents)",
-        {"cases": 0, "worst_ratio": 0.0, "worst_kind": "", "worst_4n_s": 0.0,
-         "worst_healthz_ms": 0.0, "5xx": 0},
-    )  # fmt: skip
+        {
+            "cases": 0,
+            "worst_ratio": 0.0,
+            "worst_kind": "",
+            "worst_4n_s": 0.0,
+            "worst_healthz_ms": 0.0,
+            "5xx": 0,
+        },
+    )
     row["cases"] += 1
     row["worst_healthz_ms"] = max(row["worst_healthz_ms"], round(1000 * m.healthz_s, 1))
     row["5xx"] += sum(s >= 500 for s in m.statuses)
     if m.ratio >= row["worst_ratio"]:
         row.update(
-            worst_ratio=round(m.ratio, 2), worst_kind=kind,
+            worst_ratio=round(m.ratio, 2),
+            worst_kind=kind,
             worst_4n_s=round(statistics.median(m.large), 3),
-        )  # fmt: skip
+        )
     errors = [s for s in m.statuses if s >= 500]
     if errors:
         SERVER_ERRORS.append(f"cost amplification: {case.label} -> {errors[0]}")

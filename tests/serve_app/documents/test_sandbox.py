@@ -116,9 +116,15 @@ NESTED = "<div>" * 500 + "<p>deep</p>" + "</div>" * 500  # just under the depth 
 
 @pytest.mark.parametrize(
     "unit,n",
-    [('<a b="', 5_000), ("<div>", 5_000), ("<ul><li>", 2_000), ("<p><b>x", 10_000),
-     (NESTED, 20), ("<script>if (a<b) {}</script>", 20_000)],
-)  # fmt: skip
+    [
+        ('<a b="', 5_000),
+        ("<div>", 5_000),
+        ("<ul><li>", 2_000),
+        ("<p><b>x", 10_000),
+        (NESTED, 20),
+        ("<script>if (a<b) {}</script>", 20_000),
+    ],
+)
 def test_malformed_html_parses_in_linear_time(unit, n):
     """The cost suite's bound (t(4n)/t(n) <= 8; 0.05 s of size-dependent work is the
     noise floor) on markup that was quadratic: unclosed attributes (html.parser), block
