@@ -141,3 +141,14 @@ async def in_process_api(
         bearer_client(app, key) as client,
     ):
         yield client, services
+
+
+async def user_key(c: httpx.AsyncClient, admin_key: str, user: str) -> dict[str, str]:
+    """Headers of a new user key for ``user``, minted with ``admin_key`` over the API."""
+    r = await c.post(
+        "/v1/admin/keys",
+        json={"role": "user", "user_id": user},
+        headers={"Authorization": f"Bearer {admin_key}"},
+    )
+    assert r.status_code == 201, r.text
+    return {"Authorization": f"Bearer {r.json()['key']}"}

@@ -11,7 +11,7 @@ from serve_app.bootstrap import bootstrap
 from serve_app.services.document_jobs import DocumentJobWorker
 from serve_app.settings import Settings
 from tests.fakes.pdfs import text_pdf
-from tests.serve_app.inprocess import in_process_api
+from tests.serve_app.inprocess import in_process_api, user_key
 
 KEY = "msk_document_jobs_test_key_0123456789"
 ADMIN = "msk_document_jobs_admin_key_0123456789"
@@ -30,13 +30,6 @@ async def stack(fresh_db, encoder):
         yield c, services, DocumentJobWorker(services.documents, settings.documents)
 
 
-async def user_key(c, user: str) -> dict[str, str]:
-    r = await c.post("/v1/admin/keys", json={"role": "user", "user_id": user},
-                     headers={"Authorization": f"Bearer {ADMIN}"})  # fmt: skip
-    assert r.status_code == 201, r.text
-    return {"Authorization": f"Bearer {r.json()['key']}"}
-
-
 def test_prefer_header_is_read_as_rfc_7240_preferences():
     assert prefers_async("respond-async")
     assert prefers_async("return=minimal, Respond-Async; x=1")
@@ -47,7 +40,7 @@ def test_prefer_header_is_read_as_rfc_7240_preferences():
 
 async def test_202_then_done_and_job_reads_are_isolated(stack):
     c, _, worker = stack
-    ann, bob = await user_key(c, "ann"), await user_key(c, "bob")
+    ann, bob = await user_key(c, ADMIN, "ann"), await user_key(c, ADMIN, "bob")
     body = {"document_id": "guide", "text": GUIDE, "content_type": "text/markdown",
             "scope": "user", "user_id": "ann"}  # fmt: skip
     r = await c.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})
@@ -104,7 +97,7 @@ async def test_a_pdf_upload_asking_for_async_is_a_job(stack):
 
 async def test_cancel_a_job_writes_nothing_and_checks_who_asks(stack):
     c, _, worker = stack
-    ann, bob = await user_key(c, "ann"), await user_key(c, "bob")
+    ann, bob = await user_key(c, ADMIN, "ann"), await user_key(c, ADMIN, "bob")
     body = {"document_id": "mine", "text": GUIDE, "content_type": "text/markdown",
             "scope": "user", "user_id": "ann"}  # fmt: skip
     mine = await c.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})

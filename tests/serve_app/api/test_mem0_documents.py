@@ -14,7 +14,7 @@ from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from tests.fakes.document_server import DocumentServer
 from tests.fakes.pdfs import text_pdf
-from tests.serve_app.inprocess import in_process_api
+from tests.serve_app.inprocess import in_process_api, user_key
 
 KEY = "msk_mem0_documents_service_0123456789"
 ADMIN = "msk_mem0_documents_admin_0123456789"
@@ -133,21 +133,11 @@ async def test_a_user_key_adds_to_its_own_scope_only(api):
     assert r.status_code == 403, r.text
 
 
-async def user_key(c, user: str) -> dict[str, str]:
-    r = await c.post(
-        "/v1/admin/keys",
-        json={"role": "user", "user_id": user},
-        headers={"Authorization": f"Bearer {ADMIN}"},
-    )
-    assert r.status_code == 201, r.text
-    return {"Authorization": f"Bearer {r.json()['key']}"}
-
-
 async def test_a_refused_caller_costs_no_fetch(api, server):
     """Rights first: a user key naming another user gets its 403 before any URL is read
     (was: every part fetched and held, then 403)."""
     c, _ = api
-    cy = await user_key(c, "cy")
+    cy = await user_key(c, ADMIN, "cy")
     urls = [doc("pdf_url", server.url(f"/policy.pdf?n={i}")) for i in range(5)]
     r = await c.post(ADD, json={"user_id": "ann", "messages": urls}, headers=cy)
     assert r.status_code == 403, r.text

@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_api
+from tests.serve_app.inprocess import in_process_api, user_key
 
 KEY = "msk_speakers_api_test_key_0123456789"
 ADMIN = "msk_speakers_api_admin_key_0123456789"
@@ -21,16 +21,6 @@ async def client(fresh_db, encoder):
     boot = bootstrap(settings, fresh_db)
     async with in_process_api(settings, boot.model, fresh_db, encoder, KEY) as (c, services):
         yield c, services
-
-
-async def user_key(c, user: str) -> dict[str, str]:
-    r = await c.post(
-        "/v1/admin/keys",
-        json={"role": "user", "user_id": user},
-        headers={"Authorization": f"Bearer {ADMIN}"},
-    )
-    assert r.status_code == 201, r.text
-    return {"Authorization": f"Bearer {r.json()['key']}"}
 
 
 async def turns(services) -> list[tuple]:
@@ -69,7 +59,7 @@ async def test_a_group_session_records_who_said_each_message(client):
 
 async def test_a_user_key_speaks_only_for_itself(client):
     c, services = client
-    ann = await user_key(c, "ann")
+    ann = await user_key(c, ADMIN, "ann")
     said = {"role": "user", "content": "I'm allergic to walnuts", "speaker_id": "bo"}
     r = await c.post(TURNS, json={"messages": [said]}, headers=ann)
     assert r.status_code == 403, r.text
