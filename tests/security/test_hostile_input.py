@@ -24,6 +24,7 @@ PUBLIC = {
     ("GET", "/readyz"),
     ("GET", "/.well-known/oauth-protected-resource"),
     ("GET", "/.well-known/oauth-protected-resource/mcp"),
+    ("GET", "/.well-known/oauth-protected-resource/mcp/tenant"),  # a tenant's sign-in
 }
 
 
