@@ -239,7 +239,7 @@ def _html_case(kind: str, unit: str, n: int) -> CostCase:
 
 def document_cases(url: Callable[[str], str]) -> list[CostCase]:
     """The document class; ``url(path)``: the allowed document server's URL of ``path``
-    (it serves ``/cost.md``). PDFs of n and 4n pages sharing one content stream of 2,000
+    (it serves ``/cost.md``). PDFs of n and 4n pages sharing one content stream of 1,000
     operators, a form XObject drawn 500 n times; HTML of n unclosed attributes
     (``'<a b="'``: html.parser's 16x), of n ``<div>`` or ``<ul><li>`` left open (an HTML5
     tree builder's n^2); mem0 adds of 2 n document URL parts (each fetched, parsed,
@@ -255,7 +255,7 @@ def document_cases(url: Callable[[str], str]) -> list[CostCase]:
     return [
         _pdf_case(
             "PDF: pages sharing one content stream",
-            lambda k: shared_stream_bomb(pages=8 * k or 1, operators=2000, op=b"0 0 Td "),
+            lambda k: shared_stream_bomb(pages=16 * k or 1, operators=1000, op=b"0 0 Td "),
         ),
         _pdf_case(
             "PDF: one form XObject drawn n times",
