@@ -154,7 +154,9 @@ class ExtractionPipeline:
         except Exception:  # housekeeping must not stop the scan
             log.exception("purging expired turns failed")
         s = self.settings.extract
-        return await self.turns.due_sessions(s.every_n_turns, s.idle_s, per_user=s.scan_per_user)
+        return await self.turns.due_sessions(
+            s.every_n_turns, s.idle_s, per_user=s.scan_per_user, summaries=self.enabled
+        )
 
     # ---------- extraction ----------
 

@@ -309,7 +309,13 @@ class TurnStore:
             )
 
     async def due_sessions(
-        self, every_n: int, idle_s: float, limit: int = 200, per_user: int = 2
+        self,
+        every_n: int,
+        idle_s: float,
+        limit: int = 200,
+        per_user: int = 2,
+        *,
+        summaries: bool = True,
     ) -> list[SessionKey]:
         """Sessions whose pending turns should be extracted now, in a fair order.
 
@@ -317,24 +323,26 @@ class TurnStore:
         pending turn waited ``idle_s`` (nothing stays in the queue forever); turns
         in a retry backoff wait. Also an ended session whose turns are all extracted
         but not yet summarised (at least two: what the summary takes): its summary was
-        held back (a budget spent) and runs once it may. Order: round-robin over
-        tenants, and within a tenant over users (each user's oldest session first, at
-        most ``per_user`` of a user per scan), so one user's or tenant's backlog never
-        starves others.
+        held back (a budget spent) and runs once it may; only with ``summaries`` (a
+        pipeline without an LLM writes none, so they would be listed for ever), and after
+        every session with turns to extract, so owed summaries never take their places
+        in the ``limit``. Order: round-robin over tenants, and within a tenant over users
+        (each user's oldest session first, at most ``per_user`` of a user per scan), so
+        one user's or tenant's backlog never starves others.
         """
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "WITH due AS (SELECT t.tenant_id, t.user_id, t.session_id,"
-                " min(t.created_at) AS oldest FROM session_turns t"
+                " min(t.created_at) AS oldest, 0 AS owed FROM session_turns t"
                 " LEFT JOIN session_state s USING (tenant_id, user_id, session_id)"
                 " WHERE t.extracted_at IS NULL AND " + _CLAIMABLE_T +
                 " GROUP BY t.tenant_id, t.user_id, t.session_id, s.ended_at"
                 " HAVING count(*) FILTER (WHERE t.role = 'user') >= %(every_n)s"
                 " OR s.ended_at IS NOT NULL"
                 " OR min(t.created_at) < now() - %(idle_s)s * interval '1 second'"
-                " UNION SELECT t.tenant_id, t.user_id, t.session_id, min(t.created_at)"
+                " UNION SELECT t.tenant_id, t.user_id, t.session_id, min(t.created_at), 1"
                 " FROM session_turns t JOIN session_state s USING (tenant_id, user_id, session_id)"
-                " WHERE s.ended_at IS NOT NULL AND t.extracted_at IS NOT NULL"
+                " WHERE %(summaries)s AND s.ended_at IS NOT NULL AND t.extracted_at IS NOT NULL"
                 " AND t.compressed_at IS NULL AND t.dead_at IS NULL"
                 " AND NOT starts_with(t.session_id, %(infer)s)"
                 " AND NOT EXISTS (SELECT 1 FROM session_turns p WHERE p.tenant_id = t.tenant_id"
@@ -342,15 +350,15 @@ class TurnStore:
                 " AND p.extracted_at IS NULL AND p.dead_at IS NULL)"
                 " GROUP BY t.tenant_id, t.user_id, t.session_id HAVING count(*) >= 2),"
                 " per_user AS (SELECT *, row_number() OVER (PARTITION BY tenant_id, user_id"
-                " ORDER BY oldest) AS nth FROM due),"
+                " ORDER BY owed, oldest) AS nth FROM due),"
                 " capped AS (SELECT *, min(oldest) OVER (PARTITION BY tenant_id, user_id)"
                 " AS user_oldest FROM per_user WHERE nth <= %(per_user)s),"
                 " per_tenant AS (SELECT *, row_number() OVER (PARTITION BY tenant_id"
                 " ORDER BY nth, user_oldest, user_id) AS turn FROM capped)"
                 " SELECT tenant_id, user_id, session_id FROM per_tenant"
-                " ORDER BY turn, oldest LIMIT %(limit)s",
+                " ORDER BY owed, turn, oldest LIMIT %(limit)s",
                 {"every_n": every_n, "idle_s": idle_s, "limit": limit, "per_user": per_user,
-                 "infer": INFER_PREFIX},
+                 "infer": INFER_PREFIX, "summaries": summaries},
             )  # fmt: skip
             rows = await cur.fetchall()
         return [SessionKey(r["tenant_id"], r["user_id"], r["session_id"]) for r in rows]

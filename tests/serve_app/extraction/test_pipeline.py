@@ -212,6 +212,10 @@ async def test_without_llm_turns_become_searchable_episodic_memories(make_harnes
     [best] = await h.pipeline.index.nearest(k.owner, vec[0], 1)
     assert best.content == "My dentist appointment is on Friday" and best.similarity > 0.5
     assert await h.pipeline.facts.list(k.owner) == []  # no fake extraction
+    # Ended and all extracted: no summary is owed without an LLM, so the scan does not
+    # list it again and again.
+    await h.turns.end(k)
+    assert k not in await h.pipeline.scan()
 
 
 async def test_episodic_compression_every_m_turns_and_on_end(make_harness, fake_llm):

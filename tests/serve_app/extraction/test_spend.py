@@ -182,6 +182,10 @@ async def test_a_summary_held_back_by_the_budget_runs_after_a_raise(make_harness
     held = await h.pipeline.process_session(key)
     assert held.summaries == 0 and held.deferred is not None
     assert key in await h.pipeline.scan()  # still due: its summary is owed
+    pending = SessionKey("acme", "u2", "s1")  # turns to extract go before owed summaries
+    await h.say(pending, ("user", "hello"))
+    await h.turns.end(pending)
+    assert (await h.pipeline.scan())[:2] == [pending, key]
     budgets["acme"] = {"background": Limits(tenant_daily=10**9)}
     [due] = [k for k in await h.pipeline.scan() if k == key]
     assert (await h.pipeline.process_session(due)).summaries == 1
