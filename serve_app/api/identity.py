@@ -8,7 +8,8 @@ header there, signs in, and sends the token, which is accepted like on every rou
 documents of ``/mcp`` and of the root list no authorization server: a list made of every
 tenant's issuers would let any tenant admin put its own sign-in page first for everyone
 (``/mcp`` takes API keys, and tokens of any tenant). Public (no key); a tenant's document
-reads its cached settings, so asking costs no database work.
+reads its cached settings; a lookup that finds no sign-in (an unknown tenant) is charged
+to the caller's failed-lookup budget like an unknown key (429 once spent).
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ async def tenant_protected_resource(tenant: Tenant, request: Request, services: 
     tokens = services.auth.tokens
     if tokens is None or services.tenants is None:
         raise ApiError(404, "not_found", "token sign-in is not enabled")
+    client = request.scope.get("client")
+    address = client[0] if client else None
+    services.auth.failed_lookup_guard(address)
     eff = await services.tenants.effective(tenant)
     servers = list(dict.fromkeys(i.issuer for i in eff.issuers if i.advertise))
+    if not servers:  # an unknown tenant, or one without sign-in: a stranger's lookup
+        services.auth.failed_lookup(address)
     base = base_url(request.scope, tokens.s.public_url)
     return _document(base, f"{MCP_PATH}/{tenant}", servers)

@@ -79,6 +79,17 @@ class Authenticator:
             row.get("rate_limit_per_s"),
         )
 
+    def failed_lookup_guard(self, address: str | None) -> None:
+        """429 before a public lookup when the address's failed-lookup budget is spent."""
+        self._guard(address or "unknown")
+
+    def failed_lookup(self, address: str | None) -> None:
+        """A public lookup that found nothing (a tenant with no sign-in to show): charged
+        to the address's failed-lookup budget like an unknown key, 429 once it is spent,
+        so strangers cannot make the service look up names for free."""
+        if self.bad_keys is not None:
+            self.bad_keys.acquire(address or "unknown")
+
     def _guard(self, address: str) -> None:
         """429 when ``address`` has no failed-lookup budget left."""
         if self.bad_keys is not None and (wait := self.bad_keys.wait(address)) > 0:

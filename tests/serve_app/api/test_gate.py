@@ -209,3 +209,24 @@ async def test_a_known_key_still_gets_its_body_read(app):
 
 
 _JSON = {"content-type": "application/json"}
+
+
+async def test_sign_in_lookups_that_find_nothing_spend_the_strangers_budget(fresh_db, encoder):
+    """A tenant's sign-in document is public: a lookup of a tenant with nothing to show
+    costs the caller's failed-lookup budget like an unknown key, so a stranger cannot
+    make the service look up names without end."""
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    settings.auth.stranger_delay_s = 0.0
+    settings.auth.bad_key_per_s = 0.001
+    settings.auth.bad_key_burst = 3
+    boot = bootstrap(settings, fresh_db)
+    async with (
+        in_process_services(settings, boot.model, fresh_db, encoder) as services,
+        in_process_app(settings, services) as app,
+        stranger(app) as c,
+    ):
+        codes = [
+            (await c.get(f"/.well-known/oauth-protected-resource/mcp/nobody-{i}")).status_code
+            for i in range(5)
+        ]
+    assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
