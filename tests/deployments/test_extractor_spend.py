@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import psutil
@@ -40,6 +41,7 @@ from tests.fakes.llm_server import FakeLLM, extraction, memory
 APP = "extractor-spend"
 DEPLOYMENT = "ExtractorSpend"
 LEASE_S = 5.0  # short, so the killed replica's claim runs out soon
+ROUNDS = 5  # of sessions, until both replicas have served some
 HOLD_S = 4.0  # the victim's call is answered this long after it arrives
 STALE_S = 7.0  # > HOLD_S: an intent is not "lost" while its call is in flight
 INFER_MARK = "remember-this-note"  # the infer job's turn (its served calls: purpose infer)
@@ -122,8 +124,9 @@ def served_by_purpose(llm: FakeLLM) -> dict[str, Counter]:
     for call in llm.calls():
         if call.get("usage"):
             u = call["usage"]
-            out[purpose_of(call)].update(calls=1, prompt_tokens=u["prompt_tokens"],
-                                         completion_tokens=u["completion_tokens"])  # fmt: skip
+            out[purpose_of(call)].update(
+                calls=1, prompt_tokens=u["prompt_tokens"], completion_tokens=u["completion_tokens"]
+            )
     return out
 
 
@@ -164,22 +167,41 @@ async def test_spend_equals_served_across_two_replicas_and_a_kill(
     llm.add_rule("oboe", extraction([memory("The user plays the oboe in a quintet")]))
     run = "u" if reported else "e"
     tenants = (f"spend-{run}-a", f"spend-{run}-b")
-    keys = [SessionKey(t, f"u{i}", f"s{j}") for t in tenants for i in range(2) for j in range(2)]
-    for k in keys:
-        await say(turns, k, f"I play the violin, says {k.user_id} in {k.session_id}")
     infer = SessionKey(tenants[0], "u0", f"{INFER_PREFIX}job1")
-    await turns.append(infer, [("user", f"{INFER_MARK}: I play the violin on Sundays")],
-                       agent_id=None, ttl_hours=1, meta={"session_id": "s0"})  # fmt: skip
-    for k in [*keys, infer]:
-        assert await extractor.process.remote(*k.as_tuple()) == "accepted"
+    await turns.append(
+        infer,
+        [("user", f"{INFER_MARK}: I play the violin on Sundays")],
+        agent_id=None,
+        ttl_hours=1,
+        meta={"session_id": "s0-0"},
+    )
 
     def settled(summaries: int):
         s = state(db, tenants)
         done = len(llm.calls("summary")) >= summaries and not s["pending"] and not s["open"]
         return done and s
 
-    await asyncio.to_thread(wait_for, lambda: settled(len(keys)), 60, "the first turns")
-    workers = Counter(c["client"] for c in llm.calls())
+    keys: list[SessionKey] = []
+    # Which replica takes a session is Ray's choice (and the scan's): rounds of sessions,
+    # sent at once, until both replicas have called the LLM (a replica that has just
+    # replaced a killed one can take a while to be routed to).
+    for wave in range(ROUNDS):
+        batch = [
+            SessionKey(t, f"u{i}", f"s{wave}-{j}")
+            for t in tenants
+            for i in range(2)
+            for j in range(2)
+        ]
+        for k in batch:
+            await say(turns, k, f"I play the violin, says {k.user_id} in {k.session_id}")
+        keys += batch
+        sent = [*batch, infer] if wave == 0 else batch
+        accepted = await asyncio.gather(*(extractor.process.remote(*k.as_tuple()) for k in sent))
+        assert accepted == ["accepted"] * len(sent)
+        await asyncio.to_thread(wait_for, partial(settled, len(keys)), 60, "the turns")
+        workers = Counter(c["client"] for c in llm.calls())
+        if set(workers) == set(owners.pids.values()):
+            break
     assert set(workers) == set(owners.pids.values()), workers  # both replicas called the LLM
 
     # The kill: one extraction call is held; its replica is killed with it in flight.
@@ -246,10 +268,12 @@ async def test_spend_equals_served_across_two_replicas_and_a_kill(
         Counter(extract=1) if reported else Counter({p: served[p]["calls"] for p in PURPOSES})
     )
     per_replica = Counter(c["client"] for c in llm.calls())
-    print(f"\n[{run}] served per purpose { {p: dict(served[p]) for p in PURPOSES} };"
-          f" calls per replica {dict(per_replica)}; lost call: prompt {prompt}, billed"
-          f" completion {billed['completion_tokens']}, counted {cap};"
-          f" recovered in {recovered_s:.1f}s")  # fmt: skip
+    print(
+        f"\n[{run}] served per purpose { {p: dict(served[p]) for p in PURPOSES} };"
+        f" calls per replica {dict(per_replica)}; lost call: prompt {prompt}, billed"
+        f" completion {billed['completion_tokens']}, counted {cap};"
+        f" recovered in {recovered_s:.1f}s"
+    )
     with psycopg.connect(db) as conn:
         oboes = conn.execute(
             "SELECT count(*) FROM memory_items WHERE tenant_id = %s AND user_id = 'u9'"

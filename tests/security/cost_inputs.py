@@ -255,7 +255,7 @@ def document_cases(url: Callable[[str], str]) -> list[CostCase]:
     return [
         _pdf_case(
             "PDF: pages sharing one content stream",
-            lambda k: shared_stream_bomb(pages=16 * k or 1, operators=1000, op=b"0 0 Td "),
+            lambda k: shared_stream_bomb(pages=32 * k or 1, operators=1000, op=b"0 0 Td "),
         ),
         _pdf_case(
             "PDF: one form XObject drawn n times",

@@ -43,7 +43,7 @@ BOUND = 8.0  # twice linear: room for noise on 2 busy cores, half of quadratic
 FLOOR_S = 0.05  # size-dependent work under this is noise on a busy machine
 HEALTHZ_S = 0.2
 TRIES = 3
-GIVE_UP_S = 1.0  # one 4n try this slow and over the bound is a finding: no more tries
+GIVE_UP_S = 1.0  # one 4n try this slow and far over the bound is a finding: no more tries
 SKIP = {"GET /healthz", "GET /readyz"}
 SPEC = create_app(Settings()).openapi()  # the routes, offline: the live app has the same
 
@@ -115,11 +115,12 @@ def _with_healthz(base_url: str, run) -> tuple[tuple[float, int], float]:
 
 
 def measure(service, key: str, case: CostCase) -> Measured:
-    """Median timings; a case over a bound by less than ``GIVE_UP_S`` is measured once
-    more and keeps the better round: work the service does for an earlier case (an
-    extraction, a GC pause) can land in one round, a super-linear cost lands in both."""
+    """Median timings; a case over a bound is measured once more and keeps the better
+    round: work the service does for an earlier case (an extraction, a GC pause) can land
+    in one round, a super-linear cost lands in both. A slow case (a 4n try over
+    ``GIVE_UP_S``) at more than twice the bound is quadratic or worse: not retried."""
     first = _round(service, key, case)
-    if first.large and max(first.large) > GIVE_UP_S:
+    if first.large and max(first.large) > GIVE_UP_S and first.ratio > 2 * BOUND:
         return first
     if first.ratio <= BOUND and first.healthz_s <= HEALTHZ_S:
         return first
