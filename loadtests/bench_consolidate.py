@@ -24,7 +24,7 @@ from serve_app.consolidation.job import Consolidator
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
+from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.vectors import ensure_table

@@ -59,8 +59,8 @@ from models import load_encoder
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
+from serve_app.llm.client import LLMClient
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store.records import live, valid

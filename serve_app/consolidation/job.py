@@ -47,9 +47,9 @@ from serve_app.consolidation.prompts import (
     memories_prompt,
 )
 from serve_app.consolidation.store import ConsolidationStore
-from serve_app.extraction.answer_schema import ResponseSchema
-from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.parser import SUMMARY_SCHEMA, BadOutput, SummaryAnswer, load_json_object
+from serve_app.llm.answer_schema import ResponseSchema
+from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import ConsolidationMetrics
 from serve_app.settings import ConsolidateSettings, Settings
 from serve_app.spend.meter import SpendMeter

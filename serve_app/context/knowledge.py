@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serve_app.context.format import FOOTER, Block, _fit
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import wrap_context
 from serve_app.store.citations import CHUNK_TYPE
+from serve_app.text import count_tokens, wrap_context
 
 KNOWLEDGE_HEADER = "From the knowledge base:"
 CITATION_FIELDS = ("document_id", "title", "chunk_index", "heading_path", "source_url", "version")

@@ -48,10 +48,11 @@ import numpy as np
 import snowballstemmer
 
 from serve_app.extraction.dates import MONTHS, WEEKDAYS, parse_when
-from serve_app.extraction.junk import Turn, sentences
 from serve_app.extraction.parser import ExtractedFact, ExtractedMemory
 from serve_app.extraction.reconcile import Known, Shown
+from serve_app.extraction.turn import Turn
 from serve_app.settings.jobs import ExtractSettings
+from serve_app.text import sentences
 
 _STOPWORDS_TEXT = """
     a about above after again against all am an and any are as at be because been before being

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import Turn
+from serve_app.extraction.turn import Turn
 from serve_app.retrieval.pgvector_search import PgVectorSearch
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
@@ -32,6 +31,7 @@ from serve_app.store.facts import FactStore
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.records import Owner
 from serve_app.store.validation import MEMORY_TYPES
+from serve_app.text import count_tokens
 
 # What reconcile may show the LLM as known memories: every type but a document's chunk.
 _MEMORY_TYPES = tuple(sorted(MEMORY_TYPES - {CHUNK_TYPE}))

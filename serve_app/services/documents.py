@@ -32,14 +32,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.auth import Principal
 from serve_app.documents.chunking import Chunk, ChunkSizes, chunk, load_tokenizer, sizes_for
+from serve_app.documents.jobs import JobLost, job_view, stored_chunks
 from serve_app.documents.parse import DocumentRefused, Limits
 from serve_app.documents.sandbox import Box, Refused, parse_bounded, units
 from serve_app.errors import ApiError
 from serve_app.model_facts import ModelFacts
 from serve_app.schemas.documents import DocumentInput, DocumentOut, ExportedDocument
+from serve_app.services.backends import Embed
 from serve_app.services.document_access import DocumentAccess
-from serve_app.services.document_jobs import JobLost, job_view, stored_chunks
-from serve_app.services.memories import Embed
 from serve_app.services.write_errors import write_errors
 from serve_app.settings import DocumentSettings, Settings
 from serve_app.store import events

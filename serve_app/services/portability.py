@@ -4,8 +4,8 @@ The export is JSON Lines: a header, the user's memories, facts (all versions) an
 history events, and an ``end`` line with the counts (a truncated stream lacks it).
 The import reads that format, and mem0's (``get_all``'s ``{"results": [...]}``, a list
 of mem0 memories, or one per line; :mod:`serve_app.services.import_records` validates
-every record first) and writes it all or nothing through
-:meth:`GuardedWriter.import_batch` (erasure guard, quotas, validation) in one
+every record first) and writes it all or nothing through ``import_batch``
+(serve_app/store/guarded_import.py: erasure guard, quotas, validation) in one
 transaction. Vectors are never carried over (the target may run another model); scope,
 expiry, status, timestamps, validity, history events (attributed to the new ids) and
 every fact version are.
@@ -28,6 +28,7 @@ from serve_app.services.write_errors import write_errors
 from serve_app.store import Owner
 from serve_app.store.directory import MemoryDirectory
 from serve_app.store.guarded import GuardedWriter
+from serve_app.store.guarded_import import import_batch
 
 FORMAT = "memserve-export"
 VERSION = 1
@@ -145,8 +146,8 @@ class PortabilityService:
                 [await self.memories.embed(c, is_query=False, bulk=True) for c in chunks]
             )
         with write_errors():
-            out = await self.writer.import_batch(
-                owner, batch.memories, vectors, batch.events, batch.facts, actor=actor
+            out = await import_batch(
+                self.writer, owner, batch.memories, vectors, batch.events, batch.facts, actor=actor
             )
         skipped = dict(batch.skipped)
         if batch.documents and (self.documents is None or owner.user_id is None):

@@ -22,7 +22,6 @@ from typing import Any
 
 import psycopg
 
-from serve_app.context.tokens import count_tokens
 from serve_app.metrics import Flusher, SpendMetrics
 from serve_app.settings import SpendSettings
 from serve_app.spend.estimate import usage_of
@@ -36,6 +35,7 @@ from serve_app.store.llm_spend import (
     Used,
     window_end,
 )
+from serve_app.text import count_tokens
 
 log = logging.getLogger(__name__)
 Budgets = Callable[[str], Awaitable[Mapping[str, Limits]]]

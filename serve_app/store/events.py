@@ -14,7 +14,6 @@ cursor never skips one (a long-running transaction holds the feed back meanwhile
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -191,12 +190,3 @@ class EventStore:
             if n < batch:
                 break
         return total
-
-    async def of_memory(self, tenant_id: str, memory_id: uuid.UUID) -> list[dict[str, Any]]:
-        """A memory's events with content, oldest first (tests, audits)."""
-        query = sql.SQL(
-            "SELECT {} FROM memory_events WHERE tenant_id = %(t)s AND memory_id = %(m)s"
-            " ORDER BY txid, id"
-        ).format(column_list([*EVENT_COLUMNS, "content"]))
-        async with self.pool.connection() as conn:
-            return await (await conn.execute(query, {"t": tenant_id, "m": memory_id})).fetchall()

@@ -355,22 +355,3 @@ class GuardedWriter:
         self, owner: Owner, category: str | None = None, key: str | None = None
     ) -> int:
         return await self.facts._raw_delete(owner, category, key)
-
-    # ---------- import: all or nothing ----------
-
-    async def import_batch(
-        self,
-        owner: Owner,
-        memories: Sequence[imports.ImportedMemory],
-        vectors: np.ndarray,
-        history_rows: Sequence[imports.ImportedEvent],
-        facts: Sequence[imports.ImportedFact],
-        *,
-        actor: str | None,
-    ) -> dict[str, Any]:
-        """Memories (with their timestamps, status, validity and history) and facts (every
-        version) in one transaction: any refusal (validation, quota, a running forget)
-        raises and rolls all of it back."""
-        from serve_app.store.guarded_import import import_batch  # it needs this module
-
-        return await import_batch(self, owner, memories, vectors, history_rows, facts, actor=actor)

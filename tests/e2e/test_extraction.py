@@ -96,7 +96,7 @@ def test_infer_true_goes_through_extraction(api, fake_llm, uid):
 
 
 def test_junk_is_not_extracted_over_http(api, fake_llm, uid):
-    from serve_app.extraction.junk import wrap_context
+    from serve_app.text import wrap_context
 
     before = len(fake_llm.calls("extract"))
     turns(api, uid, "s1", ("system", f"SYSTEM-{uid}"),

@@ -37,10 +37,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from serve_app.consolidation.prompts import DIGEST_MARKER, INSIGHT_MARKER
-from serve_app.context.tokens import count_tokens
 from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
 from serve_app.extraction.reconcile import KNOWN_HEADER
 from serve_app.spend.estimate import estimated_usage
+from serve_app.text import count_tokens
 
 CACHE_PROMPTS = 256
 DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."

@@ -88,19 +88,13 @@ async def _add_documents(
     read (and refused) before anything is written, within the replica's byte budget, and
     the documents are written all or nothing (one transaction: a later one's refusal
     leaves none)."""
-    if services.documents is None or services.fetcher is None:
-        raise ApiError(503, "unavailable", "documents are not served by this replica")
     cap = services.settings.fetch.max_document_parts
     if len(parts) > cap:
         raise ApiError(413, "payload_too_large", f"at most {cap} document parts in one add")
     meta = body.metadata
     planned = [document_input(caller, scope, p, b"", meta) for p in parts]
     services.documents.authorize(caller, planned)
-    tenant = (
-        None
-        if services.tenants is None or caller.role == "admin"
-        else await services.tenants.effective(caller.tenant_id)
-    )
+    tenant = None if caller.role == "admin" else await services.tenants.effective(caller.tenant_id)
     user = planned[0].user_id  # one scope for the whole add
     services.auth.charge(caller, user, len(parts), tenant)  # a unit a document, up front
     async with services.fetcher.holding() as held:

@@ -10,7 +10,7 @@ import pytest
 
 from serve_app.consolidation.job import Consolidator
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
+from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store import NewMemory, Owner

@@ -12,7 +12,7 @@ from serve_app.context import knowledge as kb
 from serve_app.context.builder import Levers
 from serve_app.context.evidence import Evidence
 from serve_app.context.format import Block, format_context
-from serve_app.context.tokens import count_tokens
+from serve_app.text import count_tokens
 
 LEVERS = Levers(profile=True, split=False, gate=True, evidence=Evidence(0.45, 0.25),
                 knowledge=True)  # fmt: skip

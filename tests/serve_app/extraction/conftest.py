@@ -10,8 +10,8 @@ import pytest
 
 from models import load_encoder
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
+from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
 from serve_app.spend.meter import Budgets, SpendMeter
 from serve_app.store.llm_spend import SpendStore

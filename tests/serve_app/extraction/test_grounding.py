@@ -15,10 +15,10 @@ import pytest
 import snowballstemmer
 
 from serve_app.extraction.grounding import Limits, content_units, ungrounded, words
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import ExtractedFact, ExtractedMemory
 from serve_app.extraction.reconcile import Known, Shown
+from serve_app.extraction.turn import Turn
 from serve_app.store.records import Owner
 from serve_app.store.turns import SessionKey
 from tests.fakes.llm_server import extraction, fact, memory

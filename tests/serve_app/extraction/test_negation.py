@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serve_app.extraction.grounding import Limits
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.negation import clauses, negated, without_negated
 from serve_app.extraction.parser import ExtractedMemory
+from serve_app.extraction.turn import Turn
 from serve_app.store.turns import SessionKey
 from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for

@@ -8,8 +8,8 @@ import asyncio
 import json
 import uuid
 
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.reconcile import KNOWN_HEADER, Known, Shown
+from serve_app.extraction.turn import Turn
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.records import Owner
 from serve_app.store.turns import SessionKey

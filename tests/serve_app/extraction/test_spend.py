@@ -14,9 +14,9 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from serve_app.extraction.llm import LLMUnavailable
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
+from serve_app.llm.client import LLMUnavailable
 from serve_app.services.sessions import SessionService
 from serve_app.spend.estimate import request_tokens
 from serve_app.store.llm_spend import CallTag, Limits, OverBudget

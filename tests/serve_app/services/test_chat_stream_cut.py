@@ -22,8 +22,8 @@ import uvicorn
 
 from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
-from serve_app.context.tokens import count_tokens
 from serve_app.settings import Settings
+from serve_app.text import count_tokens
 from tests.fakes.llm_server import DEFAULT_CHAT_ANSWER
 from tests.serve_app.inprocess import in_process_api, in_process_services
 

@@ -13,9 +13,10 @@ import pytest
 
 from serve_app.db.pool import open_pool
 from serve_app.documents.chunking import load_tokenizer, sizes_for
+from serve_app.documents.jobs import JobLost
 from serve_app.errors import ApiError
 from serve_app.schemas.documents import DocumentInput, DocumentJob, DocumentOut
-from serve_app.services.document_jobs import DocumentJobWorker, JobLost
+from serve_app.services.document_jobs import DocumentJobWorker
 from serve_app.services.documents import DocumentService
 from serve_app.settings import DocumentSettings, Settings, get_settings
 from serve_app.store import Owner, quota
