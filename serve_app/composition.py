@@ -214,9 +214,12 @@ async def build_services(
         directory = MemoryDirectory(pool)
         documents = document_service(pool, writer, backends.embed, settings, model)
         portability = PortabilityService(
-            memories, writer, directory, max_records=settings.limits.import_records,
+            memories,
+            writer,
+            directory,
+            max_records=settings.limits.import_records,
             documents=documents,
-        )  # fmt: skip
+        )
         maintenance = MaintenanceService(
             TurnStore(pool),
             trigger,
@@ -227,7 +230,7 @@ async def build_services(
                 consolidation_llm(settings, spend),
                 settings.consolidate,
                 writer=writer,
-            ),  # fmt: skip
+            ),
         )
         if maintenance.consolidator.llm is not None:
             closers.append(maintenance.consolidator.llm.close)

@@ -56,8 +56,9 @@ async def llm_usage(
         message = f"since must be on or before until, at most {MAX_DAYS} days apart"
         raise ApiError(422, "invalid_request", message)
     limit = min(limit, services.settings.spend.report_max_rows)
-    rows = await spend.store.report(caller.tenant_id, names, since, until, user_id=user_id,
-                                    limit=limit + 1, offset=offset)  # fmt: skip
+    rows = await spend.store.report(
+        caller.tenant_id, names, since, until, user_id=user_id, limit=limit + 1, offset=offset
+    )
     top = []
     if top_users:
         top = await spend.store.top_users(caller.tenant_id, since, until, top_users)

@@ -20,8 +20,12 @@ def add_parser(actions: Any) -> None:
     issuers = actions.add_parser("issuers", help="list, add or remove trusted token issuers")
     issuers.add_argument("name", help="the tenant id")
     change = issuers.add_mutually_exclusive_group()
-    change.add_argument("--add", metavar="JSON", help='an issuer: {"issuer": "https://…",'
-                        ' "audiences": ["…"], "jwks_url": "https://…/jwks.json"}')  # fmt: skip
+    change.add_argument(
+        "--add",
+        metavar="JSON",
+        help='an issuer: {"issuer": "https://…",'
+        ' "audiences": ["…"], "jwks_url": "https://…/jwks.json"}',
+    )
     change.add_argument("--remove", metavar="ISSUER", help="drop every entry of this issuer")
 
 

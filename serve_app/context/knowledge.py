@@ -68,8 +68,9 @@ def _clip(text: str, limit: int) -> str:
 
 def label(c: dict[str, Any]) -> str:
     """``[Title › Section]``: the title (or document id) and the nearest heading."""
-    name = _clip(" ".join(str(c.get("title") or c.get("document_id") or "document").split()),
-                 _LABEL_CHARS)  # fmt: skip
+    name = _clip(
+        " ".join(str(c.get("title") or c.get("document_id") or "document").split()), _LABEL_CHARS
+    )
     path = c.get("heading_path") or []
     if path:
         head = _clip(" ".join(str(path[-1]).split()), _LABEL_CHARS)
@@ -114,8 +115,9 @@ def reserve(
     """Tokens the admitted chunks need, at most ``share`` of the budget (0: none)."""
     if not chunks:
         return 0
-    _, _, used = _fit(chunks, lambda c: chunk_line(c, chunk_tokens), KNOWLEDGE_HEADER,
-                      int(token_budget * share))  # fmt: skip
+    _, _, used = _fit(
+        chunks, lambda c: chunk_line(c, chunk_tokens), KNOWLEDGE_HEADER, int(token_budget * share)
+    )
     return used
 
 

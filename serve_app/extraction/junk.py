@@ -38,13 +38,47 @@ def contained(sentence: str, memories: Iterable[str]) -> bool:
 
 
 # Acknowledgements that carry nothing to remember (compared after normalising).
-_ACKS = frozenset({
-    "ok", "okay", "k", "kk", "sure", "yes", "yep", "yeah", "no", "nope", "thanks", "thx",
-    "ty", "thank you", "thanks a lot", "thank you very much", "ok thanks", "okay thanks",
-    "ok thank you", "cool", "great", "nice", "perfect", "got it", "alright", "fine", "lol",
-    "haha", "hmm", "hi", "hello", "hey", "bye", "goodbye", "good morning", "good night",
-    "sounds good",
-})  # fmt: skip
+_ACKS = frozenset(
+    {
+        "ok",
+        "okay",
+        "k",
+        "kk",
+        "sure",
+        "yes",
+        "yep",
+        "yeah",
+        "no",
+        "nope",
+        "thanks",
+        "thx",
+        "ty",
+        "thank you",
+        "thanks a lot",
+        "thank you very much",
+        "ok thanks",
+        "okay thanks",
+        "ok thank you",
+        "cool",
+        "great",
+        "nice",
+        "perfect",
+        "got it",
+        "alright",
+        "fine",
+        "lol",
+        "haha",
+        "hmm",
+        "hi",
+        "hello",
+        "hey",
+        "bye",
+        "goodbye",
+        "good morning",
+        "good night",
+        "sounds good",
+    }
+)
 
 
 def substantive(text: str) -> bool:

@@ -201,8 +201,9 @@ class ExtractionPipeline:
             return await self._failed(key, rows, claim, "internal", type(exc).__name__)
         done = await self.turns.mark_extracted(ids, claim=claim)
         if done < len(ids):  # our claim ran out and another run took over: its turns
-            log.warning("claim on %s expired mid-run; %d turns left to its new holder", key,
-                        len(ids) - done)  # fmt: skip
+            log.warning(
+                "claim on %s expired mid-run; %d turns left to its new holder", key, len(ids) - done
+            )
         out.turns_extracted += done
         self.metrics.success((time.perf_counter() - started) * 1000)
         return True
@@ -355,10 +356,15 @@ class ExtractionPipeline:
             else:
                 try:
                     outcome = await self.guarded.upsert_fact(
-                        owner, fact.category, fact.key, fact.value, fact.confidence,
-                        session_id=session_id, importance=fact.importance,
+                        owner,
+                        fact.category,
+                        fact.key,
+                        fact.value,
+                        fact.confidence,
+                        session_id=session_id,
+                        importance=fact.importance,
                         valid_from=fact.valid_from or said,
-                    )  # fmt: skip
+                    )
                 except QuotaExceeded:
                     outcome = "over_quota"
                 except ValidationError:

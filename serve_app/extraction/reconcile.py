@@ -137,8 +137,9 @@ class Gatherer:
             known.items[shown.alias] = shown
         facts = await self.facts.active(owner.tenant_id, owner.user_id, limits.max_facts)
         for n, f in enumerate(facts, 1):
-            shown = Shown(f"f{n}", "fact", f["id"], f["value"], 0, owner.user_id,
-                          f["category"], f["key"])  # fmt: skip
+            shown = Shown(
+                f"f{n}", "fact", f["id"], f["value"], 0, owner.user_id, f["category"], f["key"]
+            )
             used += count_tokens(_line(shown)) + 1
             if used > limits.max_tokens:
                 break
@@ -152,9 +153,12 @@ class Gatherer:
         the LLM may update or delete (the dense side, ``MemoryIndex``, skips them too)."""
         assert owner.user_id is not None
         q = SearchQuery(
-            tenant_id=owner.tenant_id, user_id=owner.user_id, top_k=k, text=text,
+            tenant_id=owner.tenant_id,
+            user_id=owner.user_id,
+            top_k=k,
+            text=text,
             types=_MEMORY_TYPES,
-        )  # fmt: skip
+        )
         probe = await self.search.probe(q, count_cap=0, want_terms=True, allowed_cap=0)
         if not probe.terms:
             return []
@@ -186,9 +190,13 @@ class Reconciler:
         s = settings.extract
         self.enabled = s.reconcile
         self.embed = embed
-        self.limits = Limits(s.reconcile_per_turn, s.reconcile_max_memories,
-                             s.reconcile_max_facts, s.reconcile_max_tokens,
-                             s.reconcile_min_similarity)  # fmt: skip
+        self.limits = Limits(
+            s.reconcile_per_turn,
+            s.reconcile_max_memories,
+            s.reconcile_max_facts,
+            s.reconcile_max_tokens,
+            s.reconcile_min_similarity,
+        )
         search = PgVectorSearch(pool, model_slug, settings.retrieval.hnsw_ef_search)
         self.gatherer = Gatherer(index, search, FactStore(pool))
 

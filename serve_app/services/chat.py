@@ -85,8 +85,10 @@ def upstream_error(status: int, body: bytes) -> JSONResponse:
     request_id = _request_id()
     log.warning(
         "upstream LLM answered HTTP %d (request %s): %s",
-        status, request_id, body[:500].decode(errors="replace"),
-    )  # fmt: skip
+        status,
+        request_id,
+        body[:500].decode(errors="replace"),
+    )
     code_status, code, message = _redacted(status, request_id)
     return error_response(code_status, code, message, {"X-Request-Id": request_id})
 
@@ -290,8 +292,10 @@ class ChatService:
         except OverBudget as exc:
             self.usage.count(call.key_id, call.owner.tenant_id, Usage(refused=1))
             wait = (exc.resumes_at - self.spend.clock()).total_seconds()
-            message = (f"the chat token budget ({', '.join(exc.scopes)}) is spent until "
-                       f"{exc.resumes_at.isoformat()}")  # fmt: skip
+            message = (
+                f"the chat token budget ({', '.join(exc.scopes)}) is spent until "
+                f"{exc.resumes_at.isoformat()}"
+            )
             headers = {"Retry-After": str(max(1, math.ceil(wait)))}
             raise ApiError(429, "budget_exceeded", message, headers) from None
         except (psycopg.Error, OSError):

@@ -69,8 +69,9 @@ class DocumentJobWorker:
         self.metrics = metrics or DocumentJobMetrics()
         self._lanes: set[asyncio.Task[None]] = set()
         self._pruned = float("-inf")
-        self._periodic = Periodic(self.run_once, s.job_poll_s, log=log,
-                                  failed="a document job round failed")  # fmt: skip
+        self._periodic = Periodic(
+            self.run_once, s.job_poll_s, log=log, failed="a document job round failed"
+        )
 
     def start(self) -> DocumentJobWorker:
         self._periodic.start()
@@ -132,12 +133,17 @@ class DocumentJobWorker:
         """Embed and write one claimed job; its outcome: done | failed | retry | lost."""
         job_id, token = job["id"], job["claim_token"]
         if job["attempts"] > self.s.job_max_attempts:
-            await self.store.fail(job_id, token, f"gave up after {self.s.job_max_attempts} "
-                                  "attempts (the worker failed or stopped each time)")  # fmt: skip
+            await self.store.fail(
+                job_id,
+                token,
+                f"gave up after {self.s.job_max_attempts} "
+                "attempts (the worker failed or stopped each time)",
+            )
             return self._count("failed")
         head, chunks = job["head"], await asyncio.to_thread(job_chunks, job["chunks_json"])
-        caller = Principal(job["key_id"], job["tenant_id"], job["role"],
-                           user_id=job["caller_user_id"])  # fmt: skip
+        caller = Principal(
+            job["key_id"], job["tenant_id"], job["role"], user_id=job["caller_user_id"]
+        )
         owner = Owner(job["tenant_id"], head["user_id"] if head["scope"] == "user" else None)
         try:
             vectors = await self._embed(job_id, token, [c.text for c in chunks])

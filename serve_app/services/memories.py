@@ -191,9 +191,14 @@ class MemoryService:
         try:
             with write_errors():
                 row = await self.writer.update(
-                    owner, item_id, changes, vector, actor=actor, event=event,
+                    owner,
+                    item_id,
+                    changes,
+                    vector,
+                    actor=actor,
+                    event=event,
                     expected_version=expected_version,
-                )  # fmt: skip
+                )
         except VersionConflict as exc:
             raise ApiError(409, "conflict", str(exc)) from None
         if row is None:

@@ -73,15 +73,25 @@ class PortabilityService:
         """The user's data as JSON Lines (header, memories, facts, history, end)."""
         counts = {"memories": 0, "facts": 0, "history": 0}
         yield dumps(
-            {"kind": "header", "format": FORMAT, "version": VERSION, "user_id": owner.user_id,
-             "exported_at": datetime.now(UTC)}
-        )  # fmt: skip
+            {
+                "kind": "header",
+                "format": FORMAT,
+                "version": VERSION,
+                "user_id": owner.user_id,
+                "exported_at": datetime.now(UTC),
+            }
+        )
         cursor = None
         while True:
             rows, cursor = await self.memories.list(
-                owner, limit=self.page, cursor=cursor, type=None, agent_id=None,
-                session_id=None, include_invalidated=True,
-            )  # fmt: skip
+                owner,
+                limit=self.page,
+                cursor=cursor,
+                type=None,
+                agent_id=None,
+                session_id=None,
+                include_invalidated=True,
+            )
             for row in rows:
                 counts["memories"] += 1
                 yield dumps({"kind": "memory", **row})
@@ -115,13 +125,19 @@ class PortabilityService:
             for head in heads:
                 chunks, last = [], -1
                 while True:
-                    rows = await store.chunks(owner.tenant_id, head["document_id"], after=last,
-                                              limit=self.page)  # fmt: skip
-                    chunks += [{"chunk_index": r["data"]["chunk_index"], "content": r["content"],
-                                "char_start": r["data"]["char_start"],
-                                "char_end": r["data"]["char_end"],
-                                "heading_path": r["data"].get("heading_path") or []}
-                               for r in rows]  # fmt: skip
+                    rows = await store.chunks(
+                        owner.tenant_id, head["document_id"], after=last, limit=self.page
+                    )
+                    chunks += [
+                        {
+                            "chunk_index": r["data"]["chunk_index"],
+                            "content": r["content"],
+                            "char_start": r["data"]["char_start"],
+                            "char_end": r["data"]["char_end"],
+                            "heading_path": r["data"].get("heading_path") or [],
+                        }
+                        for r in rows
+                    ]
                     if len(rows) < self.page:
                         break
                     last = rows[-1]["data"]["chunk_index"]

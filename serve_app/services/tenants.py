@@ -106,8 +106,11 @@ class TenantService:
     async def read(self, tenant_id: str) -> dict[str, Any]:
         """Overrides, version and the effective document (environment + overrides)."""
         row = await self.store.settings(tenant_id) or {
-            "settings": {}, "version": 0, "updated_at": None, "updated_by": None
-        }  # fmt: skip
+            "settings": {},
+            "version": 0,
+            "updated_at": None,
+            "updated_by": None,
+        }
         return {
             "tenant_id": tenant_id,
             "version": row["version"],

@@ -62,9 +62,16 @@ async def import_batch(
         fact_ids: dict[str, uuid.UUID] = {}
         for f in (f for f in facts if f.active):
             outcome = await writer.upsert_fact(
-                owner, f.category, f.key, f.value, f.confidence, session_id=f.session_id,
-                source=f.source, importance=f.importance, conn=conn,
-            )  # fmt: skip
+                owner,
+                f.category,
+                f.key,
+                f.value,
+                f.confidence,
+                session_id=f.session_id,
+                source=f.source,
+                importance=f.importance,
+                conn=conn,
+            )
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             fact_id = await imports.active_fact_id(conn, owner, f.category, f.key)
             if outcome == "added" and fact_id is not None:
@@ -76,8 +83,12 @@ async def import_batch(
         # Re-checked (forgets since the transaction began) as the ingest pipeline does:
         if not await writer.guard_passes(conn, owner, [*(m.item for m in memories), *facts]):
             raise ForgetInProgress(owner)
-        imported = {"memories": len(ids), "facts": sum(outcomes.values()),
-                    "fact_versions": versions, "history": history}  # fmt: skip
+        imported = {
+            "memories": len(ids),
+            "facts": sum(outcomes.values()),
+            "fact_versions": versions,
+            "history": history,
+        }
         await events.emit(
             conn, owner.tenant_id, "import.completed", user_id=owner.user_id, data=imported
         )

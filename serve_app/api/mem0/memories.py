@@ -130,8 +130,12 @@ async def _add_texts(
         wait_s = services.settings.extract.sync_wait_s
         job, outcome = await services.sessions.infer_now(owner, fields, wait_s)
         if outcome and outcome.get("error") is None and outcome.get("turns_extracted"):
-            return {"status": "SUCCEEDED", "event_id": job["job_id"], "message": "ok",
-                    "results": [m.from_event(e) for e in outcome.get("events", [])]}  # fmt: skip
+            return {
+                "status": "SUCCEEDED",
+                "event_id": job["job_id"],
+                "message": "ok",
+                "results": [m.from_event(e) for e in outcome.get("events", [])],
+            }
         return {"status": "PENDING", "event_id": job["job_id"], "message": QUEUED, "results": []}
     stored = [t for role, t in texts if role != "system"]
     if not stored:
@@ -213,9 +217,12 @@ async def get_all(
     if size > services.settings.limits.list_limit:
         raise bad(f"page_size must be at most {services.settings.limits.list_limit}")
     rows, count = await services.directory.page(  # one statement, whatever the page
-        owner, offset=(number - 1) * size, limit=size,
-        agent_id=scope.agent_id, session_id=scope.run_id,
-    )  # fmt: skip
+        owner,
+        offset=(number - 1) * size,
+        limit=size,
+        agent_id=scope.agent_id,
+        session_id=scope.run_id,
+    )
 
     def link(n: int) -> str:
         return str(request.url.include_query_params(page=n, page_size=size))
@@ -274,8 +281,12 @@ async def delete_all(
     """Forget the user (narrowed by agent_id/run_id when given), as ``DELETE /v1/memories``:
     memories, vectors, history, facts, turns and session state."""
     scope = Scope()
-    for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id),
-                       ("app_id", app_id)):  # fmt: skip
+    for key, value in (
+        ("user_id", user_id),
+        ("agent_id", agent_id),
+        ("run_id", run_id),
+        ("app_id", app_id),
+    ):
         scope.set_entity(key, value)
     owner = scope_owner(caller, scope)
     if owner.user_id is None:

@@ -32,9 +32,13 @@ class Env:
             owner, [NewMemory(content=text, **kw)], await self.embed([text], is_query=False)
         )
         if days_ago:
-            await self.sql("UPDATE memory_items SET created_at = now() - %s * interval '1 day',"
-                           " updated_at = now() - %s * interval '1 day' WHERE id = %s",
-                           days_ago, days_ago, row["id"])  # fmt: skip
+            await self.sql(
+                "UPDATE memory_items SET created_at = now() - %s * interval '1 day',"
+                " updated_at = now() - %s * interval '1 day' WHERE id = %s",
+                days_ago,
+                days_ago,
+                row["id"],
+            )
         return row
 
     async def sql(self, query: str, *params) -> list[dict]:
@@ -45,8 +49,9 @@ class Env:
     async def active(self, user: str) -> list[dict]:
         return await self.sql(
             "SELECT * FROM memory_items WHERE user_id = %s AND status = 'active'"
-            " ORDER BY created_at", user,
-        )  # fmt: skip
+            " ORDER BY created_at",
+            user,
+        )
 
 
 @pytest.fixture
@@ -62,9 +67,11 @@ async def make_env(fresh_db, encoder):  # noqa: F811
     ) -> Env:
         """``db``: pool settings (e.g. pool_max); ``spend``: LLM calls metered in the
         database (serve_app/spend/meter.py); ``overrides``: consolidation settings."""
-        settings = Settings().with_(llm={"base_url": llm_url, "timeout_s": 2.0,
-                                         "max_retries": 0}, consolidate=overrides,
-                                    db=db or {})  # fmt: skip
+        settings = Settings().with_(
+            llm={"base_url": llm_url, "timeout_s": 2.0, "max_retries": 0},
+            consolidate=overrides,
+            db=db or {},
+        )
         pool = await open_pool(fresh_db, settings, min_size=1)
         await pool.wait()
         pools.append(pool)

@@ -40,12 +40,24 @@ def issuer():
 @pytest.fixture
 def verifier(issuer):
     entries = {
-        "acme": [{"issuer": issuer.issuer, "audiences": ["acme"], "jwks": issuer.jwks(),
-                  "max_lifetime_s": 3600},
-                 {"issuer": issuer.issuer, "audiences": ["acme-ro"], "jwks": issuer.jwks(),
-                  "scope_claim": "scope", "write_scopes": ["w"], "read_scopes": ["r"]}],
+        "acme": [
+            {
+                "issuer": issuer.issuer,
+                "audiences": ["acme"],
+                "jwks": issuer.jwks(),
+                "max_lifetime_s": 3600,
+            },
+            {
+                "issuer": issuer.issuer,
+                "audiences": ["acme-ro"],
+                "jwks": issuer.jwks(),
+                "scope_claim": "scope",
+                "write_scopes": ["w"],
+                "read_scopes": ["r"],
+            },
+        ],
         "beta": [{"issuer": issuer.issuer, "audiences": ["beta"], "jwks": issuer.jwks()}],
-    }  # fmt: skip
+    }
     settings = {t: resolve({"identity": {"issuers": e}}, {}) for t, e in entries.items()}
 
     async def issuers(tenant: str) -> tuple[Issuer, ...]:
