@@ -53,11 +53,13 @@ from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
 from serve_app.services.document_jobs import DocumentJobWorker
 from serve_app.services.documents import document_service
+from serve_app.services.embedding_models import EmbeddingModelService
 from serve_app.services.events import EventFeed
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService
 from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.lifecycle import build_lifecycle
+from serve_app.services.llm_usage import LlmUsageService
 from serve_app.services.maintenance import MaintenanceService
 from serve_app.services.memories import MemoryService
 from serve_app.services.portability import PortabilityService
@@ -256,6 +258,8 @@ async def build_services(
             documents=documents,
             fetcher=fetcher,
             rerank=rerank,
+            embedding_models=EmbeddingModelService(pool, settings.default_tenant),
+            llm_usage=LlmUsageService(SpendStore(pool), settings.spend),
             _closers=closers,
         )
     except BaseException:

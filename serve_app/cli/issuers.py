@@ -46,8 +46,6 @@ def main(args: Any) -> None:
 
 async def change(tenant: str, add: Any, remove: str | None) -> list[dict[str, Any]]:
     """The tenant's issuers after adding ``add`` or removing ``remove`` (neither: as is)."""
-    from fastapi.exceptions import RequestValidationError
-
     from serve_app.db.migrations import migrate
     from serve_app.db.pool import open_pool
     from serve_app.db.resolve import resolve_dsn
@@ -71,10 +69,9 @@ async def change(tenant: str, add: Any, remove: str | None) -> list[dict[str, An
             issuers.append(add)
         try:
             view = await service.patch(tenant, {"identity": {"issuers": issuers or None}}, None)
-        except RequestValidationError as exc:
-            raise ValueError(f"invalid issuer: {exc.errors()}") from None
-        except ApiError as exc:
-            raise ValueError(exc.message) from None
+        except ApiError as exc:  # 422: the settings' validation, with the field's path
+            invalid = exc.code == "invalid_request"
+            raise ValueError(f"invalid issuer: {exc.message}" if invalid else exc.message) from None
         return (view["settings"].get("identity") or {}).get("issuers") or []
     finally:
         await pool.close()

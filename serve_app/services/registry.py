@@ -11,10 +11,12 @@ from serve_app.services.auth import Authenticator
 from serve_app.services.chat import ChatService
 from serve_app.services.context import ContextService
 from serve_app.services.documents import DocumentService
+from serve_app.services.embedding_models import EmbeddingModelService
 from serve_app.services.events import EventFeed
 from serve_app.services.facts import FactService
 from serve_app.services.health import HealthService
 from serve_app.services.lifecycle import Lifecycle
+from serve_app.services.llm_usage import LlmUsageService
 from serve_app.services.maintenance import MaintenanceService
 from serve_app.services.memories import MemoryService
 from serve_app.services.portability import PortabilityService
@@ -58,6 +60,8 @@ class Services:
     documents: DocumentService  # the knowledge base (/v1/documents)
     fetcher: DocumentFetcher  # documents named by URL (mem0 document messages)
     rerank: RerankService  # the ``rerank`` option of search and context
+    embedding_models: EmbeddingModelService  # vector tables (/v1/admin/models)
+    llm_usage: LlmUsageService  # what LLM calls spent (GET /v1/admin/usage)
     _closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def aclose(self) -> None:

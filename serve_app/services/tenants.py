@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from fastapi.exceptions import RequestValidationError
 from psycopg.errors import UniqueViolation
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from serve_app.auth import Principal
 from serve_app.db.listener import NotifyListener
-from serve_app.errors import ApiError
+from serve_app.errors import ApiError, describe
 from serve_app.settings import Settings
 from serve_app.store.key_cache import NEW_KEY, KeyCache
 from serve_app.store.llm_spend import Limits
@@ -141,7 +140,7 @@ class TenantService:
             try:
                 return canonical(make(old))
             except ValidationError as exc:  # the caller's 422, with the field's path
-                raise RequestValidationError(exc.errors()) from None
+                raise ApiError(422, "invalid_request", describe(exc.errors())) from None
 
         try:
             await self.store.change(
