@@ -19,7 +19,7 @@ from ray.serve.handle import DeploymentHandle
 
 from serve_app.composition import build_worker
 from serve_app.db.resolve import resolve_dsn
-from serve_app.model_facts import ModelFacts
+from serve_app.embedding_model import ModelFacts
 from serve_app.settings import get_settings
 from serve_app.store.turns import SessionKey
 

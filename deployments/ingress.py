@@ -34,8 +34,8 @@ from ray.serve.handle import DeploymentHandle
 from serve_app.api import create_app
 from serve_app.composition import build_services
 from serve_app.db.resolve import resolve_dsn
+from serve_app.embedding_model import ModelFacts
 from serve_app.extraction.probe import extraction_probe
-from serve_app.model_facts import ModelFacts
 from serve_app.reembed.view import ModelView
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.query_embed import search_texts

@@ -35,8 +35,8 @@ from models.encoder_set import EncoderSet
 from models.views import Spans
 from serve_app.db.pool import open_pool
 from serve_app.db.resolve import resolve_dsn
+from serve_app.embedding_model import ModelFacts
 from serve_app.metrics import Flusher, start_pool_metrics
-from serve_app.model_facts import ModelFacts
 from serve_app.reembed.view import ModelView
 from serve_app.retrieval.listener import ChangeListener
 from serve_app.retrieval.query import SearchQuery

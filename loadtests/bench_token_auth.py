@@ -34,13 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from serve_app.identity.wiring import token_verifier  # noqa: E402
+
 from loadtests.harness import write_json  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.db.pool import open_pool  # noqa: E402
-from serve_app.identity.wiring import token_verifier  # noqa: E402
 from serve_app.services.auth import authenticator, key_store  # noqa: E402
-from serve_app.services.tenants import tenant_service  # noqa: E402
+from serve_app.services.tenant_settings import tenant_service  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from tests.fakes.jwt_issuer import LocalIssuer  # noqa: E402
 

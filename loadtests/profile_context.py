@@ -55,7 +55,7 @@ from loadtests.harness import write_json  # noqa: E402
 from models import load_encoder  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
-from serve_app.model_facts import ModelFacts  # noqa: E402
+from serve_app.embedding_model import ModelFacts  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402
 from tests.serve_app.inprocess import in_process_services  # noqa: E402

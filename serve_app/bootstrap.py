@@ -18,7 +18,7 @@ from pathlib import Path
 from models import ModelSpec
 from models import prepare_model as prepare_model_files
 from serve_app.db.migrations import migrate
-from serve_app.model_facts import ModelFacts
+from serve_app.embedding_model import ModelFacts
 from serve_app.reembed.plan import plan_models
 from serve_app.settings import Settings
 from serve_app.store.keys import ever_had_service_key, generate_key, has_key, seed_key

@@ -66,7 +66,7 @@ from serve_app.services.portability import PortabilityService
 from serve_app.services.registry import Closer, Services
 from serve_app.services.rerank import RerankService
 from serve_app.services.sessions import SessionService
-from serve_app.services.tenants import TenantService, tenant_service
+from serve_app.services.tenant_settings import TenantService, tenant_service
 from serve_app.services.webhooks import WebhookService
 from serve_app.settings import IdentitySettings, Settings
 from serve_app.spend.meter import SpendMeter

@@ -15,7 +15,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from serve_app.schemas import MemoryBatch
-from serve_app.tenancy import TenantSettings
+from serve_app.tenant_settings import TenantSettings
 
 
 class _Open(BaseModel):

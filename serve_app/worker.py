@@ -32,18 +32,18 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.consolidation.job import Consolidator, run_due
+from serve_app.embedding_model import ModelFacts
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.scheduler import SessionScheduler
 from serve_app.llm.client import LLMClient
 from serve_app.metrics import ConsolidationMetrics, ExtractionMetrics
-from serve_app.model_facts import ModelFacts
 from serve_app.profile.classify import ProfileClassifier
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.services.document_jobs import DocumentJobWorker
 from serve_app.services.documents import DocumentService, document_service
-from serve_app.services.tenants import TenantService
+from serve_app.services.tenant_settings import TenantService
 from serve_app.settings import Settings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store.guarded import GuardedWriter

@@ -20,7 +20,7 @@ from serve_app.api.deps import Svc
 from serve_app.api.memories import parse_if_match
 from serve_app.responses import SettingsHistory, TenantSettingsView
 from serve_app.schemas import MAX_ROW_VERSION
-from serve_app.tenancy import TenantSettings
+from serve_app.tenant_settings import TenantSettings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/admin/tenant", tags=["admin"])

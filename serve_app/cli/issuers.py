@@ -50,8 +50,8 @@ async def change(tenant: str, add: Any, remove: str | None) -> list[dict[str, An
     from serve_app.db.pool import open_pool
     from serve_app.db.resolve import resolve_dsn
     from serve_app.errors import ApiError
-    from serve_app.services.tenants import TenantService
-    from serve_app.store.tenants import TenantStore
+    from serve_app.services.tenant_settings import TenantService
+    from serve_app.store.tenant_settings import TenantStore
 
     settings = get_settings()
     dsn = resolve_dsn(settings)

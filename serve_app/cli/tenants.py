@@ -49,7 +49,7 @@ async def create(name: str) -> str | None:
     from serve_app.db.pool import open_pool
     from serve_app.db.resolve import resolve_dsn
     from serve_app.store.keys import KeyStore
-    from serve_app.store.tenants import TenantStore
+    from serve_app.store.tenant_settings import TenantStore
 
     settings = get_settings()
     dsn = resolve_dsn(settings)

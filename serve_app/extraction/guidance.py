@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from serve_app.settings import Settings
-from serve_app.tenancy import ExtractionGuidance, environment, resolve
+from serve_app.tenant_settings import ExtractionGuidance, environment, resolve
 
 # The tenant's guidance (the extractor reads it once per batch).
 GuidanceFor = Callable[[str], Awaitable[ExtractionGuidance]]

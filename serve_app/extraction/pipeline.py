@@ -64,7 +64,7 @@ from serve_app.store.llm_spend import CallTag, OverBudget
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.quota import QuotaExceeded
 from serve_app.store.turns import INFER_PREFIX, SessionKey, TurnStore
-from serve_app.tenancy import ExtractionGuidance
+from serve_app.tenant_settings import ExtractionGuidance
 from serve_app.text import CONTEXT_OPEN, count_tokens, dedupe_hash
 
 log = logging.getLogger(__name__)

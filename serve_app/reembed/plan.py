@@ -7,7 +7,7 @@ import logging
 from models import BUILTIN_SPECS, ModelSpec
 from models import prepare_model as prepare_model_files
 from models.resolve import _cached_names, get_spec
-from serve_app.model_facts import ModelFacts
+from serve_app.embedding_model import ModelFacts
 from serve_app.settings import Settings
 from serve_app.store.model_registry import Wanted, reconcile
 from serve_app.store.vectors import ensure_table

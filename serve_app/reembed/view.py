@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.db.listener import NotifyListener
-from serve_app.model_facts import ModelFacts
+from serve_app.embedding_model import ModelFacts
 from serve_app.store.model_registry import MODELS_CHANNEL, ModelRow, models
 
 log = logging.getLogger("ray.serve")

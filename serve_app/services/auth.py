@@ -21,7 +21,7 @@ from serve_app.ratelimit import RateLimiter, retry_after_header
 from serve_app.settings import AuthSettings
 from serve_app.store.key_cache import KEYS_CHANNEL, KeyCache
 from serve_app.store.keys import KeyStore
-from serve_app.tenancy import Effective
+from serve_app.tenant_settings import Effective
 
 MAX_END_USER_CHARS = 128
 

@@ -35,8 +35,8 @@ from serve_app.documents.chunking import Chunk, ChunkSizes, chunk, load_tokenize
 from serve_app.documents.jobs import JobLost, job_view, stored_chunks
 from serve_app.documents.parse import DocumentRefused, Limits
 from serve_app.documents.sandbox import Box, Refused, parse_bounded, units
+from serve_app.embedding_model import ModelFacts
 from serve_app.errors import ApiError
-from serve_app.model_facts import ModelFacts
 from serve_app.schemas.documents import DocumentInput, DocumentOut, ExportedDocument
 from serve_app.services.backends import Embed
 from serve_app.services.document_access import DocumentAccess

@@ -22,7 +22,7 @@ from serve_app.services.memories import MemoryService
 from serve_app.services.portability import PortabilityService
 from serve_app.services.rerank import RerankService
 from serve_app.services.sessions import SessionService
-from serve_app.services.tenants import TenantService
+from serve_app.services.tenant_settings import TenantService
 from serve_app.services.webhooks import WebhookService
 from serve_app.settings import Settings
 from serve_app.spend.meter import SpendMeter

@@ -15,7 +15,7 @@ from typing import Any
 from serve_app.errors import ApiError
 from serve_app.retrieval.rerank import Reranker, RerankOutcome, RerankUnavailable
 from serve_app.store.llm_spend import CallTag
-from serve_app.tenancy import Effective
+from serve_app.tenant_settings import Effective
 
 Rows = list[dict[str, Any]]
 EffectiveFn = Callable[[str], Awaitable[Effective]]

@@ -11,7 +11,7 @@ import numpy as np
 
 from deployments.extractor import Extractor
 from deployments.ingress import Ingress
-from serve_app.model_facts import ModelFacts
+from serve_app.embedding_model import ModelFacts
 
 MODEL = ModelFacts(name="m", dim=2, table_slug="m", ref="m-ref")
 

@@ -19,7 +19,7 @@ from models.encoder_set import EncoderSet
 from serve_app.api import create_app
 from serve_app.composition import build_services
 from serve_app.db.pool import open_pool
-from serve_app.model_facts import ModelFacts
+from serve_app.embedding_model import ModelFacts
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.query_embed import QueryEmbedder, search_texts
 from serve_app.retrieval.retriever import Retriever

@@ -17,7 +17,7 @@ from serve_app import composition
 from serve_app.api import create_app
 from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.composition import build_worker
-from serve_app.services.tenants import tenant_service
+from serve_app.services.tenant_settings import tenant_service
 from serve_app.settings import Settings
 from tests.serve_app.inprocess import in_process_api, running
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from serve_app.api.deps import Caller, Svc
-from serve_app.api.mem0 import models as m
+from serve_app.api.mem0 import shapes as m
 from serve_app.api.mem0.scope import Scope, bad
 from serve_app.errors import ApiError
 from serve_app.services.memories import SHARED_WRITERS

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
 
 from serve_app.api.deps import Caller, Svc
-from serve_app.api.mem0 import models as m
+from serve_app.api.mem0 import shapes as m
 from serve_app.api.mem0.documents import DocumentPart, added, document_input, split_messages
 from serve_app.api.mem0.scope import (
     Scope,
@@ -29,7 +29,7 @@ from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields, MemoryPatch, check_content
 from serve_app.services.memories import knowledge_query
 from serve_app.services.rerank import report
-from serve_app.tenancy import Guidance
+from serve_app.tenant_settings import Guidance
 
 router = APIRouter(tags=["mem0"])
 QUEUED = "Memory processing has been queued for background execution"

@@ -1,5 +1,5 @@
 -- memserve schema v16 (issue 28): tenant rate limits take the floor API keys have (0 or
--- at least 0.001 work units per second; serve_app/tenancy.py). A rate stored before the
+-- at least 0.001 work units per second; serve_app/tenant_settings.py). A rate stored before the
 -- floor (1e-300 locked the tenant's keys out, 5e-324 made every request a 500) would no
 -- longer validate when read, so it is removed here: the tenant falls back to the
 -- environment's rate. Each such change is a new version with a history row (actor

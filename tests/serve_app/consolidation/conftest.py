@@ -17,7 +17,7 @@ from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.vectors import ensure_table
-from tests.serve_app.extraction.conftest import encoder, fake_llm, fake_llm_server  # noqa: F401
+from tests.serve_app.extraction.conftest import encoder  # noqa: F401
 
 
 class Env:

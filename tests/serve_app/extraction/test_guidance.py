@@ -9,11 +9,11 @@ from serve_app.auth import Principal
 from serve_app.extraction.guidance import for_request, guidance_prompt
 from serve_app.extraction.pipeline import ExtractionPipeline
 from serve_app.extraction.prompts import EXTRACT_MARKER
-from serve_app.services.tenants import TenantService
+from serve_app.services.tenant_settings import TenantService
 from serve_app.store.guarded import GuardedWriter
-from serve_app.store.tenants import TenantStore
+from serve_app.store.tenant_settings import TenantStore
 from serve_app.store.turns import SessionKey
-from serve_app.tenancy import ExtractionGuidance
+from serve_app.tenant_settings import ExtractionGuidance
 from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 

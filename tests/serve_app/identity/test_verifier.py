@@ -14,7 +14,7 @@ from serve_app.identity.issuers import Issuer
 from serve_app.identity.jwks import JwksCache, JwksFetcher
 from serve_app.identity.verifier import Refused, TokenVerifier
 from serve_app.settings import IdentitySettings
-from serve_app.tenancy import resolve
+from serve_app.tenant_settings import resolve
 from tests.fakes.jwt_issuer import LocalIssuer
 
 

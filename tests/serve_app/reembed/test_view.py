@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serve_app.db.pool import open_pool
-from serve_app.model_facts import ModelFacts
+from serve_app.embedding_model import ModelFacts
 from serve_app.reembed.view import ModelView
 from serve_app.reembed.worker import Reembedder
 from serve_app.settings import ReembedSettings, Settings

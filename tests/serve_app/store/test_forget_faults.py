@@ -26,8 +26,6 @@ from tests.conftest import REPO
 from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import (  # noqa: F401
     encoder,
-    fake_llm,
-    fake_llm_server,
     make_harness,
 )
 from tests.serve_app.extraction.conftest import test_settings as settings_for

@@ -15,10 +15,10 @@ from serve_app.auth import Principal
 from serve_app.db.migrations import available
 from serve_app.db.pool import open_pool
 from serve_app.errors import ApiError
-from serve_app.services.tenants import TenantService, tenant_service
+from serve_app.services.tenant_settings import TenantService, tenant_service
 from serve_app.settings import Settings
 from serve_app.store.quota import Quota
-from serve_app.store.tenants import TenantStore
+from serve_app.store.tenant_settings import TenantStore
 
 ENV = Settings().with_(
     quota={"max_memories_per_user": 100, "max_facts_per_tenant": 7},

@@ -26,8 +26,8 @@ from serve_app.settings import Settings
 from serve_app.store.key_cache import NEW_KEY, KeyCache
 from serve_app.store.llm_spend import Limits
 from serve_app.store.quota import Quota
-from serve_app.store.tenants import TENANTS_CHANNEL, SettingsConflict, TenantStore
-from serve_app.tenancy import (
+from serve_app.store.tenant_settings import TENANTS_CHANNEL, SettingsConflict, TenantStore
+from serve_app.tenant_settings import (
     Effective,
     ExtractionGuidance,
     TenantSettings,
