@@ -51,6 +51,7 @@ from serve_app.extraction.parser import SUMMARY_SCHEMA, BadOutput, SummaryAnswer
 from serve_app.llm.answer_schema import ResponseSchema
 from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import ConsolidationMetrics
+from serve_app.profile.classify import ProfileClassifier
 from serve_app.settings import ConsolidateSettings, Settings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store import NewMemory, Owner, erasure
@@ -85,7 +86,7 @@ class Consolidator:
         """``writer``: the replica's (quotas); None: one without quotas (tests)."""
         self.pool = pool
         self.db = ConsolidationStore(pool, model_slug)
-        self.memories = writer or GuardedWriter(pool, model_slug)
+        self.memories = writer or GuardedWriter(pool, model_slug, classifier=ProfileClassifier())
         self.embed = embed
         self.llm = llm
         self.s = settings

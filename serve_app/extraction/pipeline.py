@@ -57,6 +57,7 @@ from serve_app.extraction.turn import Turn, said_at, turn_of
 from serve_app.extraction.writer import ACTOR, MemoryWriter
 from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import ExtractionMetrics
+from serve_app.profile.classify import ProfileClassifier
 from serve_app.settings import Settings
 from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter, ValidationError
@@ -92,7 +93,12 @@ class ExtractionPipeline:
         self.llm = llm
         self.turns = TurnStore(pool)
         # Every memory and fact write: erasure guard, quotas, validation, history.
-        self.guarded = writer or GuardedWriter.from_settings(pool, model_slug, settings)
+        self.guarded = writer or GuardedWriter.from_settings(
+            pool,
+            model_slug,
+            settings,
+            classifier=ProfileClassifier(),  # cues only
+        )
         self.store, self.facts = self.guarded.memories, self.guarded.facts  # reads
         self.index = MemoryIndex(pool, model_slug)
         self.metrics = metrics or ExtractionMetrics()

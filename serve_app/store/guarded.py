@@ -32,13 +32,12 @@ import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.profile.classify import ProfileClassifier
 from serve_app.settings import Settings
 from serve_app.store import erasure, imports, quota, supersede
 from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.documents import DocumentStore
 from serve_app.store.facts import FactStore
-from serve_app.store.memories import BATCH_GUARD, MemoryStore
+from serve_app.store.memories import BATCH_GUARD, MemoryStore, ProfileClasses
 from serve_app.store.memory_index import using
 from serve_app.store.records import NewMemory, Owner, owner_key
 from serve_app.store.validation import (
@@ -83,7 +82,7 @@ class GuardedWriter:
         quotas: Quotas | None = None,
         retention: Retention | None = None,
         max_chars: int = 8000,
-        classifier: ProfileClassifier | None = None,
+        classifier: ProfileClasses | None = None,
     ) -> None:
         """Quotas: ``quotas`` (per tenant) when given, else the fixed ones (None: none);
         ``retention``: an add's items without an expiry get their type's (None: none)."""
@@ -108,7 +107,7 @@ class GuardedWriter:
         *,
         quotas: Quotas | None = None,
         retention: Retention | None = None,
-        classifier: ProfileClassifier | None = None,
+        classifier: ProfileClasses | None = None,
     ) -> GuardedWriter:
         """The writer every producer builds: the environment's quotas, retention and
         content limit, or the tenant's (``quotas``/``retention``: its settings)."""

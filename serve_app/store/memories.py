@@ -13,14 +13,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.profile.classify import ProfileClassifier
 from serve_app.store import erasure, history, quota, supersede
 from serve_app.store.cursor import InvalidCursor, decode_cursor, encode_cursor
 from serve_app.store.forget import Scope
@@ -73,6 +72,16 @@ BATCH_GUARD = sql.SQL(
 ).format(erasure.clause(sql.SQL("r.agent_id"), sql.SQL("r.session_id")))
 
 
+class ProfileClasses(Protocol):
+    """Gives memories their profile class. The classifier (serve_app/profile/classify.py)
+    embeds and reads cues; it is passed in by whoever builds the store, so the store
+    knows no classification."""
+
+    async def classify_many(
+        self, texts: Sequence[str], types: Sequence[str], vectors: Any
+    ) -> list[str | None]: ...
+
+
 class MemoryStore:
     """Async data access for memories of one embedding model's vector table."""
 
@@ -80,11 +89,12 @@ class MemoryStore:
         self,
         pool: AsyncConnectionPool,
         model_slug: str,
-        classifier: ProfileClassifier | None = None,
+        classifier: ProfileClasses | None = None,
     ) -> None:
-        """``classifier``: gives written memories their profile class (default: cues only)."""
+        """``classifier``: gives written memories without one their profile class (None:
+        they keep none)."""
         self.pool = pool
-        self.classifier = classifier or ProfileClassifier()
+        self.classifier = classifier
         self.vectors = sql.Identifier(table_name(model_slug))
         gate = sql.SQL("{} AND {}").format(quota.GATE, BATCH_GUARD)
         self._add_sql = add_statement(self.vectors, gate)
@@ -115,7 +125,7 @@ class MemoryStore:
             return []
         todo = [i for i, m in enumerate(items) if m.profile_class is None]
         classes: list[str | None] = [None] * len(items)
-        if todo:
+        if todo and self.classifier is not None:
             found = await self.classifier.classify_many(
                 [items[i].content for i in todo],
                 [items[i].type for i in todo],
@@ -159,7 +169,8 @@ class MemoryStore:
         unknown = set(changes) - UPDATABLE
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
-        if "content" in changes and embedding is not None and "profile_class" not in changes:
+        classify = self.classifier is not None and embedding is not None
+        if "content" in changes and classify and "profile_class" not in changes:
             # New words, new class (the type it is written with decides with them).
             kind = changes.get("type") or "semantic"
             found = await self.classifier.classify_many([changes["content"]], [kind], [embedding])
