@@ -1,7 +1,7 @@
-"""Which Embedder lane each deployment's embed callable asks for (issue 33), on bare
-instances with a recording stand-in for the Embedder handle (no Ray cluster): the
-Ingress and the Extractor pass ``bulk`` through to ``embed_many``; the re-embed worker's
-call is always bulk; interactive single texts keep ``embed``."""
+"""Which Embedder lane each deployment's embed callable asks for, on bare instances with
+a recording stand-in for the Embedder handle (no Ray cluster): the Ingress and the
+Extractor's worker pass ``bulk`` through to ``embed_many``; the re-embed worker's call is
+always bulk; interactive single texts keep ``embed``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from deployments.extractor import Extractor
 from deployments.ingress import Ingress
 from serve_app.embedding_model import ModelFacts
+from serve_app.worker import Worker
 
 MODEL = ModelFacts(name="m", dim=2, table_slug="m", ref="m-ref")
 
@@ -53,11 +53,13 @@ async def test_the_ingress_passes_the_lane_through():
 
 
 async def test_the_extractor_asks_bulk_for_documents_and_re_embedding():
-    extractor = Extractor.func_or_class.__new__(Extractor.func_or_class)
-    extractor.embedder = handle = Handle()
-    await extractor._embed(["fact"], is_query=True, model=MODEL)
-    await extractor._embed(["c1", "c2"], is_query=False, model=MODEL, bulk=True)
-    await extractor._embed_docs(["old memory"], "new-model")
+    # The Extractor hands its worker the handle's ``embed_many.remote`` (build_worker).
+    worker = Worker.__new__(Worker)
+    handle = Handle()
+    worker.embed_many = handle.embed_many.remote
+    await worker.embed(["fact"], is_query=True, model=MODEL)
+    await worker.embed(["c1", "c2"], is_query=False, model=MODEL, bulk=True)
+    await worker.embed_documents(["old memory"], "new-model")
     assert handle.calls == [
         ("embed_many", (["fact"], True, "m-ref", False)),
         ("embed_many", (["c1", "c2"], False, "m-ref", True)),
