@@ -13,7 +13,7 @@ the calibration half (the evidence thresholds were tuned there), odd ones held o
 
 Sources (each its own users in the same service): ``typed`` (API adds with the type a
 platform knows), ``untyped`` (the same adds as ``semantic``), ``llm`` (each memory said
-in a session turn and extracted by the scripted LLM of tests/fakes/llm_server.py).
+in a session turn and extracted by the scripted LLM of serve_app/testing/llm_server.py).
 
 Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings): ``search`` (plain
 /v1/search top-k, on the baseline service), ``baseline`` (today's block: every lever
@@ -58,7 +58,7 @@ from loadtests.context_metrics import (  # noqa: E402
     summarise,
 )
 from loadtests.harness import write_json  # noqa: E402
-from tests.fakes.llm_server import FakeLLM, extraction  # noqa: E402
+from serve_app.testing.llm_server import FakeLLM, extraction  # noqa: E402
 
 DATA = ROOT / "loadtests" / "data" / "context_bench.json"
 # ../shared from the main checkout, ../../shared from a worktree under /work/wt

@@ -41,7 +41,7 @@ import httpx
 
 from loadtests.harness import fresh_service
 from loadtests.synthetic import memory
-from tests.fakes.pdfs import text_pdf
+from serve_app.testing.pdfs import text_pdf
 
 RESULTS = Path(__file__).with_name("results")
 WORDS = [

@@ -47,8 +47,8 @@ from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
+from serve_app.testing.webhook_receiver import Receiver
 from serve_app.webhooks.worker import DispatcherThread
-from tests.fakes.webhook_receiver import Receiver
 
 RESULTS = Path(__file__).with_name("results")
 DIM = 384

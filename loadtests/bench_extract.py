@@ -1,7 +1,7 @@
 """Extraction benchmark: turn ingest stays fast while the LLM is slow.
 
 Starts the real service (``python -m serve_app run``, as the e2e tests do) with
-the scripted LLM from ``tests/fakes/llm_server.py`` answering every call after a
+the scripted LLM from ``serve_app/testing/llm_server.py`` answering every call after a
 fixed delay (default 2 s), then measures over HTTP:
 
 1. ``POST /v1/sessions/{sid}/turns`` latency (p50/p95/p99) under ``--concurrency``
@@ -38,8 +38,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.service import ServiceProcess  # noqa: E402
-from tests.fakes.llm_server import FakeLLM, extraction, memory  # noqa: E402
+from serve_app.testing.llm_server import FakeLLM, extraction, memory  # noqa: E402
+from serve_app.testing.service import ServiceProcess  # noqa: E402
 
 EVERY_N = 4
 

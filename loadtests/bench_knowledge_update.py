@@ -46,7 +46,7 @@ from loadtests.knowledge_scenarios import DATES, QUESTIONS, ScriptedModel, User,
 from serve_app.context.tokens import count_tokens
 from serve_app.extraction.prompts import EXTRACT_SYSTEM
 from serve_app.extraction.reconcile import KNOWN_HEADER, RECONCILE_RULES
-from tests.fakes.llm_server import FakeLLM, PrefixCache
+from serve_app.testing.llm_server import FakeLLM, PrefixCache
 
 COHORTS = ("good", "sloppy", "today")
 ENV = {

@@ -93,7 +93,7 @@ def main() -> None:
     if args.host:
         host, key = args.host, args.key
     else:
-        from tests.e2e.service import ServiceProcess
+        from serve_app.testing.service import ServiceProcess
 
         key = "msk_bench_" + secrets.token_hex(8)
         service = ServiceProcess(Path(tempfile.mkdtemp(prefix="memserve-bench-")), key)

@@ -42,7 +42,7 @@ from serve_app.identity.wiring import token_verifier  # noqa: E402
 from serve_app.services.auth import authenticator, key_store  # noqa: E402
 from serve_app.services.tenants import tenant_service  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
-from tests.fakes.jwt_issuer import LocalIssuer  # noqa: E402
+from serve_app.testing.jwt_issuer import LocalIssuer  # noqa: E402
 
 TARGET_MS = 0.3
 

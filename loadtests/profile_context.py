@@ -3,7 +3,7 @@
 bench_context.py measures the service (Ray, HTTP, one replica per role) on a shared
 box where wall time is noise; this script runs the same builder through the
 composition root in one process (real embedded PostgreSQL, the real int8 encoder and
-retriever; no Ray, no HTTP: ``tests/serve_app/inprocess.py``), so CPU seconds per call
+retriever; no Ray, no HTTP: ``serve_app/testing/inprocess.py``), so CPU seconds per call
 can be read exactly and profiled. Per variant (``MEMSERVE_CONTEXT_*`` levers, as in
 bench_context): the users of ``loadtests/data/context_bench.json`` added (typed or
 untyped), every message asked ``--repeat`` times after one warm-up pass, and
@@ -58,7 +58,7 @@ from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.model_facts import ModelFacts  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402
-from tests.serve_app.inprocess import in_process_services  # noqa: E402
+from serve_app.testing.inprocess import in_process_services  # noqa: E402
 
 SLUG = "all-minilm-l6-v2-int8"
 TENANT = "t1"

@@ -13,7 +13,7 @@ import pytest
 from serve_app.api import create_app
 from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_api, running
+from serve_app.testing.inprocess import in_process_api, running
 
 KEY = "msk_composition_test_key_0123456789"
 

@@ -17,7 +17,7 @@ from serve_app.spend.meter import Budgets, SpendMeter
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
-from tests.fakes.llm_server import FakeLLM
+from serve_app.testing.llm_server import FakeLLM
 
 MODEL = "all-minilm-l6-v2-int8"
 

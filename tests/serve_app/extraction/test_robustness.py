@@ -14,7 +14,7 @@ from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.prompts import chunk_turns, truncate_tokens
 from serve_app.store.memory_index import VersionConflict
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, fact, memory
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"
