@@ -58,6 +58,7 @@ from loadtests.context_metrics import (  # noqa: E402
     summarise,
 )
 from loadtests.harness import write_json  # noqa: E402
+from loadtests.stats import percentile  # noqa: E402
 from serve_app.testing.llm_server import FakeLLM, extraction  # noqa: E402
 
 DATA = ROOT / "loadtests" / "data" / "context_bench.json"
@@ -222,7 +223,7 @@ async def run_variant(
                         prof, other, cost = await ask(c, mode, uid, msg["text"], args.top_k)
                         times.append(cost["latency_ms"])
                         calls += 1
-                    cost["latency_ms"] = sorted(times)[len(times) // 2]
+                    cost["latency_ms"] = percentile(times, 50)
                     o = outcome(lab, msg["needs"], prof, other, **cost)
                     outs.append((i, msg["user"], o))
                     if variant == "nogate" and mode == "context":

@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from loadtests.harness import fresh_service
+from loadtests.stats import percentile
 from loadtests.synthetic import memory
 from serve_app.testing.pdfs import text_pdf
 
@@ -50,13 +51,6 @@ WORDS = [
     *("freight", "manifest", "label", "return", "window", "holiday", "overtime", "safety"),
     *("inspection", "forklift", "dock", "quota", "region", "manager"),
 ]
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def make_pdf(pages: int, words: int, seed: int = 7) -> bytes:
@@ -100,7 +94,7 @@ class Writer:
         got = [(ms, ok) for t, ms, ok in self.samples if t0 <= t < t1]
         lat = [ms for ms, ok in got if ok]
         return {"writes": len(got), "failed": sum(1 for _, ok in got if not ok),
-                "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95),
+                "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
                 "mean_ms": statistics.fmean(lat) if lat else float("nan")}  # fmt: skip
 
 

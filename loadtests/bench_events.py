@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.procstat import process_cpu_s, snapshot
+from loadtests.stats import percentile
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
@@ -236,13 +237,12 @@ def lag_ms(received: list[list[tuple[float, dict]]]) -> dict[str, Any]:
             else:
                 dupes += 1
         counts.append(len(seen))
-    lags.sort()
 
-    def pick(q: float) -> float | None:
-        return round(1000 * lags[min(int(len(lags) * q), len(lags) - 1)], 1) if lags else None
+    def pick(p: float) -> float | None:
+        return round(1000 * percentile(lags, p), 1) if lags else None
 
     return {"deliveries_received": counts, "duplicates": dupes,
-            "lag_ms_p50": pick(0.5), "lag_ms_p95": pick(0.95)}  # fmt: skip
+            "lag_ms_p50": pick(50), "lag_ms_p95": pick(95)}  # fmt: skip
 
 
 def main() -> None:
