@@ -32,7 +32,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from serve_app.api import create_app
-from serve_app.composition import Backends, Services, build_services
+from serve_app.composition import build_services
 from serve_app.db.resolve import resolve_dsn
 from serve_app.extraction.probe import extraction_probe
 from serve_app.model_facts import ModelFacts
@@ -40,6 +40,8 @@ from serve_app.reembed.view import ModelView
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.query_embed import search_texts
 from serve_app.retrieval.shards import shard_key
+from serve_app.services.backends import Backends
+from serve_app.services.registry import Services
 from serve_app.settings import get_settings
 from serve_app.store.model_registry import describe
 

@@ -24,7 +24,7 @@ from serve_app.consolidation.job import Consolidator
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
+from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.vectors import ensure_table
@@ -52,8 +52,10 @@ async def run(n: int, groups: int, dsn: str, llm_url: str) -> dict:
     vecs = vectors(n, groups, rng)
     started = time.perf_counter()
     for start in range(0, n, 1000):
-        items = [NewMemory(content=f"memory {i} about topic {i % 97}", type="fact",
-                           importance=0.5) for i in range(start, min(n, start + 1000))]  # fmt: skip
+        items = [
+            NewMemory(content=f"memory {i} about topic {i % 97}", type="fact", importance=0.5)
+            for i in range(start, min(n, start + 1000))
+        ]
         await store.add(owner, items, vecs[start : start + len(items)])
     async with pool.connection() as conn:  # a quarter is old and never retrieved
         await conn.execute(

@@ -66,10 +66,13 @@ from serve_app.testing.llm_server import FakeLLM, extraction  # noqa: E402
 DATA = ROOT / "loadtests" / "data" / "context_bench.json"
 # ../shared from the main checkout, ../../shared from a worktree under /work/wt
 LOCOMO = next(
-    (p / "shared" / "data" / "locomo-dev.json" for p in (ROOT.parent, ROOT.parent.parent)
-     if (p / "shared" / "data" / "locomo-dev.json").exists()),
+    (
+        p / "shared" / "data" / "locomo-dev.json"
+        for p in (ROOT.parent, ROOT.parent.parent)
+        if (p / "shared" / "data" / "locomo-dev.json").exists()
+    ),
     ROOT.parent / "shared" / "data" / "locomo-dev.json",
-)  # fmt: skip
+)
 SOURCES = ("typed", "untyped", "llm")
 ENV = {
     "MEMSERVE_RATE_LIMIT_PER_S": "0",
@@ -109,7 +112,7 @@ class ScriptedExtractor:
                     "class": m["cls"] or "none",
                 }
                 for m in found
-            ]  # fmt: skip
+            ]
         )
 
 
@@ -119,8 +122,10 @@ async def load_user(client: httpx.AsyncClient, user: dict, source: str, uid: str
     if source == "llm":
         msgs = []
         for m in user["memories"]:
-            msgs += [{"role": "user", "content": f"By the way: {m['content']}"},
-                     {"role": "assistant", "content": "Noted."}]  # fmt: skip
+            msgs += [
+                {"role": "user", "content": f"By the way: {m['content']}"},
+                {"role": "assistant", "content": "Noted."},
+            ]
         sid = f"{uid}-s1"
         body = {"user_id": uid, "messages": msgs}
         (await client.post(f"/v1/sessions/{sid}/turns", json=body)).raise_for_status()
@@ -257,17 +262,30 @@ def score(outs: list, labels: dict, source: str, data: dict) -> dict:
         res = []
         for _, user, o in seq:
             q = lambda keys, u=user: frozenset(f"{u}/{k}" for k in keys)  # noqa: E731
-            res.append(type(o)(q(o.needed), q(o.got), q(o.outside_profile), o.tokens,
-                               o.profile_tokens, o.latency_ms))  # fmt: skip
+            res.append(
+                type(o)(
+                    q(o.needed),
+                    q(o.got),
+                    q(o.outside_profile),
+                    o.tokens,
+                    o.profile_tokens,
+                    o.latency_ms,
+                )
+            )
         return res
 
     prof = {f"{u['id']}/{k}" for u in data["users"] for k in labels[(source, u["id"])].profile_keys}
     detail = [
-        {"i": i, "user": user, "text": data["messages"][i]["text"],
-         "missing": sorted(o.needed - o.got), "unneeded": sorted(o.outside_profile - o.needed)}
+        {
+            "i": i,
+            "user": user,
+            "text": data["messages"][i]["text"],
+            "missing": sorted(o.needed - o.got),
+            "unneeded": sorted(o.outside_profile - o.needed),
+        }
         for i, user, o in outs
         if o.needed - o.got or o.outside_profile - o.needed
-    ]  # fmt: skip
+    ]
     return {
         "detail": detail,
         "all": summarise(qualified(outs), prof),
@@ -340,10 +358,15 @@ async def locomo(server, variant: str, queries: int) -> dict:
 def locomo_sample(question: str, gold: set[str], body: dict) -> Sample:
     """A LoCoMo block's candidates (gate off); profile items are in whatever the gate says."""
     cands = [
-        Candidate(str(m["metadata"].get("dia_id")), m.get("similarity"), m["content"],
-                  m.get("score"), m.get("topic_similarity"))
+        Candidate(
+            str(m["metadata"].get("dia_id")),
+            m.get("similarity"),
+            m["content"],
+            m.get("score"),
+            m.get("topic_similarity"),
+        )
         for m in body["memories"]
-    ]  # fmt: skip
+    ]
     fixed = frozenset(str(m["metadata"].get("dia_id")) for m in body.get("profile", []))
     return Sample(question, frozenset(gold), cands, "locomo", "locomo", fixed)
 
@@ -383,10 +406,20 @@ def _one_variant(variant: str, data: dict, args: argparse.Namespace) -> dict:
 
 
 def print_table(report: dict) -> None:
-    cols = ("needed_recall", "unneeded_share", "retrieved_unneeded_share", "profile_tokens_mean",
-            "tokens_mean", "p50_ms", "p95_ms")  # fmt: skip
-    print(f"\n{'variant/source':22} {'half':12} " + " ".join(f"{c[:14]:>14}" for c in cols)
-          + f" {'cpu_ms/call':>12}")  # fmt: skip
+    cols = (
+        "needed_recall",
+        "unneeded_share",
+        "retrieved_unneeded_share",
+        "profile_tokens_mean",
+        "tokens_mean",
+        "p50_ms",
+        "p95_ms",
+    )
+    print(
+        f"\n{'variant/source':22} {'half':12} "
+        + " ".join(f"{c[:14]:>14}" for c in cols)
+        + f" {'cpu_ms/call':>12}"
+    )
     for variant, res in report["variants"].items():
         for key, val in res.items():
             if "/" not in key:

@@ -103,12 +103,20 @@ def main() -> None:
         finally:
             server.stop()
     result = {
-        "rows": args.rows, "dim": args.dim, "users": args.users, "owner_rows": exact,
-        "fill_s": round(fill_s, 1), "index_s": round(index_s, 1),
-        "nearest_ms": round(new_ms, 2), "nearest_found": new_n, "nearest_plan": new_plan,
-        "old_query_ms": round(old_ms, 2), "old_query_found": old_n, "old_query_plan": old_plan,
+        "rows": args.rows,
+        "dim": args.dim,
+        "users": args.users,
+        "owner_rows": exact,
+        "fill_s": round(fill_s, 1),
+        "index_s": round(index_s, 1),
+        "nearest_ms": round(new_ms, 2),
+        "nearest_found": new_n,
+        "nearest_plan": new_plan,
+        "old_query_ms": round(old_ms, 2),
+        "old_query_found": old_n,
+        "old_query_plan": old_plan,
         "uses_hnsw": any("hnsw" in line for line in new_plan),
-    }  # fmt: skip
+    }
     print("\n".join(["nearest (issue 13):", *new_plan, "", "old query:", *old_plan]))
     print({k: v for k, v in result.items() if not k.endswith("plan")})
     print(f"wrote {write_json('bench_dedup_plan', result)}")

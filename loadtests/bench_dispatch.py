@@ -89,8 +89,12 @@ async def _dispatch(dsn: str, expect: int, profile: str | None) -> dict[str, flo
     if prof is not None:
         prof.disable()
         prof.dump_stats(profile)
-    return {"cpu_s": cpu, "wall_s": wall, "delivered": dispatcher.metrics.counts["delivered"],
-            "failed": dispatcher.metrics.counts["failed"]}  # fmt: skip
+    return {
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "delivered": dispatcher.metrics.counts["delivered"],
+        "failed": dispatcher.metrics.counts["failed"],
+    }
 
 
 def child_main(argv: list[str]) -> None:
@@ -144,8 +148,9 @@ async def subscriptions(dsn: str, ports: list[int], make: bool) -> None:
         await pool.close()
 
 
-def measure(code: Path, dsn: str, pgdata: Path, recv_pid: int, expect: int,
-            profile: str | None) -> dict[str, float]:  # fmt: skip
+def measure(
+    code: Path, dsn: str, pgdata: Path, recv_pid: int, expect: int, profile: str | None
+) -> dict[str, float]:
     """One dispatcher child over ``code``'s serve_app; CPU per delivery per part."""
     match = lambda cmd: str(pgdata) in cmd  # noqa: E731 (the postmaster of this data dir)
     env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{TREE}"}
@@ -160,11 +165,14 @@ def measure(code: Path, dsn: str, pgdata: Path, recv_pid: int, expect: int,
     got = json.loads(out.stdout.strip().splitlines()[-1])
     pg = sum(p.cpu_s for p in snapshot([], match).values()) - pg0
     n = got["delivered"]
-    return {"deliveries": n, "wall_s": round(got["wall_s"], 2),
-            "dispatcher_cpu_ms": round(1000 * got["cpu_s"] / n, 3),
-            "postgres_cpu_ms": round(1000 * pg / n, 3),
-            "receivers_cpu_ms": round(1000 * (process_cpu_s(recv_pid) - rc0) / n, 3),
-            "failed_sends": got["failed"]}  # fmt: skip
+    return {
+        "deliveries": n,
+        "wall_s": round(got["wall_s"], 2),
+        "dispatcher_cpu_ms": round(1000 * got["cpu_s"] / n, 3),
+        "postgres_cpu_ms": round(1000 * pg / n, 3),
+        "receivers_cpu_ms": round(1000 * (process_cpu_s(recv_pid) - rc0) / n, 3),
+        "failed_sends": got["failed"],
+    }
 
 
 def top(profile: str, n: int = 25) -> None:
@@ -208,8 +216,9 @@ def main() -> None:
                     asyncio.run(seed(dsn, args.owners, args.events, f"{name}{r}"))
                     last = args.profile and name == "after" and r == args.repeat - 1
                     prof = str(Path(tmp) / "dispatch.prof") if last else None
-                    runs[name].append(measure(code, dsn, server.pgdata, recv.pid,
-                                              2 * args.events, prof))  # fmt: skip
+                    runs[name].append(
+                        measure(code, dsn, server.pgdata, recv.pid, 2 * args.events, prof)
+                    )
                     print(name, runs[name][-1], flush=True)
                     if prof:
                         top(prof)
@@ -220,11 +229,19 @@ def main() -> None:
                 recv.join(60)
             server.stop()
     keys = ("dispatcher_cpu_ms", "postgres_cpu_ms", "receivers_cpu_ms", "wall_s")
-    med = {name: {k: round(statistics.median(x[k] for x in rs), 3) for k in keys}
-           for name, rs in runs.items()}  # fmt: skip
-    result = {"events": args.events, "owners": args.owners, "subscriptions": 2,
-              "repeat": args.repeat, "trees": {k: str(v) for k, v in trees.items()},
-              "runs": runs, "median": med}  # fmt: skip
+    med = {
+        name: {k: round(statistics.median(x[k] for x in rs), 3) for k in keys}
+        for name, rs in runs.items()
+    }
+    result = {
+        "events": args.events,
+        "owners": args.owners,
+        "subscriptions": 2,
+        "repeat": args.repeat,
+        "trees": {k: str(v) for k, v in trees.items()},
+        "runs": runs,
+        "median": med,
+    }
     print(f"{'CPU ms per delivery (median)':<30}" + "".join(f"{n:>12}" for n in med))
     for k in keys:
         print(f"{k:<30}" + "".join(f"{m[k]:>12}" for m in med.values()))

@@ -55,8 +55,9 @@ WORDS = [
 
 def make_pdf(pages: int, words: int, seed: int = 7) -> bytes:
     rng = random.Random(seed)
-    text = [f"Page {n + 1}. " + " ".join(rng.choice(WORDS) for _ in range(words))
-            for n in range(pages)]  # fmt: skip
+    text = [
+        f"Page {n + 1}. " + " ".join(rng.choice(WORDS) for _ in range(words)) for n in range(pages)
+    ]
     return text_pdf(text)
 
 
@@ -93,9 +94,13 @@ class Writer:
     def window(self, t0: float, t1: float) -> dict[str, Any]:
         got = [(ms, ok) for t, ms, ok in self.samples if t0 <= t < t1]
         lat = [ms for ms, ok in got if ok]
-        return {"writes": len(got), "failed": sum(1 for _, ok in got if not ok),
-                "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
-                "mean_ms": statistics.fmean(lat) if lat else float("nan")}  # fmt: skip
+        return {
+            "writes": len(got),
+            "failed": sum(1 for _, ok in got if not ok),
+            "p50_ms": percentile(lat, 50),
+            "p95_ms": percentile(lat, 95),
+            "mean_ms": statistics.fmean(lat) if lat else float("nan"),
+        }
 
 
 async def bench(
@@ -110,11 +115,20 @@ async def bench(
     pdf = make_pdf(args.pages, args.words)
     limits = httpx.Limits(max_connections=64)
     async with (
-        httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits, transport=transport,
-                          headers={"Authorization": f"Bearer {writer_key}"}) as wc,
-        httpx.AsyncClient(base_url=base_url, timeout=600, transport=transport,
-                          headers={"Authorization": f"Bearer {docs_key}"}) as dc,
-    ):  # fmt: skip
+        httpx.AsyncClient(
+            base_url=base_url,
+            timeout=120,
+            limits=limits,
+            transport=transport,
+            headers={"Authorization": f"Bearer {writer_key}"},
+        ) as wc,
+        httpx.AsyncClient(
+            base_url=base_url,
+            timeout=600,
+            transport=transport,
+            headers={"Authorization": f"Bearer {docs_key}"},
+        ) as dc,
+    ):
         for u in range(args.users):  # warm: first writes of a user create its counters
             (
                 await wc.post("/v1/memories", json={"user_id": f"w{u}", "content": "warm"})
@@ -150,26 +164,37 @@ async def bench(
     after = writer.window(t_done, t_end)
     ingest_s = t_done - t_accept
     return {
-        "pages": args.pages, "words_per_page": args.words, "pdf_bytes": len(pdf),
-        "rate_per_s": args.rate, "writer_users": args.users,
+        "pages": args.pages,
+        "words_per_page": args.words,
+        "pdf_bytes": len(pdf),
+        "rate_per_s": args.rate,
+        "writer_users": args.users,
         "job": {k: job.get(k) for k in ("status", "chunk_count", "version", "attempts", "error")},
-        "accept_ms": (t_accept - t_post) * 1000, "time_to_done_s": t_done - t_post,
-        "ingest_s": ingest_s, "chunks_per_s": (job.get("chunk_count") or 0) / ingest_s,
+        "accept_ms": (t_accept - t_post) * 1000,
+        "time_to_done_s": t_done - t_post,
+        "ingest_s": ingest_s,
+        "chunks_per_s": (job.get("chunk_count") or 0) / ingest_s,
         "writes": {"before": before, "during": during, "after": after},
-        "ratio_during_before": {"p50": during["p50_ms"] / before["p50_ms"],
-                                "p95": during["p95_ms"] / before["p95_ms"]},
-    }  # fmt: skip
+        "ratio_during_before": {
+            "p50": during["p50_ms"] / before["p50_ms"],
+            "p95": during["p95_ms"] / before["p95_ms"],
+        },
+    }
 
 
 def report(out: dict) -> None:
     w = out["writes"]
-    print(f"\nMEMSERVE_DOC_EMBED_BATCH={out.get('embed_batch')}"
-          f" MEMSERVE_EMBED_BULK_SLICE_TOKENS={out.get('slice_tokens') or 'default'}:"
-          f" {out['pages']}-page PDF"
-          f" ({out['pdf_bytes'] / 1024:.0f} KiB, {out['job']['chunk_count']} chunks):"
-          f" job {out['job']['status']}")  # fmt: skip
-    print(f"  accept (202) {out['accept_ms']:.0f} ms; done after {out['time_to_done_s']:.1f} s;"
-          f" {out['chunks_per_s']:.1f} chunks/s")  # fmt: skip
+    print(
+        f"\nMEMSERVE_DOC_EMBED_BATCH={out.get('embed_batch')}"
+        f" MEMSERVE_EMBED_BULK_SLICE_TOKENS={out.get('slice_tokens') or 'default'}:"
+        f" {out['pages']}-page PDF"
+        f" ({out['pdf_bytes'] / 1024:.0f} KiB, {out['job']['chunk_count']} chunks):"
+        f" job {out['job']['status']}"
+    )
+    print(
+        f"  accept (202) {out['accept_ms']:.0f} ms; done after {out['time_to_done_s']:.1f} s;"
+        f" {out['chunks_per_s']:.1f} chunks/s"
+    )
     print(f"  other tenant's writes at {out['rate_per_s']}/s:")
     print("  phase    writes  failed   p50 ms   p95 ms")
     for phase in ("before", "during", "after"):

@@ -96,19 +96,28 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     runs["idle after"] = await phase(e, args, None)
     e._pool.shutdown(wait=True)
     await e._flusher.stop()
-    return {"model": e.encoder.spec.name, "chunks": args.chunks, "calls": args.calls,
-            "rate_per_s": args.rate, "phases": runs}  # fmt: skip
+    return {
+        "model": e.encoder.spec.name,
+        "chunks": args.chunks,
+        "calls": args.calls,
+        "rate_per_s": args.rate,
+        "phases": runs,
+    }
 
 
 def report(out: dict[str, Any]) -> None:
-    print(f"\n{out['model']}: {out['calls']} x {out['chunks']} chunks of 256 tokens,"
-          f" writes at {out['rate_per_s']}/s")  # fmt: skip
+    print(
+        f"\n{out['model']}: {out['calls']} x {out['chunks']} chunks of 256 tokens,"
+        f" writes at {out['rate_per_s']}/s"
+    )
     print(
         f"  {'phase':<28} {'writes':>6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'chunks/s':>9}"
     )
     for name, p in out["phases"].items():
-        print(f"  {name:<28} {p['writes']:>6} {p['p50_ms']:>8.0f} {p['p95_ms']:>8.0f}"
-              f" {p['max_ms']:>8.0f} {p['chunks_per_s']:>9.1f}")  # fmt: skip
+        print(
+            f"  {name:<28} {p['writes']:>6} {p['p50_ms']:>8.0f} {p['p95_ms']:>8.0f}"
+            f" {p['max_ms']:>8.0f} {p['chunks_per_s']:>9.1f}"
+        )
 
 
 def main() -> None:

@@ -87,11 +87,16 @@ async def run(dsn: str, args: argparse.Namespace) -> dict:
     finally:
         await pool.close()
     med = {k: round(statistics.median(v), 1) for k, v in got.items()}
-    return {"adds": args.adds, "memories_per_add": 5, "repeat": args.repeat,
-            "backend_cpu_us_per_memory": got, "median": med,
-            "outbox_us": round(med["v22"] - med["off"], 1),
-            "saved_by_narrowing_us": round(med["v22"] - med["narrow"], 1),
-            "per_index_us_per_row": await per_index(dsn, args.repeat)}  # fmt: skip
+    return {
+        "adds": args.adds,
+        "memories_per_add": 5,
+        "repeat": args.repeat,
+        "backend_cpu_us_per_memory": got,
+        "median": med,
+        "outbox_us": round(med["v22"] - med["off"], 1),
+        "saved_by_narrowing_us": round(med["v22"] - med["narrow"], 1),
+        "per_index_us_per_row": await per_index(dsn, args.repeat),
+    }
 
 
 INDEXES = {
@@ -101,10 +106,12 @@ INDEXES = {
     "history": "(history_id) WHERE history_id IS NOT NULL",
     "age": "(occurred_at)",
 }
-ROWS = ("INSERT INTO ev (tenant_id, type, user_id, memory_id, version, history_id, actor,"
-        " content) SELECT 't', 'memory.added', 'u' || (g %% 50), gen_random_uuid(), 1, g,"
-        " 'bench', 'some memory content ' || g"
-        " FROM generate_series(%s::int, %s::int) g")  # fmt: skip
+ROWS = (
+    "INSERT INTO ev (tenant_id, type, user_id, memory_id, version, history_id, actor,"
+    " content) SELECT 't', 'memory.added', 'u' || (g %% 50), gen_random_uuid(), 1, g,"
+    " 'bench', 'some memory content ' || g"
+    " FROM generate_series(%s::int, %s::int) g"
+)
 
 
 async def per_index(dsn: str, repeat: int, rows: int = 20000) -> dict[str, float]:
@@ -143,8 +150,15 @@ def main() -> None:
             result = asyncio.run(run(dsn, args))
         finally:
             server.stop()
-    print(json.dumps(result["median"]), "outbox", result["outbox_us"], "us/memory;",
-          "narrowing saves", result["saved_by_narrowing_us"], "us/memory")  # fmt: skip
+    print(
+        json.dumps(result["median"]),
+        "outbox",
+        result["outbox_us"],
+        "us/memory;",
+        "narrowing saves",
+        result["saved_by_narrowing_us"],
+        "us/memory",
+    )
     print("per event row, us CPU:", json.dumps(result["per_index_us_per_row"]))
     print(f"wrote {write_json('bench_event_indexes', result)}")
 

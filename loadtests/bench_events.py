@@ -168,8 +168,9 @@ async def backends(pool: Any) -> set[int]:
         return {r["pid"] for r in await cur.fetchall()}
 
 
-async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path,
-              start_dispatcher: Any) -> dict:  # fmt: skip
+async def run(
+    dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path, start_dispatcher: Any
+) -> dict:
     pool = await open_pool(dsn, Settings(), min_size=args.writers)
     try:
         writer = GuardedWriter(pool, "bench")
@@ -189,11 +190,14 @@ async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path
                     await triggers(pool, on=False)
                 if arm == "two":
                     urls = [f"http://127.0.0.1:{port}/ok" for port in ports]
-                    made = [await subs.create("t", url, [], content, True)
-                            for url, content in zip(urls, (True, False), strict=True)]  # fmt: skip
+                    made = [
+                        await subs.create("t", url, [], content, True)
+                        for url, content in zip(urls, (True, False), strict=True)
+                    ]
                 meter.mark()
-                speed[arm].append(await ingest(writer, args.writers, args.adds, args.batch,
-                                               f"{arm}{r}"))  # fmt: skip
+                speed[arm].append(
+                    await ingest(writer, args.writers, args.adds, args.batch, f"{arm}{r}")
+                )
                 cpu[arm].append(meter.mark())
                 if arm == "off":
                     await triggers(pool, on=True)
@@ -211,9 +215,13 @@ async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path
     med = {a: statistics.median(v) for a, v in speed.items()}
     paired = [round(t / z, 3) for t, z in zip(speed["two"], speed["zero"], strict=True)]
     return {
-        "writers": args.writers, "adds_per_writer": args.adds, "batch": args.batch,
-        "repeat": args.repeat, "dispatcher_interval_s": SUB_SETTINGS.interval_s,
-        "dispatcher_nice": SUB_SETTINGS.nice, "receiver_nice": args.receiver_nice,
+        "writers": args.writers,
+        "adds_per_writer": args.adds,
+        "batch": args.batch,
+        "repeat": args.repeat,
+        "dispatcher_interval_s": SUB_SETTINGS.interval_s,
+        "dispatcher_nice": SUB_SETTINGS.nice,
+        "receiver_nice": args.receiver_nice,
         "ingest_memories_per_s": {a: [round(x, 1) for x in v] for a, v in speed.items()},
         "median": {a: round(v, 1) for a, v in med.items()},
         "ratio_2_over_0": round(med["two"] / med["zero"], 3),
@@ -222,7 +230,7 @@ async def run(dsn: str, args: argparse.Namespace, ports: list[int], pgdata: Path
         "arm_order_per_round": [list(rotated(ARMS, r)) for r in range(args.repeat)],
         "trigger_ratio_0_over_off": round(med["zero"] / med["off"], 3),
         "cpu_s_per_arm": cpu,
-    }  # fmt: skip
+    }
 
 
 def lag_ms(received: list[list[tuple[float, dict]]]) -> dict[str, Any]:
@@ -241,8 +249,12 @@ def lag_ms(received: list[list[tuple[float, dict]]]) -> dict[str, Any]:
     def pick(p: float) -> float | None:
         return round(1000 * percentile(lags, p), 1) if lags else None
 
-    return {"deliveries_received": counts, "duplicates": dupes,
-            "lag_ms_p50": pick(50), "lag_ms_p95": pick(95)}  # fmt: skip
+    return {
+        "deliveries_received": counts,
+        "duplicates": dupes,
+        "lag_ms_p50": pick(50),
+        "lag_ms_p95": pick(95),
+    }
 
 
 def main() -> None:
@@ -251,8 +263,12 @@ def main() -> None:
     ap.add_argument("--adds", type=int, default=40, help="add calls per writer per round")
     ap.add_argument("--batch", type=int, default=5, help="memories per add call")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--receiver-nice", type=int, default=19,
-                    help="receivers' nice value: they stand in for remote hosts")  # fmt: skip
+    ap.add_argument(
+        "--receiver-nice",
+        type=int,
+        default=19,
+        help="receivers' nice value: they stand in for remote hosts",
+    )
     ap.add_argument("--tag", default="", help="added to the result file's name")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="memserve-bench-events-") as tmp:
@@ -273,8 +289,9 @@ def main() -> None:
                 return {"dispatcher": disp.pid, "receivers": recv.pid}
 
             try:
-                result = asyncio.run(run(dsn, args, ports.get(timeout=60), server.pgdata,
-                                         start_dispatcher))  # fmt: skip
+                result = asyncio.run(
+                    run(dsn, args, ports.get(timeout=60), server.pgdata, start_dispatcher)
+                )
             finally:
                 stop.set()
                 if disp.pid is not None:
@@ -289,11 +306,13 @@ def main() -> None:
     print(f"{'off: no subs, event trigger off':<34}{m['off']:>22}")
     print(f"{'zero: no subscriptions':<34}{m['zero']:>22}")
     print(f"{'two: 2 subscriptions':<34}{m['two']:>22}")
-    print(f"ratio two/zero {result['ratio_2_over_0']} (paired per round: median "
-          f"{result['paired_ratio_2_over_0_median']}, "
-          f"{result['ratios_2_over_0_per_round']}), trigger zero/off "
-          f"{result['trigger_ratio_0_over_off']}, lag p50 {result['lag_ms_p50']} ms,"
-          f" p95 {result['lag_ms_p95']} ms, received {result['deliveries_received']}")  # fmt: skip
+    print(
+        f"ratio two/zero {result['ratio_2_over_0']} (paired per round: median "
+        f"{result['paired_ratio_2_over_0_median']}, "
+        f"{result['ratios_2_over_0_per_round']}), trigger zero/off "
+        f"{result['trigger_ratio_0_over_off']}, lag p50 {result['lag_ms_p50']} ms,"
+        f" p95 {result['lag_ms_p95']} ms, received {result['deliveries_received']}"
+    )
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     name = f"bench_events{'-' + args.tag if args.tag else ''}-{stamp}.json"

@@ -84,15 +84,17 @@ async def drain(admin: httpx.AsyncClient, timeout_s: float = 600.0) -> float:
     raise SystemExit(f"deliveries still pending after {timeout_s} s")
 
 
-async def bench(base_url: str, admin_key: str, writer_key: str, ports: list[int],
-                args: argparse.Namespace) -> dict:  # fmt: skip
+async def bench(
+    base_url: str, admin_key: str, writer_key: str, ports: list[int], args: argparse.Namespace
+) -> dict:
     headers = {"Authorization": f"Bearer {writer_key}"}
     limits = httpx.Limits(max_connections=args.concurrency + 4)
     async with (
         httpx.AsyncClient(base_url=base_url, timeout=120, headers=headers, limits=limits) as wc,
-        httpx.AsyncClient(base_url=base_url, timeout=60,
-                          headers={"Authorization": f"Bearer {admin_key}"}) as ac,
-    ):  # fmt: skip
+        httpx.AsyncClient(
+            base_url=base_url, timeout=60, headers={"Authorization": f"Bearer {admin_key}"}
+        ) as ac,
+    ):
         await arm(wc, args.concurrency, args.warm_s, "warm")
         arms: dict[str, list[dict]] = {"zero": [], "two": []}
         drains: list[float] = []
@@ -113,14 +115,17 @@ async def bench(base_url: str, admin_key: str, writer_key: str, ports: list[int]
     speed = {a: [x["writes_per_s"] for x in v] for a, v in arms.items()}
     paired = [round(t / z, 3) for t, z in zip(speed["two"], speed["zero"], strict=True)]
     return {
-        "concurrency": args.concurrency, "seconds_per_arm": args.seconds,
-        "rounds": args.rounds, "arms": arms, "drain_s_after_two": drains,
+        "concurrency": args.concurrency,
+        "seconds_per_arm": args.seconds,
+        "rounds": args.rounds,
+        "arms": arms,
+        "drain_s_after_two": drains,
         "median_writes_per_s": {a: statistics.median(v) for a, v in speed.items()},
         "paired_ratio_2_over_0": paired,
         "paired_ratio_2_over_0_median": round(statistics.median(paired), 3),
         "p50_ms": {a: statistics.median(x["p50_ms"] for x in v) for a, v in arms.items()},
         "p95_ms": {a: statistics.median(x["p95_ms"] for x in v) for a, v in arms.items()},
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

@@ -177,10 +177,14 @@ def main() -> None:
     t, e = result["turn_ingest_ms"], result["end_to_end_searchable_ms"]
     print(f"\nLLM answers after {args.llm_delay:.1f} s; {args.concurrency} concurrent clients")
     print(f"{'measure':<34}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}{'p99/max':>10}")
-    print(f"{'POST /v1/sessions/{sid}/turns':<34}{t['n']:>6}{t['p50']:>10.1f}{t['p95']:>10.1f}"
-          f"{t['p99']:>10.1f}")  # fmt: skip
-    print(f"{'turn -> memory searchable':<34}{e['n']:>6}{e['p50']:>10.0f}{e['p95']:>10.0f}"
-          f"{e['max']:>10.0f}")  # fmt: skip
+    print(
+        f"{'POST /v1/sessions/{sid}/turns':<34}{t['n']:>6}{t['p50']:>10.1f}{t['p95']:>10.1f}"
+        f"{t['p99']:>10.1f}"
+    )
+    print(
+        f"{'turn -> memory searchable':<34}{e['n']:>6}{e['p50']:>10.0f}{e['p95']:>10.0f}"
+        f"{e['max']:>10.0f}"
+    )
     f = result["healthz_ms"]
     print(f"{'GET /healthz (floor, same load)':<34}{'':>6}{f['p50']:>10.1f}{f['p95']:>10.1f}")
     print(f"LLM extraction calls during the ingest phase: {result['llm_calls_during_ingest']}")

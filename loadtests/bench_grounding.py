@@ -59,8 +59,8 @@ from models import load_encoder
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
+from serve_app.llm.client import LLMClient
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store.records import live, valid
@@ -155,9 +155,12 @@ async def play(
     drops.items.clear()
     pipeline = arm.seeder if arm.seeder is not None and i < seeded else arm.pipeline
     out = await pipeline.process_session(key)  # not ended: no summary call
-    print(f"{arm.prefix}{u.user_id} s{i}: saved {out.saved} facts {out.facts}"
-          f" ungrounded {out.ungrounded} error {out.error}"
-          f" ({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+    print(
+        f"{arm.prefix}{u.user_id} s{i}: saved {out.saved} facts {out.facts}"
+        f" ungrounded {out.ungrounded} error {out.error}"
+        f" ({time.perf_counter() - t0:.0f} s)",
+        flush=True,
+    )
     row["ungrounded"] += out.ungrounded
     row["failed_batches"] += int(out.error is not None)
     row["saved"] += out.saved
@@ -171,8 +174,7 @@ async def play(
 async def judge(pool: Any, u: User, prefix: str, sessions: int) -> dict[str, Any]:
     """Per attribute: stale writes (an item a session wrote with a value no longer true
     that day), stale live values at the end, and the new values each session wrote."""
-    per = {a: {"stale_writes": 0, "stale_live": 0, "new": 0, "new_written": 0}
-           for a in QUESTIONS}  # fmt: skip
+    per = {a: {"stale_writes": 0, "stale_live": 0, "new": 0, "new_written": 0} for a in QUESTIONS}
     samples: list[dict[str, Any]] = []
     uid = prefix + u.user_id
     async with pool.connection() as conn:
@@ -231,15 +233,25 @@ async def run(
         arm = Arm(name, "on-" if ground else "off-", pool, pipeline, llm)
         if seed[1] is not None:
             scripted = s.with_(llm={"base_url": seed[1], "model": "scripted"})
-            arm.seeder = ExtractionPipeline(pool, slug, embed, LLMClient(scripted.llm), scripted,
-                                            metrics=ExtractionMetrics())  # fmt: skip
+            arm.seeder = ExtractionPipeline(
+                pool, slug, embed, LLMClient(scripted.llm), scripted, metrics=ExtractionMetrics()
+            )
         arms.append(arm)
     started = time.perf_counter()
     sessions = 0
     try:
-        rows = {(arm.name, u.user_id): {"user": u.user_id, "ungrounded": 0, "failed_batches": 0,
-                                        "saved": 0, "facts": 0, "dropped": []}
-                for arm in arms for u in users}  # fmt: skip
+        rows = {
+            (arm.name, u.user_id): {
+                "user": u.user_id,
+                "ungrounded": 0,
+                "failed_batches": 0,
+                "saved": 0,
+                "facts": 0,
+                "dropped": [],
+            }
+            for arm in arms
+            for u in users
+        }
         last = 0.0  # the last round's seconds: a round that would overrun is not started
         for i in range(
             min(seed[2], len(DATES))
@@ -287,15 +299,24 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--max-tokens", type=int, default=512, help="per LLM answer")
     ap.add_argument("--memo", type=Path, help="JSON lines of LLM answers by prompt, kept")
-    ap.add_argument("--seed-sessions", type=int, default=0,
-                    help="sessions extracted by the scripted good model first")  # fmt: skip
+    ap.add_argument(
+        "--seed-sessions",
+        type=int,
+        default=0,
+        help="sessions extracted by the scripted good model first",
+    )
     ap.add_argument("--sessions", type=int, default=len(DATES), help="play the first N only")
-    ap.add_argument("--budget-s", type=float, default=float("inf"),
-                    help="start no further user after this many seconds")  # fmt: skip
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=float("inf"),
+        help="start no further user after this many seconds",
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    users = [make_user(f"kg-g{n:02d}{rng.randrange(10**4):04d}", "good", rng)
-             for n in range(args.users)]  # fmt: skip
+    users = [
+        make_user(f"kg-g{n:02d}{rng.randrange(10**4):04d}", "good", rng) for n in range(args.users)
+    ]
     fake = None
     url = args.llm_url
     if args.scripted or args.seed_sessions:
@@ -305,11 +326,16 @@ def main() -> None:
         url = fake.url
     MemoLLM.load(args.memo)
     settings = Settings().with_(
-        llm={"base_url": url, "model": "scripted" if fake else args.llm_model,
-             "api_key": "x", "timeout_s": args.timeout_s, "max_retries": 1,
-             "max_tokens": args.max_tokens},
+        llm={
+            "base_url": url,
+            "model": "scripted" if fake else args.llm_model,
+            "api_key": "x",
+            "timeout_s": args.timeout_s,
+            "max_retries": 1,
+            "max_tokens": args.max_tokens,
+        },
         extract={"compress_every_m_turns": 10_000, "retry_backoff_s": 0.0},
-    )  # fmt: skip
+    )
     encoder = load_encoder(SLUG, threads=1)
 
     async def embed(texts: Sequence[str], *, is_query: bool) -> np.ndarray:
@@ -332,11 +358,16 @@ def main() -> None:
         print(name, json.dumps(result[name]), flush=True)
     llm = "scripted good model" if args.scripted else f"{url} ({args.llm_model})"
     result["config"] = {
-        "users": args.users, "seed": args.seed, "sessions_per_user": len(DATES), "llm": llm,
-        "temperature": 0, "memo": str(args.memo) if args.memo else None,
-        "max_tokens": args.max_tokens, "seed_sessions_scripted": args.seed_sessions,
+        "users": args.users,
+        "seed": args.seed,
+        "sessions_per_user": len(DATES),
+        "llm": llm,
+        "temperature": 0,
+        "memo": str(args.memo) if args.memo else None,
+        "max_tokens": args.max_tokens,
+        "seed_sessions_scripted": args.seed_sessions,
         "sessions": args.sessions,
-    }  # fmt: skip
+    }
     print(json.dumps({k: v for k, v in result.items() if k != "per_user"}, indent=2))
     name = "bench_grounding" + ("-scripted" if args.scripted else "-llm")
     print(f"wrote {write_json(name, result)}")

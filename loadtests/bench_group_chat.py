@@ -49,8 +49,8 @@ from models import load_encoder  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.db.pool import open_pool  # noqa: E402
-from serve_app.extraction.llm import LLMClient  # noqa: E402
 from serve_app.extraction.pipeline import ExtractionPipeline  # noqa: E402
+from serve_app.llm.client import LLMClient  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from serve_app.store.turns import SessionKey, Speaker, TurnStore  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402

@@ -43,10 +43,10 @@ import httpx
 
 from loadtests.harness import fresh_service, write_json
 from loadtests.knowledge_scenarios import DATES, QUESTIONS, ScriptedModel, User, make_user
-from serve_app.context.tokens import count_tokens
 from serve_app.extraction.prompts import EXTRACT_SYSTEM
 from serve_app.extraction.reconcile import KNOWN_HEADER, RECONCILE_RULES
 from serve_app.testing.llm_server import FakeLLM, PrefixCache
+from serve_app.text import count_tokens
 
 COHORTS = ("good", "sloppy", "today")
 ENV = {
@@ -71,10 +71,12 @@ async def play(client: httpx.AsyncClient, users: list[User]) -> None:
             for j, st in enumerate(session):
                 at = (day + timedelta(minutes=2 * j)).isoformat()
                 msgs.append({"role": "user", "content": st.turn, "occurred_at": at})
-                msgs.append({"role": "assistant", "content": "Thanks for telling me!",
-                             "occurred_at": at})  # fmt: skip
-            r = await client.post(f"/v1/sessions/{sid}/turns",
-                                  json={"user_id": u.user_id, "messages": msgs})  # fmt: skip
+                msgs.append(
+                    {"role": "assistant", "content": "Thanks for telling me!", "occurred_at": at}
+                )
+            r = await client.post(
+                f"/v1/sessions/{sid}/turns", json={"user_id": u.user_id, "messages": msgs}
+            )
             r.raise_for_status()
             (
                 await client.post(f"/v1/sessions/{sid}/end", json={"user_id": u.user_id})
@@ -117,8 +119,9 @@ async def judge(client: httpx.AsyncClient, u: User) -> dict[str, list[Any]]:
             top = await top_hit(client, u.user_id, question, as_of=when.isoformat())
             out["as_of"].append(int(top == expected))
             if top != expected:
-                out["misses"].append({"q": question, "as_of": when.date().isoformat(),
-                                      "want": expected, "got": top})  # fmt: skip
+                out["misses"].append(
+                    {"q": question, "as_of": when.date().isoformat(), "want": expected, "got": top}
+                )
     return out
 
 
@@ -154,8 +157,17 @@ def token_report(calls: list[dict[str, Any]], model: ScriptedModel) -> dict[str,
         turns = sum(1 for line in user.splitlines() if line.startswith("["))
         today_user = user.split("\n\n" + KNOWN_HEADER, 1)[0]
         today_system = system.replace("\n" + RECONCILE_RULES, "")
-        agg = per.setdefault(cohort, {"calls": 0, "turns": 0, "tokens": 0, "today_tokens": 0,
-                                      "known_shown": 0, "two_call_tokens": 0})  # fmt: skip
+        agg = per.setdefault(
+            cohort,
+            {
+                "calls": 0,
+                "turns": 0,
+                "tokens": 0,
+                "today_tokens": 0,
+                "known_shown": 0,
+                "two_call_tokens": 0,
+            },
+        )
         agg["calls"] += 1
         agg["turns"] += turns
         agg["tokens"] += count_tokens(system) + count_tokens(user)
@@ -215,7 +227,7 @@ def spend_report(calls: list[dict[str, Any]], metered: dict[str, Any], cap: int)
         "metered_extract": {
             k: extract.get(k)
             for k in ("calls", "prompt_tokens", "completion_tokens", "cached_tokens")
-        },  # fmt: skip
+        },
         "metered_equals_served": extract.get("calls") == len(served)
         and extract.get("prompt_tokens") == total["prompt_tokens"]
         and extract.get("completion_tokens") == total["completion_tokens"],
@@ -274,15 +286,21 @@ def main() -> None:
     ap.add_argument("--no-sizing", action="store_true", help="max_tokens at the fixed cap")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    users = [make_user(f"ku-{c}-{c[0]}{n:02d}{rng.randrange(10**4):04d}", c, rng)
-             for c in COHORTS for n in range(args.users)]  # fmt: skip
+    users = [
+        make_user(f"ku-{c}-{c[0]}{n:02d}{rng.randrange(10**4):04d}", c, rng)
+        for c in COHORTS
+        for n in range(args.users)
+    ]
     model = ScriptedModel(users, seed=args.seed)
     fake = FakeLLM().start()
     fake.add_responder(model)
     try:
-        env = {**ENV, "MEMSERVE_EXTRACT_RECONCILE": str(not args.no_reconcile).lower(),
-               "MEMSERVE_ADMIN_KEY": ADMIN_KEY,
-               "MEMSERVE_EXTRACT_CUSTOM_INSTRUCTIONS": args.guidance}  # fmt: skip
+        env = {
+            **ENV,
+            "MEMSERVE_EXTRACT_RECONCILE": str(not args.no_reconcile).lower(),
+            "MEMSERVE_ADMIN_KEY": ADMIN_KEY,
+            "MEMSERVE_EXTRACT_CUSTOM_INSTRUCTIONS": args.guidance,
+        }
         if args.no_sizing:
             env["MEMSERVE_EXTRACT_ANSWER_TOKENS_PER_TURN"] = "0"
         with fresh_service(MEMSERVE_LLM_BASE_URL=fake.url, **env) as svc:

@@ -25,10 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from serve_app.extraction.answer_schema import ResponseSchema
 from serve_app.extraction.dates import parse_when
-from serve_app.extraction.junk import Turn
-from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.parser import (
     EXTRACTION_SCHEMA,
     SUMMARY_SCHEMA,
@@ -42,6 +39,9 @@ from serve_app.extraction.prompts import (
     extraction_user_prompt,
     summary_user_prompt,
 )
+from serve_app.extraction.turn import Turn
+from serve_app.llm.answer_schema import ResponseSchema
+from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.settings import LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -51,8 +51,9 @@ class Sample:
     def __post_init__(self) -> None:  # from JSON: lists and dicts
         self.needed = frozenset(self.needed)
         self.fixed = frozenset(self.fixed)
-        self.candidates = [c if isinstance(c, Candidate) else Candidate(**c)
-                           for c in self.candidates]  # fmt: skip
+        self.candidates = [
+            c if isinstance(c, Candidate) else Candidate(**c) for c in self.candidates
+        ]
 
 
 def as_json(s: Sample) -> dict:
@@ -95,8 +96,11 @@ def replay_locomo(samples: Sequence[Sample], pick: dict) -> dict[str, float]:
         before += len(s.needed & got) / len(s.needed)
         after += len(s.needed & keep) / len(s.needed)
     n = max(1, len(samples))
-    return {"questions": len(samples), "block_recall_no_gate": round(before / n, 4),
-            "block_recall_pick": round(after / n, 4)}  # fmt: skip
+    return {
+        "questions": len(samples),
+        "block_recall_no_gate": round(before / n, 4),
+        "block_recall_pick": round(after / n, 4),
+    }
 
 
 def evidence_of(row: dict) -> Evidence:
@@ -117,13 +121,19 @@ def levers(cal: Sequence[Sample], held: Sequence[Sample], pick: Evidence) -> dic
         alone = replace(base, **{name: getattr(pick, name)})
         out[name] = {
             "value": getattr(pick, name),
-            "pick_without": {"calibration": _brief(replay(cal, without)),
-                             "held_out": _brief(replay(held, without))},
-            "thresholds_plus_this": {"calibration": _brief(replay(cal, alone)),
-                                     "held_out": _brief(replay(held, alone))},
-        }  # fmt: skip
-    out["thresholds_only"] = {"calibration": _brief(replay(cal, base)),
-                              "held_out": _brief(replay(held, base))}  # fmt: skip
+            "pick_without": {
+                "calibration": _brief(replay(cal, without)),
+                "held_out": _brief(replay(held, without)),
+            },
+            "thresholds_plus_this": {
+                "calibration": _brief(replay(cal, alone)),
+                "held_out": _brief(replay(held, alone)),
+            },
+        }
+    out["thresholds_only"] = {
+        "calibration": _brief(replay(cal, base)),
+        "held_out": _brief(replay(held, base)),
+    }
     return out
 
 
@@ -148,9 +158,16 @@ def calibrate(samples: Sequence[Sample], max_unneeded: float = 0.15) -> dict:
     ok = [g for g in rows if g["unneeded_share"] <= max_unneeded] or rows
     best = max(
         ok,
-        key=lambda g: (g["needed_kept_share"], -g["unneeded_share"], -g["weak"], g["margin"],
-                       -g["min_shared"], -g["strong"], g["time_free"]),
-    )  # fmt: skip
+        key=lambda g: (
+            g["needed_kept_share"],
+            -g["unneeded_share"],
+            -g["weak"],
+            g["margin"],
+            -g["min_shared"],
+            -g["strong"],
+            g["time_free"],
+        ),
+    )
     return {
         "pick": best,
         "held_out": replay(held, evidence_of(best)) if held else None,

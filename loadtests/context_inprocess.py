@@ -88,8 +88,7 @@ async def load_labelled(
     for u in data["users"]:
         owner = Owner(tenant, f"{prefix}-{u['id']}")
         lab = Labels()
-        items = [NewMemory(m["content"], m["type"] if typed else "semantic")
-                 for m in u["memories"]]  # fmt: skip
+        items = [NewMemory(m["content"], m["type"] if typed else "semantic") for m in u["memories"]]
         rows = await services.memories.add(owner, items, actor="bench")
         for m, row in zip(u["memories"], rows, strict=True):
             lab.key_of[str(row["id"])] = m["key"]
@@ -121,8 +120,9 @@ def quality(outs: Sequence[tuple[int, str, Outcome]], labels: dict[str, Labels])
         res = []
         for _, user, o in seq:
             q = lambda keys, u=user: frozenset(f"{u}/{k}" for k in keys)  # noqa: E731
-            res.append(Outcome(q(o.needed), q(o.got), q(o.outside_profile), o.tokens,
-                               o.profile_tokens))  # fmt: skip
+            res.append(
+                Outcome(q(o.needed), q(o.got), q(o.outside_profile), o.tokens, o.profile_tokens)
+            )
         return res
 
     prof = {f"{u}/{k}" for u, lab in labels.items() for k in lab.profile_keys}
@@ -137,11 +137,15 @@ def quality(outs: Sequence[tuple[int, str, Outcome]], labels: dict[str, Labels])
         s = summarise(qualified(seq), prof)
         out[half] = {k: s[k] for k in keep}
     out["detail"] = [
-        {"i": i, "user": user, "missing": sorted(o.needed - o.got),
-         "unneeded": sorted(o.outside_profile - o.needed)}
+        {
+            "i": i,
+            "user": user,
+            "missing": sorted(o.needed - o.got),
+            "unneeded": sorted(o.outside_profile - o.needed),
+        }
         for i, user, o in outs
         if o.needed - o.got or o.outside_profile - o.needed
-    ]  # fmt: skip
+    ]
     return out
 
 

@@ -83,22 +83,37 @@ def paired(on: list[dict[str, Any]], off: list[dict[str, Any]], metric: str) -> 
     n = len(diffs)
     mean = sum(diffs) / n if n else 0.0
     sd = (sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return {"diffs_off_minus_on": diffs, "mean": round(mean, 3),
-            "se": round(sd / n**0.5, 3) if n else None,
-            "off_higher": sum(d > 0 for d in diffs), "equal": sum(d == 0 for d in diffs),
-            "on_higher": sum(d < 0 for d in diffs)}  # fmt: skip
+    return {
+        "diffs_off_minus_on": diffs,
+        "mean": round(mean, 3),
+        "se": round(sd / n**0.5, 3) if n else None,
+        "off_higher": sum(d > 0 for d in diffs),
+        "equal": sum(d == 0 for d in diffs),
+        "on_higher": sum(d < 0 for d in diffs),
+    }
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("stale_writes", "stale_live", "new", "new_written", "ungrounded", "failed_batches",
-            "saved", "facts")  # fmt: skip
+    keys = (
+        "stale_writes",
+        "stale_live",
+        "new",
+        "new_written",
+        "ungrounded",
+        "failed_batches",
+        "saved",
+        "facts",
+    )
     out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
     out["by_attribute"] = {
-        a: {k: sum(r["by_attribute"][a][k] for r in rows) for k in ("stale_writes", "stale_live",
-                                                                     "new", "new_written")}
+        a: {
+            k: sum(r["by_attribute"][a][k] for r in rows)
+            for k in ("stale_writes", "stale_live", "new", "new_written")
+        }
         for a in QUESTIONS
-    }  # fmt: skip
+    }
     drops = [d for r in rows for d in r["dropped"]]
-    out["dropped"] = {c: sum(d["class"] == c for d in drops)
-                      for c in ("stale_drop", "false_drop", "other")}  # fmt: skip
+    out["dropped"] = {
+        c: sum(d["class"] == c for d in drops) for c in ("stale_drop", "false_drop", "other")
+    }
     return out

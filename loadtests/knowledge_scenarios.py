@@ -29,8 +29,13 @@ from serve_app.testing.llm_server import shown
 
 DATES = [datetime(2026, m, d, 10, tzinfo=UTC) for m, d in ((1, 12), (3, 16), (6, 22), (9, 28))]
 CITIES = ["Paris", "Berlin", "Lisbon", "Oslo", "Vienna", "Prague", "Madrid", "Dublin"]
-JOBS = [("nurse", "St Mary"), ("teacher", "Hillside School"), ("data analyst", "Northwind"),
-        ("chef", "Blue Door"), ("pilot", "Skyways")]  # fmt: skip
+JOBS = [
+    ("nurse", "St Mary"),
+    ("teacher", "Hillside School"),
+    ("data analyst", "Northwind"),
+    ("chef", "Blue Door"),
+    ("pilot", "Skyways"),
+]
 DIETS = ["vegetarian", "vegan", "pescatarian", "gluten-free"]
 PLACES = ["Rome", "Kyoto", "Cairo", "Lima", "Quebec"]
 QUESTIONS = {
@@ -90,21 +95,45 @@ def make_user(user_id: str, cohort: str, rng: random.Random) -> User:
 
     city = "The user lives in {}-" + tag
     said(0, "city", f"I live in {cities[0]}-{tag}.", city.format(cities[0]))
-    said(0, "job", f"I work as a {jobs[0][0]} at {jobs[0][1]}-{tag}.",
-         f"The user works as a {jobs[0][0]} at {jobs[0][1]}-{tag}")  # fmt: skip
-    said(0, "diet", f"Dr Lee-{tag} got me eating {diets[0]}: I'm {diets[0]} these days.",
-         f"The user follows a {diets[0]} diet")  # fmt: skip
+    said(
+        0,
+        "job",
+        f"I work as a {jobs[0][0]} at {jobs[0][1]}-{tag}.",
+        f"The user works as a {jobs[0][0]} at {jobs[0][1]}-{tag}",
+    )
+    said(
+        0,
+        "diet",
+        f"Dr Lee-{tag} got me eating {diets[0]}: I'm {diets[0]} these days.",
+        f"The user follows a {diets[0]} diet",
+    )
     said(1, "partner", f"I'm dating {partners[0]}.", f"The user is dating {partners[0]}")
-    said(1, "plan", f"We're flying to {place}-{tag} next Friday!",
-         f"The user plans a trip to {place}-{tag} on {plan_day:%Y-%m-%d}")  # fmt: skip
+    said(
+        1,
+        "plan",
+        f"We're flying to {place}-{tag} next Friday!",
+        f"The user plans a trip to {place}-{tag} on {plan_day:%Y-%m-%d}",
+    )
     said(1, "city", f"Big news: I moved to {cities[1]}-{tag}.", city.format(cities[1]))
     said(2, "plan", f"We cancelled the {place}-{tag} trip.", None)
-    said(2, "job", f"I quit and now I'm a {jobs[1][0]} at {jobs[1][1]}-{tag}.",
-         f"The user works as a {jobs[1][0]} at {jobs[1][1]}-{tag}")  # fmt: skip
-    said(2, "diet", f"Dr Lee-{tag} agreed I switch: I'm {diets[1]} now.",
-         f"The user follows a {diets[1]} diet")  # fmt: skip
-    said(3, "partner", f"{partners[0]} and I split up; I'm with {partners[1]} now.",
-         f"The user is dating {partners[1]}")  # fmt: skip
+    said(
+        2,
+        "job",
+        f"I quit and now I'm a {jobs[1][0]} at {jobs[1][1]}-{tag}.",
+        f"The user works as a {jobs[1][0]} at {jobs[1][1]}-{tag}",
+    )
+    said(
+        2,
+        "diet",
+        f"Dr Lee-{tag} agreed I switch: I'm {diets[1]} now.",
+        f"The user follows a {diets[1]} diet",
+    )
+    said(
+        3,
+        "partner",
+        f"{partners[0]} and I split up; I'm with {partners[1]} now.",
+        f"The user is dating {partners[1]}",
+    )
     said(3, "city", f"We moved again, to {cities[2]}-{tag}.", city.format(cities[2]))
     said(3, "city", f"Still loving {cities[2]}-{tag}, by the way.", city.format(cities[2]))
     return u
@@ -163,8 +192,13 @@ class ScriptedModel:
             return {**base, "content": st.memory, "event": "ADD"}
         if aliases.get(target) == st.memory:
             return {**base, "event": "NOOP", "target": target}
-        return {**base, "content": st.memory, "event": "UPDATE", "target": target,
-                "reason": f"{st.attribute} changed"}  # fmt: skip
+        return {
+            **base,
+            "content": st.memory,
+            "event": "UPDATE",
+            "target": target,
+            "reason": f"{st.attribute} changed",
+        }
 
 
 _TURN = re.compile(r"^\[(\d+)\][^:\n]*?user: (.*)$", re.MULTILINE)

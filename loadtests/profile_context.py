@@ -136,9 +136,11 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile the timed passes")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument(
-        "--locomo-queries", type=int, default=-1,
+        "--locomo-queries",
+        type=int,
+        default=-1,
         help="LoCoMo dev questions per conversation in the block (0: all; -1: skip)",
-    )  # fmt: skip
+    )
     args = ap.parse_args()
     encoder = load_encoder(SLUG, threads=1)
     meter = EncodeMeter(encoder)

@@ -9,11 +9,14 @@ taken from the request.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from serve_app.errors import ApiError
 from serve_app.store.records import Owner
 
+PRINCIPAL = "memserve.principal"  # scope["state"] key of the caller the gate let in
 TOKEN_PREFIX = "token:"  # key_id of a token's principal: token:<issuer ref> (no api_keys row)
 
 
@@ -34,6 +37,15 @@ class Principal:
     @property
     def actor(self) -> str:
         return f"{self.role}:{self.key_id}"
+
+
+def authenticated(scope: Mapping[str, Any]) -> Principal:
+    """The caller the stranger gate (serve_app/api/gate.py) let in, from an ASGI scope: a
+    route or the MCP endpoint behind the gate always has one."""
+    caller = scope.get("state", {}).get(PRINCIPAL)
+    if caller is None:  # not behind the gate: refuse rather than serve anonymously
+        raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key> header")
+    return caller
 
 
 def bearer_token(header: str | None) -> str:

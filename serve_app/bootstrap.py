@@ -99,6 +99,7 @@ def save_key(settings: Settings, key: str) -> Path:
     log.warning(
         "generated the service key of tenant '%s'; it is in %s (mode 0600, read it once and"
         " delete it), or set MEMSERVE_BOOTSTRAP_KEY to choose your own",
-        settings.default_tenant, path,
-    )  # fmt: skip
+        settings.default_tenant,
+        path,
+    )
     return path

@@ -1,18 +1,21 @@
-"""The composition root of an Ingress replica: every service built once, closed once.
+"""The composition roots: every part of a replica built once, closed once, in order.
 
-``build_services`` opens what the replica needs (database pool, key-revocation
-listener, pool metrics) and wires the plain-Python services together; routes get
-them through FastAPI ``Depends`` (``serve_app.api.deps``). Everything that talks
-to other deployments arrives as a :class:`Backends` of plain callables, so the
-same root serves the Ray Ingress and in-process tests.
+``build_services`` (an Ingress replica) opens what the replica needs (database pool,
+key-revocation listener, pool metrics) and wires the plain-Python services together;
+routes get them through FastAPI ``Depends`` (``serve_app.api.deps``). Everything that
+talks to other deployments arrives as a :class:`Backends` of plain callables, so the
+same root serves the Ray Ingress and in-process tests. ``build_worker`` (an Extractor
+replica) builds and starts the background roles of :class:`serve_app.worker.Worker`.
+A step that fails closes what the steps before it opened.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -21,93 +24,66 @@ from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
 from serve_app.documents.fetch import DocumentFetcher
-from serve_app.extraction.llm import LLMClient
-from serve_app.extraction.trigger import ExtractionTrigger, Run, Submit
-from serve_app.identity.wiring import token_verifier
-from serve_app.metrics import IngestMetrics, start_pool_metrics
+from serve_app.extraction.scheduler import SessionScheduler
+from serve_app.extraction.trigger import ExtractionTrigger
+from serve_app.identity.issuers import Issuer
+from serve_app.identity.jwks import JwksCache, JwksFetcher
+from serve_app.identity.verifier import TokenVerifier
+from serve_app.llm.client import LLMClient
+from serve_app.metrics import (
+    ConsolidationMetrics,
+    DocumentJobMetrics,
+    ExtractionMetrics,
+    Flusher,
+    IngestMetrics,
+    ReembedMetrics,
+    WebhookMetrics,
+    start_pool_metrics,
+)
+from serve_app.periodic import Periodic
 from serve_app.profile.classify import ProfileClassifier
+from serve_app.reembed.view import ModelView
+from serve_app.reembed.worker import Reembedder
 from serve_app.retrieval.rerank import build_reranker
-from serve_app.services.auth import Authenticator, authenticator, key_store
+from serve_app.services.auth import authenticator, key_store
+from serve_app.services.backends import Backends
 from serve_app.services.chat import ChatService
 from serve_app.services.chat_caps import allowed_models
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
-from serve_app.services.documents import DocumentService, document_service
+from serve_app.services.document_jobs import DocumentJobWorker
+from serve_app.services.documents import document_service
+from serve_app.services.embedding_models import EmbeddingModelService
 from serve_app.services.events import EventFeed
 from serve_app.services.facts import FactService
-from serve_app.services.health import HealthService, Probe
+from serve_app.services.health import HealthService
 from serve_app.services.ingest_pipeline import IngestPipeline
-from serve_app.services.lifecycle import Lifecycle, build_lifecycle
+from serve_app.services.lifecycle import build_lifecycle
+from serve_app.services.llm_usage import LlmUsageService
 from serve_app.services.maintenance import MaintenanceService
-from serve_app.services.memories import Embed, MemoryService, Search
+from serve_app.services.memories import MemoryService
 from serve_app.services.portability import PortabilityService
+from serve_app.services.registry import Closer, Services
 from serve_app.services.rerank import RerankService
 from serve_app.services.sessions import SessionService
 from serve_app.services.tenants import TenantService, tenant_service
 from serve_app.services.webhooks import WebhookService
-from serve_app.settings import Settings
+from serve_app.settings import IdentitySettings, Settings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store.chat_usage import ChatUsageStore
 from serve_app.store.directory import MemoryDirectory
 from serve_app.store.events import EventStore
 from serve_app.store.guarded import GuardedWriter
-from serve_app.store.keys import KeyStore
+from serve_app.store.issuers import IssuerIndex
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.profile import ProfileStore
 from serve_app.store.turns import TurnStore
 from serve_app.store.users import UserDirectory
 from serve_app.store.webhooks import WebhookStore
+from serve_app.webhooks.worker import DispatcherThread
+from serve_app.worker import EmbedMany, Worker
 
 log = logging.getLogger(__name__)
-Closer = Callable[[], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Backends:
-    """The other deployments, as plain callables (Ray handles in the Ingress)."""
-
-    embed: Embed
-    search: Search
-    submit_extraction: Submit | None = None
-    run_extraction: Run | None = None  # extract now and answer the outcome (mem0 add)
-    probes: Mapping[str, Probe] = field(default_factory=dict)
-
-
-@dataclass
-class Services:
-    """Everything a route may ask for; built by :func:`build_services`."""
-
-    settings: Settings
-    auth: Authenticator
-    keys: KeyStore
-    memories: MemoryService
-    sessions: SessionService
-    facts: FactService
-    context: ContextService
-    chat: ChatService
-    health: HealthService
-    directory: MemoryDirectory  # reads across a tenant's owners (mem0 routes, export)
-    portability: PortabilityService  # export/import
-    maintenance: MaintenanceService | None = None  # dead letters, consolidation (admin)
-    lifecycle: Lifecycle | None = None  # forget, access tracking, expiry purge, quotas
-    tenants: TenantService | None = None  # per-tenant settings over the env defaults
-    users: UserDirectory | None = None  # the tenant's users and sessions (GET /v1/users)
-    spend: SpendMeter | None = None  # LLM use per tenant/end user, budgets (GET /v1/admin/usage)
-    events: EventFeed | None = None  # the change feed (GET /v1/events)
-    webhooks: WebhookService | None = None  # webhook subscriptions (/v1/admin/webhooks)
-    documents: DocumentService | None = None  # the knowledge base (/v1/documents)
-    fetcher: DocumentFetcher | None = None  # documents named by URL (mem0 document messages)
-    rerank: RerankService | None = None  # the ``rerank`` option of search and context
-    _closers: list[Closer] = field(default_factory=list, repr=False)
-
-    async def aclose(self) -> None:
-        """Close what the root opened, newest first; one failure does not stop the rest."""
-        while self._closers:
-            closer = self._closers.pop()
-            try:
-                await closer()
-            except Exception:
-                log.warning("closing a service resource failed", exc_info=True)
 
 
 def rerank_llm(settings: Settings, meter: SpendMeter) -> LLMClient | None:
@@ -116,6 +92,30 @@ def rerank_llm(settings: Settings, meter: SpendMeter) -> LLMClient | None:
     if "llm" not in settings.rerank.backends or not settings.llm.base_url:
         return None
     return LLMClient(settings.llm.model_copy(update={"max_retries": 0}), meter=meter)
+
+
+def token_verifier(
+    pool: AsyncConnectionPool, tenants: TenantService, s: IdentitySettings
+) -> TokenVerifier:
+    """The replica's verifier of end users' tokens (JWTs of a tenant's trusted issuers);
+    its JWKS client is closed by ``verifier.jwks.fetcher.aclose``.
+
+    What it caches from the tenants' settings is trusted only while their listener is
+    healthy, and dropped whenever a tenant's settings change."""
+
+    async def issuers(tenant_id: str) -> tuple[Issuer, ...]:
+        return (await tenants.effective(tenant_id)).issuers
+
+    cache = tenants.cache
+    verifier = TokenVerifier(
+        IssuerIndex(pool),
+        issuers,
+        JwksCache(JwksFetcher(s), s),
+        s,
+        trusted=(lambda: cache.enabled) if cache is not None else (lambda: False),
+    )
+    tenants.on_change.append(verifier.forget)
+    return verifier
 
 
 async def build_services(
@@ -216,9 +216,12 @@ async def build_services(
         directory = MemoryDirectory(pool)
         documents = document_service(pool, writer, backends.embed, settings, model)
         portability = PortabilityService(
-            memories, writer, directory, max_records=settings.limits.import_records,
+            memories,
+            writer,
+            directory,
+            max_records=settings.limits.import_records,
             documents=documents,
-        )  # fmt: skip
+        )
         maintenance = MaintenanceService(
             TurnStore(pool),
             trigger,
@@ -229,7 +232,7 @@ async def build_services(
                 consolidation_llm(settings, spend),
                 settings.consolidate,
                 writer=writer,
-            ),  # fmt: skip
+            ),
         )
         if maintenance.consolidator.llm is not None:
             closers.append(maintenance.consolidator.llm.close)
@@ -255,6 +258,8 @@ async def build_services(
             documents=documents,
             fetcher=fetcher,
             rerank=rerank,
+            embedding_models=EmbeddingModelService(pool, settings.default_tenant),
+            llm_usage=LlmUsageService(SpendStore(pool), settings.spend),
             _closers=closers,
         )
     except BaseException:
@@ -262,3 +267,110 @@ async def build_services(
             with contextlib.suppress(Exception):
                 await closer()
         raise
+
+
+async def build_worker(
+    settings: Settings, model: ModelFacts, dsn: str, embed_many: EmbedMany
+) -> Worker:
+    """The worker replica's roles (serve_app/worker.py), built and started in order; a
+    step that fails closes everything opened before it, newest first, and raises."""
+    closers: list[Closer] = []
+    pool: AsyncConnectionPool = await open_pool(dsn, settings)
+    closers.append(pool.close)
+    try:
+        pool_metrics = start_pool_metrics(pool, "extractor", settings.db.metrics_interval_s)
+        closers.append(pool_metrics.stop)
+        metrics, consolidation_metrics = ExtractionMetrics(), ConsolidationMetrics()
+        reembed_metrics, webhook_metrics = ReembedMetrics(), WebhookMetrics()
+        document_job_metrics = DocumentJobMetrics()
+        flusher = Flusher(
+            [
+                metrics,
+                reembed_metrics,
+                consolidation_metrics,
+                webhook_metrics,
+                document_job_metrics,
+            ]
+        ).start()
+        closers.append(flusher.stop)
+        # Tenant settings (prompt guidance, quotas, retention), cached and kept honest by
+        # NOTIFY.
+        tenants, tenant_listener = tenant_service(pool, dsn, settings)
+        closers.append(tenant_listener.stop)
+        # Every LLM call metered and held to the tenant's budgets; this replica also closes
+        # intents dead replicas left open and prunes old rows.
+        spend = SpendMeter(SpendStore(pool), settings.spend, tenants.budgets)
+        closers.append(spend.aclose)
+        llm = LLMClient(settings.llm, meter=spend) if settings.llm.base_url else None
+        if llm is not None:
+            closers.append(llm.close)
+        models = ModelView(pool, dsn, model, poll_s=settings.reembed.poll_s)
+        worker = Worker(
+            settings=settings,
+            pool=pool,
+            embed_many=embed_many,
+            tenants=tenants,
+            spend=spend,
+            llm=llm,
+            models=models,
+            metrics=metrics,
+            consolidation_metrics=consolidation_metrics,
+            # Webhook delivery of the event outbox: beside the writes, never in them, on a
+            # thread of its own at a lower CPU priority (background work yields).
+            webhooks=DispatcherThread(dsn, settings, webhook_metrics),
+        )
+        worker.reembed = Reembedder(dsn, worker.embed_documents, settings.reembed, reembed_metrics)
+        worker.pipeline = worker.pipeline_for(model)
+        ex = settings.extract
+        worker.scheduler = SessionScheduler(
+            worker.pipeline,
+            ex.concurrency,
+            tenant_concurrency=ex.tenant_concurrency,
+            max_queued=ex.max_queued,
+        )
+        closers.append(worker.scheduler.stop)
+        worker.consolidator = worker.consolidator_for(model)
+        worker.document_jobs = DocumentJobWorker(
+            worker.documents_for(model), settings.documents, metrics=document_job_metrics
+        )
+        spend_upkeep = Periodic(
+            spend.maintain,
+            settings.spend.reconcile_interval_s,
+            log=log,
+            failed="LLM spend upkeep failed",
+        )
+        spend_upkeep.start()
+        closers.append(spend_upkeep.stop)
+        consolidating = Periodic(
+            worker.consolidate_due,
+            settings.consolidate.interval_s,
+            log=log,
+            failed="periodic consolidation failed",
+            level=logging.ERROR,
+        )
+        consolidating.start()
+        closers.append(consolidating.stop)
+        models.on_switch = worker.switch
+        models.start()
+        closers.append(models.stop)
+        reembedding = asyncio.ensure_future(worker.reembed.run())
+        closers.append(functools.partial(_cancel, reembedding))
+        worker.scheduler.start_scanning(ex.scan_interval_s)
+        worker.webhooks.start()
+        closers.append(worker.webhooks.stop)
+        # Big documents accepted as jobs by the Ingress (202): embedded and written here.
+        worker.document_jobs.start()
+        closers.append(worker.document_jobs.stop)
+        worker._closers = closers
+        return worker
+    except BaseException:
+        for closer in reversed(closers):
+            with contextlib.suppress(Exception):
+                await closer()
+        raise
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task

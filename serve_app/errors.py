@@ -30,7 +30,9 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
     )
 
 
-def _describe(errors: list[dict]) -> str:
+def describe(errors: list[dict]) -> str:
+    """A validation's errors (pydantic's ``errors()``) as one line: the first five, each
+    with its field's path."""
     parts = []
     for e in errors[:5]:
         loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
@@ -59,7 +61,7 @@ def response_for(exc: Exception) -> JSONResponse:
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             return error_response(400, "invalid_json", "request body is not valid JSON")
-        return error_response(422, "invalid_request", _describe(errors))
+        return error_response(422, "invalid_request", describe(errors))
     if isinstance(exc, StarletteHTTPException):
         code = _STATUS_CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail))

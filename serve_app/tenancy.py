@@ -156,8 +156,9 @@ class TenantSettings(_Group):
 
 def canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc`` validated (raises pydantic's ``ValidationError``) and stripped to what it sets."""
-    return TenantSettings.model_validate(doc).model_dump(mode="json", exclude_none=True,
-                                                         exclude_defaults=True)  # fmt: skip
+    return TenantSettings.model_validate(doc).model_dump(
+        mode="json", exclude_none=True, exclude_defaults=True
+    )
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

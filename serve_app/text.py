@@ -1,4 +1,5 @@
-"""Text normalisation shared by dedup and validation.
+"""Text helpers every layer shares: the normal form (dedup, validation, containment), the
+token estimate of a budget, the markers of an injected memory block, the sentence split.
 
 Runs on request text (every write, every context call, the junk guard), so every step
 is linear in its input: C scans and single-character patterns, no pattern that
@@ -8,6 +9,7 @@ backtracks (see tests/serve_app/test_regex_safety.py).
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import unicodedata
 
@@ -106,3 +108,50 @@ def entity_candidates(text: str) -> list[tuple[str, bool]]:
             only_initial = initial and (len(words) == 1 or i == 1)
             out[key] = out.get(key, True) and only_initial
     return list(out.items())
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of ``text`` for a budget, estimated instead of a tokenizer round trip.
+
+    The embedder lives in another deployment, and the prompt goes to an unknown upstream
+    model anyway. English text averages about 4 characters or 0.75 words per
+    BPE/WordPiece token; taking the larger of ``chars / 4`` and ``words * 4 / 3``
+    over-counts rather than under-counts, so a block that fits the estimate fits the
+    real budget."""
+    if not text:
+        return 0
+    return max(math.ceil(len(text) / 4), math.ceil(len(text.split()) * 4 / 3))
+
+
+# The service injects a memory block into system prompts (POST /v1/context, the chat
+# proxy). If that block were fed back to extraction, memories would feed on themselves:
+# the context builder wraps its block, extraction strips it.
+CONTEXT_OPEN = "<memserve-context>"
+CONTEXT_CLOSE = "</memserve-context>"
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def wrap_context(text: str) -> str:
+    """Mark an injected memory block so extraction can recognise and drop it."""
+    return f"{CONTEXT_OPEN}\n{text}\n{CONTEXT_CLOSE}"
+
+
+def strip_context(text: str) -> str:
+    """Remove every injected block (an unclosed one runs to the end of the text).
+
+    A scan with ``str.find``, linear: the pattern ``OPEN.*?CLOSE`` ran from every
+    opening tag to the end of a text that never closes them (84 KB: 7 s).
+    """
+    kept: list[str] = []
+    pos = 0
+    while (start := text.find(CONTEXT_OPEN, pos)) != -1:
+        kept.append(text[pos:start])
+        end = text.find(CONTEXT_CLOSE, start + len(CONTEXT_OPEN))
+        pos = len(text) if end == -1 else end + len(CONTEXT_CLOSE)
+    kept.append(text[pos:])
+    return " ".join(kept).strip()
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]

@@ -31,11 +31,11 @@ from serve_app.api.deps import principal
 from serve_app.api.gate import StrangerGate, public_routes
 from serve_app.api.input_guard import InputGuard
 from serve_app.api.limits import BodySizeLimit
-from serve_app.composition import Services
 from serve_app.errors import install_handlers
 from serve_app.mcp import mount_mcp
 from serve_app.metrics import RequestMetrics
 from serve_app.schemas import ErrorResponse
+from serve_app.services.registry import Services
 from serve_app.settings import Settings
 
 # Every route may answer these, all as {"error": {"code", "message"}} (documented for clients

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 import re2
 from fastapi import APIRouter, Header
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from serve_app.api.deps import Caller, Svc
@@ -127,7 +128,12 @@ async def chat_completions(
         occurred_at=occurred_at,
         speaker=speaker_name((users[-1].model_extra or {}).get("name")) if users else None,
     )
-    return await services.chat.complete(call)
+    answer = await services.chat.complete(call)
+    if answer.stream is not None:
+        return StreamingResponse(
+            answer.stream, media_type="text/event-stream", headers=answer.headers
+        )
+    return JSONResponse(answer.body, headers=answer.headers)
 
 
 @router.get("/chat/usage", response_model=UsageResponse)

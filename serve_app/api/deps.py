@@ -11,11 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from serve_app.api.gate import authenticated
-from serve_app.auth import Principal
-from serve_app.composition import Services
+from serve_app.auth import Principal, authenticated
 from serve_app.errors import ApiError
 from serve_app.ratelimit import end_user, work_units
+from serve_app.services.registry import Services
 
 
 async def get_services(request: Request) -> Services:
@@ -77,11 +76,7 @@ async def principal(request: Request, services: Svc) -> Principal:
     user, units = await request_work(request)
     # Admin keys are charged at the environment's rates (or their own), never at the rates
     # their tenant set: a tenant that throttled itself can always reach its settings again.
-    tenant = (
-        None
-        if services.tenants is None or caller.role == "admin"
-        else await services.tenants.effective(caller.tenant_id)
-    )
+    tenant = None if caller.role == "admin" else await services.tenants.effective(caller.tenant_id)
     services.auth.charge(caller, user, units, tenant)  # the tenant's rate limits (settings)
     return caller
 

@@ -27,7 +27,6 @@ from serve_app.schemas.documents import (
     DocumentOut,
     DocumentScope,
 )
-from serve_app.services.documents import DocumentService
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])
 
@@ -63,12 +62,6 @@ _UPLOAD_SCHEMA = {
         "required": True,
     }
 }
-
-
-def _service(services: Any) -> DocumentService:
-    if services.documents is None:
-        raise ApiError(503, "unavailable", "documents are not served by this replica")
-    return services.documents
 
 
 def _invalid(exc: ValidationError) -> RequestValidationError:
@@ -137,7 +130,7 @@ async def post_document(request: Request, caller: Caller, services: Svc):
     a job (``GET /v1/documents/jobs/{job_id}``) once the document is stored durably; it
     is embedded and written in the background. Its refusals (rights, rate units, chunk
     quota, ``MEMSERVE_DOC_JOBS_PER_TENANT`` open jobs: 429) come before the 202."""
-    docs = _service(services)
+    docs = services.documents
     ctype = request.headers.get("content-type", "").lower()
     if ctype.startswith("multipart/form-data"):
         doc = await _from_form(request)
@@ -148,11 +141,7 @@ async def post_document(request: Request, caller: Caller, services: Svc):
             raise _invalid(exc) from None
         doc = DocumentInput(**body.model_dump())
     user = doc.user_id
-    tenant = (
-        None
-        if services.tenants is None or caller.role == "admin"
-        else await services.tenants.effective(caller.tenant_id)
-    )
+    tenant = None if caller.role == "admin" else await services.tenants.effective(caller.tenant_id)
     out = await docs.ingest(
         caller,
         doc,
@@ -173,7 +162,7 @@ async def get_document_job(
     """A document job: ``queued``, ``running`` (``embedded`` of ``chunk_count``),
     ``done`` (the ``version`` it wrote) or ``failed`` (``error``). Who may read it: as
     its document (another user's or tenant's job is a 404)."""
-    return await _service(services).job(caller, job_id, agent_id=agent_id)
+    return await services.documents.job(caller, job_id, agent_id=agent_id)
 
 
 @router.delete("/jobs/{job_id}", response_model=DocumentJob)
@@ -182,7 +171,7 @@ async def cancel_document_job(
 ):
     """Cancel a queued or running job: nothing of it is written (a document it would
     have replaced keeps its current version). 409 once the job has finished."""
-    return await _service(services).cancel_job(caller, job_id, agent_id=agent_id)
+    return await services.documents.cancel_job(caller, job_id, agent_id=agent_id)
 
 
 @router.get("", response_model=DocumentList)
@@ -198,7 +187,7 @@ async def list_documents(
 ):
     """The documents the caller may read, newest first: a user key sees its tenant's org
     documents, its own, and an agent's with that ``agent_id``."""
-    return await _service(services).list(
+    return await services.documents.list(
         caller, scope=scope, agent_id=agent_id, user_id=user_id, tag=tag, cursor=cursor, limit=limit
     )
 
@@ -215,7 +204,7 @@ async def get_document(
     """The document and a page of its chunks in order (``cursor``: the last page's
     ``next_cursor``)."""
     after = int(cursor) if cursor is not None else -1
-    return await _service(services).get(
+    return await services.documents.get(
         caller, document_id, agent_id=agent_id, after=after, limit=limit
     )
 
@@ -225,4 +214,4 @@ async def delete_document(
     document_id: Identifier, caller: Caller, services: Svc, agent_id: Identifier | None = None
 ):
     """Delete the document, its chunks (and their vectors) and its version rows."""
-    return await _service(services).delete(caller, document_id, agent_id=agent_id)
+    return await services.documents.delete(caller, document_id, agent_id=agent_id)

@@ -30,6 +30,11 @@ async def list_events(
     ``order=desc``: the events before ``after`` (none: the newest), newest first."""
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else []
     return await services.events.page(
-        caller, after=after, types=wanted, user_id=user_id, limit=limit,
-        include_content=include_content, newest=order == "desc",
-    )  # fmt: skip
+        caller,
+        after=after,
+        types=wanted,
+        user_id=user_id,
+        limit=limit,
+        include_content=include_content,
+        newest=order == "desc",
+    )

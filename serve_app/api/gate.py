@@ -22,11 +22,9 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serve_app.auth import Principal
+from serve_app.auth import PRINCIPAL
 from serve_app.errors import ApiError, error_response, response_for
 from serve_app.services.auth import Authenticator
-
-PRINCIPAL = "memserve.principal"  # scope["state"] key of the authenticated caller
 
 
 class StrangerGate:
@@ -73,14 +71,6 @@ class StrangerGate:
         if self._public is None:
             self._public = tuple(self.public())
         return any(route.matches(scope)[0] is not Match.NONE for route in self._public)
-
-
-def authenticated(scope: Scope) -> Principal:
-    """The caller the gate let in (a route behind it always has one)."""
-    caller = scope.get("state", {}).get(PRINCIPAL)
-    if caller is None:  # not behind the gate: refuse rather than serve anonymously
-        raise ApiError(401, "unauthorized", "missing Authorization: Bearer <key> header")
-    return caller
 
 
 def public_routes(

@@ -50,7 +50,7 @@ async def tenant_protected_resource(tenant: Tenant, request: Request, services: 
     """The tenant's MCP endpoint and the issuers it advertises (none: an unknown tenant
     looks like one that advertises none)."""
     tokens = services.auth.tokens
-    if tokens is None or services.tenants is None:
+    if tokens is None:
         raise ApiError(404, "not_found", "token sign-in is not enabled")
     client = request.scope.get("client")
     address = client[0] if client else None

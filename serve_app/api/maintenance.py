@@ -12,10 +12,7 @@ from pydantic import BaseModel, Field
 
 from serve_app.api.admin import Admin
 from serve_app.api.deps import Svc
-from serve_app.composition import Services
-from serve_app.errors import ApiError
 from serve_app.responses import ConsolidationReport, DeadLetterList, Retried
-from serve_app.services.maintenance import MaintenanceService
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -29,12 +26,6 @@ class ConsolidateRequest(BaseModel):
     user_id: str = Field(min_length=1, max_length=256)
 
 
-def _maintenance(services: Services) -> MaintenanceService:
-    if services.maintenance is None:
-        raise ApiError(503, "unavailable", "maintenance is not available")
-    return services.maintenance
-
-
 @router.get("/extraction/dead-letters", response_model=DeadLetterList)
 async def list_dead_letters(
     caller: Admin,
@@ -43,18 +34,18 @@ async def list_dead_letters(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """Extraction batches that failed too often (kept until retried)."""
-    rows = await _maintenance(services).dead_letters(caller.tenant_id, user_id, limit)
+    rows = await services.maintenance.dead_letters(caller.tenant_id, user_id, limit)
     return {"dead_letters": rows}
 
 
 @router.post("/extraction/dead-letters/retry", response_model=Retried)
 async def retry_dead_letters(body: RetryRequest, caller: Admin, services: Svc) -> dict[str, Any]:
     """Queue dead-lettered batches again with fresh attempts (all, one user, one session)."""
-    sessions = await _maintenance(services).retry(caller.tenant_id, body.user_id, body.session_id)
+    sessions = await services.maintenance.retry(caller.tenant_id, body.user_id, body.session_id)
     return {"retried": sessions}
 
 
 @router.post("/consolidate", response_model=ConsolidationReport)
 async def consolidate_user(body: ConsolidateRequest, caller: Admin, services: Svc) -> dict:
     """Run consolidation (merge, insights, digests, decay) for one user now."""
-    return await _maintenance(services).consolidate(caller.tenant_id, body.user_id)
+    return await services.maintenance.consolidate(caller.tenant_id, body.user_id)

@@ -64,8 +64,9 @@ async def _change(
 ) -> dict[str, Any]:
     apply = services.tenants.replace if how == "replaced" else services.tenants.patch
     out = await apply(caller.tenant_id, doc, caller, settings_version(if_match))
-    log.info("tenant %s settings %s by %s (v%d)", caller.tenant_id, how, caller.key_id,
-             out["version"])  # fmt: skip
+    log.info(
+        "tenant %s settings %s by %s (v%d)", caller.tenant_id, how, caller.key_id, out["version"]
+    )
     return out
 
 

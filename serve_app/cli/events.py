@@ -22,8 +22,11 @@ MAX_PAGES = 10_000  # pages read by one run without --follow (each up to --limit
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("events", help="print the event feed as JSON Lines")
     p.add_argument("--url", default=os.environ.get("MEMSERVE_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--key", default=os.environ.get("MEMSERVE_API_KEY"),
-                   help="API key (default: $MEMSERVE_API_KEY)")  # fmt: skip
+    p.add_argument(
+        "--key",
+        default=os.environ.get("MEMSERVE_API_KEY"),
+        help="API key (default: $MEMSERVE_API_KEY)",
+    )
     p.add_argument("--after", default=None, help="a cursor printed by an earlier run")
     p.add_argument("--types", default=None, help="comma-separated event types")
     p.add_argument("--user", default=None, help="one user's events")
@@ -43,9 +46,12 @@ def main(args: argparse.Namespace) -> None:
             pages = 0
             while args.follow or pages < MAX_PAGES:
                 page = client.events(
-                    after=cursor, types=types, user_id=args.user, limit=args.limit,
+                    after=cursor,
+                    types=types,
+                    user_id=args.user,
+                    limit=args.limit,
                     include_content=args.content or None,
-                )  # fmt: skip
+                )
                 pages += 1
                 for event in page.events:
                     print(json.dumps(event.model_dump(mode="json", exclude_none=True)))

@@ -20,8 +20,12 @@ def add_parser(actions: Any) -> None:
     issuers = actions.add_parser("issuers", help="list, add or remove trusted token issuers")
     issuers.add_argument("name", help="the tenant id")
     change = issuers.add_mutually_exclusive_group()
-    change.add_argument("--add", metavar="JSON", help='an issuer: {"issuer": "https://…",'
-                        ' "audiences": ["…"], "jwks_url": "https://…/jwks.json"}')  # fmt: skip
+    change.add_argument(
+        "--add",
+        metavar="JSON",
+        help='an issuer: {"issuer": "https://…",'
+        ' "audiences": ["…"], "jwks_url": "https://…/jwks.json"}',
+    )
     change.add_argument("--remove", metavar="ISSUER", help="drop every entry of this issuer")
 
 
@@ -42,8 +46,6 @@ def main(args: Any) -> None:
 
 async def change(tenant: str, add: Any, remove: str | None) -> list[dict[str, Any]]:
     """The tenant's issuers after adding ``add`` or removing ``remove`` (neither: as is)."""
-    from fastapi.exceptions import RequestValidationError
-
     from serve_app.db.migrations import migrate
     from serve_app.db.pool import open_pool
     from serve_app.db.resolve import resolve_dsn
@@ -67,10 +69,9 @@ async def change(tenant: str, add: Any, remove: str | None) -> list[dict[str, An
             issuers.append(add)
         try:
             view = await service.patch(tenant, {"identity": {"issuers": issuers or None}}, None)
-        except RequestValidationError as exc:
-            raise ValueError(f"invalid issuer: {exc.errors()}") from None
-        except ApiError as exc:
-            raise ValueError(exc.message) from None
+        except ApiError as exc:  # 422: the settings' validation, with the field's path
+            invalid = exc.code == "invalid_request"
+            raise ValueError(f"invalid issuer: {exc.message}" if invalid else exc.message) from None
         return (view["settings"].get("identity") or {}).get("issuers") or []
     finally:
         await pool.close()

@@ -24,12 +24,17 @@ __all__ = ["add_parsers", "chunks", "groups", "main"]
 
 
 def add_parsers(sub: Any) -> None:
-    for name, text in (("export", "write a user's memories, facts and history as JSON Lines"),
-                       ("import", "load an export (ours or mem0's) into a user")):  # fmt: skip
+    for name, text in (
+        ("export", "write a user's memories, facts and history as JSON Lines"),
+        ("import", "load an export (ours or mem0's) into a user"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--url", default=os.environ.get("MEMSERVE_URL", "http://127.0.0.1:8000"))
-        p.add_argument("--key", default=os.environ.get("MEMSERVE_API_KEY"),
-                       help="API key (default: $MEMSERVE_API_KEY)")  # fmt: skip
+        p.add_argument(
+            "--key",
+            default=os.environ.get("MEMSERVE_API_KEY"),
+            help="API key (default: $MEMSERVE_API_KEY)",
+        )
         p.add_argument("--user", default=None, help="user id (required with a service key)")
         if name == "export":
             p.add_argument("--out", default="-", help="file to write (default: stdout)")
@@ -67,9 +72,11 @@ def import_(client: httpx.Client, params: dict[str, str], text: str, limit: int)
     total: dict[str, Any] = {"memories": 0, "facts": 0, "chunks": 0}
     for body in chunks(records(text), limit):
         r = client.post(
-            "/v1/import", params=params, content=body,
+            "/v1/import",
+            params=params,
+            content=body,
             headers={"Content-Type": "application/x-ndjson"},
-        )  # fmt: skip
+        )
         if r.status_code != 200:
             print(json.dumps({"imported_before_failure": total}), file=sys.stderr)
         _check(r)

@@ -22,8 +22,11 @@ COLUMNS = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "esti
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("usage", help="the tenant's LLM tokens by day, end user, purpose, model")
     p.add_argument("--url", default=os.environ.get("MEMSERVE_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--key", default=os.environ.get("MEMSERVE_API_KEY"),
-                   help="the tenant's admin key (default: $MEMSERVE_API_KEY)")  # fmt: skip
+    p.add_argument(
+        "--key",
+        default=os.environ.get("MEMSERVE_API_KEY"),
+        help="the tenant's admin key (default: $MEMSERVE_API_KEY)",
+    )
     p.add_argument("--group-by", default="day", help="comma-separated: day,user,purpose,model")
     p.add_argument("--since", default=None, help="first UTC day, YYYY-MM-DD (default: 30 days)")
     p.add_argument("--until", default=None, help="last UTC day, YYYY-MM-DD (default: today)")
@@ -39,9 +42,14 @@ async def fetch(client: AsyncMemserveClient, args: argparse.Namespace) -> list[L
     pages, offset = [], 0
     while True:
         page = await client.llm_usage(
-            group_by=args.group_by, since=args.since, until=args.until, user_id=args.user,
-            top_users=args.top, limit=args.limit, offset=offset,
-        )  # fmt: skip
+            group_by=args.group_by,
+            since=args.since,
+            until=args.until,
+            user_id=args.user,
+            top_users=args.top,
+            limit=args.limit,
+            offset=offset,
+        )
         pages.append(page)
         if not args.all or page.next_offset is None:
             return pages
@@ -54,8 +62,10 @@ def render(pages: list[LlmUsageReport], as_json: bool) -> str:
     first = pages[0]
     keys = [{"user": "user_id"}.get(g, g) for g in first.group_by]
     head = [*keys, *COLUMNS]
-    lines = [f"LLM use of tenant {first.tenant_id}, {first.since} .. {first.until}",
-             "\t".join(head)]  # fmt: skip
+    lines = [
+        f"LLM use of tenant {first.tenant_id}, {first.since} .. {first.until}",
+        "\t".join(head),
+    ]
     for page in pages:
         for row in page.rows:
             r = row.model_dump()

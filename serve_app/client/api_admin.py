@@ -153,8 +153,15 @@ class AdminApi:
         ``until`` (ISO dates, inclusive); the ``top_users`` biggest spenders; paged by
         ``offset`` (the answer's ``next_offset``)."""
         groups = group_by if isinstance(group_by, str) else ",".join(group_by)
-        params = {"group_by": groups, "since": since, "until": until, "user_id": user_id,
-                  "top_users": top_users, "limit": limit, "offset": offset}  # fmt: skip
+        params = {
+            "group_by": groups,
+            "since": since,
+            "until": until,
+            "user_id": user_id,
+            "top_users": top_users,
+            "limit": limit,
+            "offset": offset,
+        }
         return with_params("GET", "/v1/admin/usage", params, LlmUsageReport)
 
     # webhooks
@@ -169,8 +176,7 @@ class AdminApi:
     ) -> Call[WebhookCreated]:
         """Subscribe ``url`` to events (all, or ``types``); the answer's ``secret`` is
         shown once: keep it to verify ``webhook-signature``."""
-        body = {"url": url, "types": types, "include_content": include_content,
-                "enabled": enabled}  # fmt: skip
+        body = {"url": url, "types": types, "include_content": include_content, "enabled": enabled}
         return with_body("POST", "/v1/admin/webhooks", body, WebhookCreated)
 
     @Endpoint
@@ -193,8 +199,7 @@ class AdminApi:
         include_content: bool | None = None,
         enabled: bool | None = None,
     ) -> Call[Webhook]:
-        body = {"url": url, "types": types, "include_content": include_content,
-                "enabled": enabled}  # fmt: skip
+        body = {"url": url, "types": types, "include_content": include_content, "enabled": enabled}
         return with_body("PATCH", f"/v1/admin/webhooks/{webhook_id}", body, Webhook)
 
     @Endpoint

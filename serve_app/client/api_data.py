@@ -43,8 +43,13 @@ def chat_call(
 ) -> Call[Json]:
     """An OpenAI chat completion with the user's memories added; ``user``: the end user
     (a service key); ``options`` (temperature, ...) go to the upstream as given."""
-    headers = clean({"X-Memserve-Session": session_id, "X-Memserve-Agent": agent_id,
-                     "X-Memserve-Occurred-At": occurred_at})  # fmt: skip
+    headers = clean(
+        {
+            "X-Memserve-Session": session_id,
+            "X-Memserve-Agent": agent_id,
+            "X-Memserve-Occurred-At": occurred_at,
+        }
+    )
     body = clean({"model": model, "user": user, **options})
     body.update(messages=to_messages(messages), stream=False)
     return Call("POST", "/v1/chat/completions", json=body, headers=headers or None)
@@ -110,9 +115,14 @@ class DataApi:
         cursor: str | None = None,
     ) -> Call[FactList]:
         """A page of facts; pass ``next_cursor`` back as ``cursor`` for the next."""
-        params = {"user_id": user_id, "include_inactive": include_inactive,
-                  "category": category, "as_of": as_of, "limit": limit,
-                  "cursor": cursor}  # fmt: skip
+        params = {
+            "user_id": user_id,
+            "include_inactive": include_inactive,
+            "category": category,
+            "as_of": as_of,
+            "limit": limit,
+            "cursor": cursor,
+        }
         return with_params("GET", "/v1/facts", params, FactList)
 
     @Endpoint
@@ -126,8 +136,13 @@ class DataApi:
         valid_from: datetime | str | None = None,
     ) -> Call[Fact]:
         """Correct a fact: it wins over extracted values; the old one stays in history."""
-        body = {"user_id": user_id, "category": category, "key": key, "value": value,
-                "valid_from": valid_from}  # fmt: skip
+        body = {
+            "user_id": user_id,
+            "category": category,
+            "key": key,
+            "value": value,
+            "valid_from": valid_from,
+        }
         return with_body("PUT", "/v1/facts", body, Fact)
 
     @Endpoint

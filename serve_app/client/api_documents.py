@@ -34,8 +34,14 @@ class DocumentsApi:
         tags, scope ("org" by default, "agent" with agent_id, "user" with user_id).
         A big document (or ``respond_async``) comes back as a :class:`DocumentJob`."""
         body = clean({**fields, "text": text, "content_type": content_type})
-        return Call("POST", "/v1/documents", json=body, model=DocumentOut, by_status=_ASYNC,
-                    headers=_PREFER_ASYNC if respond_async else None)  # fmt: skip
+        return Call(
+            "POST",
+            "/v1/documents",
+            json=body,
+            model=DocumentOut,
+            by_status=_ASYNC,
+            headers=_PREFER_ASYNC if respond_async else None,
+        )
 
     @Endpoint
     @staticmethod
@@ -64,8 +70,15 @@ class DocumentsApi:
         if metadata is not None:
             form["metadata"] = json.dumps(metadata)
         files = {"file": (name, data, content_type or "application/octet-stream")}
-        return Call("POST", "/v1/documents", files=files, form=form, model=DocumentOut,
-                    by_status=_ASYNC, headers=_PREFER_ASYNC if respond_async else None)  # fmt: skip
+        return Call(
+            "POST",
+            "/v1/documents",
+            files=files,
+            form=form,
+            model=DocumentOut,
+            by_status=_ASYNC,
+            headers=_PREFER_ASYNC if respond_async else None,
+        )
 
     @Endpoint
     @staticmethod
@@ -92,8 +105,14 @@ class DocumentsApi:
         cursor: str | None = None,
         limit: int | None = None,
     ) -> Call[DocumentList]:
-        params = {"scope": scope, "agent_id": agent_id, "user_id": user_id, "tag": tag,
-                  "cursor": cursor, "limit": limit}  # fmt: skip
+        params = {
+            "scope": scope,
+            "agent_id": agent_id,
+            "user_id": user_id,
+            "tag": tag,
+            "cursor": cursor,
+            "limit": limit,
+        }
         return with_params("GET", "/v1/documents", params, DocumentList)
 
     @Endpoint

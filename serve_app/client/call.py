@@ -43,8 +43,12 @@ class Call(Generic[T]):
 
     def request(self) -> dict[str, Any]:
         """The keyword arguments of ``httpx.Client.request`` / ``.stream``."""
-        out = {"params": self.params, "json": self.json, "content": self.content,
-               "headers": self.headers}  # fmt: skip
+        out = {
+            "params": self.params,
+            "json": self.json,
+            "content": self.content,
+            "headers": self.headers,
+        }
         if self.files is not None:
             out.update(files=self.files, data=self.form)
         return out

@@ -47,9 +47,9 @@ from serve_app.consolidation.prompts import (
     memories_prompt,
 )
 from serve_app.consolidation.store import ConsolidationStore
-from serve_app.extraction.answer_schema import ResponseSchema
-from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.parser import SUMMARY_SCHEMA, BadOutput, SummaryAnswer, load_json_object
+from serve_app.llm.answer_schema import ResponseSchema
+from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import ConsolidationMetrics
 from serve_app.settings import ConsolidateSettings, Settings
 from serve_app.spend.meter import SpendMeter
@@ -94,8 +94,15 @@ class Consolidator:
     async def run(self, owner: Owner) -> dict[str, Any]:
         """Consolidate one user; returns what happened (also kept in consolidation_state)."""
         started = time.perf_counter()
-        report: dict[str, Any] = {"merged": 0, "archived": 0, "insights": 0, "digests": 0,
-                                  "decayed": 0, "conflicts": 0, "llm_errors": 0}  # fmt: skip
+        report: dict[str, Any] = {
+            "merged": 0,
+            "archived": 0,
+            "insights": 0,
+            "digests": 0,
+            "decayed": 0,
+            "conflicts": 0,
+            "llm_errors": 0,
+        }
         lease = await Lease.claim(self.pool, owner, self.s.lease_s)
         if lease is None:
             self.metrics.outcome("busy")
@@ -141,9 +148,13 @@ class Consolidator:
         steps["llm_steps"], t = _ms(t), time.perf_counter()
         async with lease.hold() as conn:
             report["decayed"] = await self.db.decay(
-                owner, age_days=self.s.decay_age_days, factor=self.s.decay_factor,
-                floor=self.s.decay_floor, limit=self.s.max_decay, conn=conn,
-            )  # fmt: skip
+                owner,
+                age_days=self.s.decay_age_days,
+                factor=self.s.decay_factor,
+                floor=self.s.decay_floor,
+                limit=self.s.max_decay,
+                conn=conn,
+            )
         steps["decay"] = _ms(t)
 
     # ---------- merge ----------
@@ -192,9 +203,15 @@ class Consolidator:
         try:  # the survivor's MERGE and the others' archiving commit together
             async with lease.hold() as conn:
                 merged = await self.memories.update(
-                    owner, keep["id"], changes, None, actor=ACTOR, event="MERGE",
-                    expected_version=keep["version"], conn=conn,
-                )  # fmt: skip
+                    owner,
+                    keep["id"],
+                    changes,
+                    None,
+                    actor=ACTOR,
+                    event="MERGE",
+                    expected_version=keep["version"],
+                    conn=conn,
+                )
                 if merged is None:  # gone meanwhile, or voided by a forget
                     raise VersionConflict(keep["version"])
                 n = await self.db.archive(
@@ -276,10 +293,15 @@ class Consolidator:
     ) -> None:
         cutoff = time.time() - self.s.episodic_age_days * 86400
         old = sorted(
-            (r for r in rows if r["type"] == "episodic" and r["source"] != ACTOR
-             and r["created_at"].timestamp() < cutoff),
+            (
+                r
+                for r in rows
+                if r["type"] == "episodic"
+                and r["source"] != ACTOR
+                and r["created_at"].timestamp() < cutoff
+            ),
             key=lambda r: r["created_at"],
-        )  # fmt: skip
+        )
         for n in range(self.s.max_digests):
             batch = old[n * self.s.digest_batch : (n + 1) * self.s.digest_batch]
             if len(batch) < 2:
@@ -292,8 +314,13 @@ class Consolidator:
                 continue
             summary = answer.summary
             ids = [str(r["id"]) for r in batch]
-            item = NewMemory(content=summary, type="episodic", importance=0.5, source=ACTOR,
-                             data={"sources": ids})  # fmt: skip
+            item = NewMemory(
+                content=summary,
+                type="episodic",
+                importance=0.5,
+                source=ACTOR,
+                data={"sources": ids},
+            )
             vectors = await self.embed([summary], is_query=False)
             async with lease.hold() as conn:  # the digest and its sources' archiving: together
                 added = await self._add(owner, item, vectors, conn, report)

@@ -73,8 +73,12 @@ class Lease:
         self.since: datetime | None = None  # the claim's time (database clock)
 
     def _params(self, **more: Any) -> dict[str, Any]:
-        return {"tenant_id": self.owner.tenant_id, "user_id": self.owner.user_id,
-                "lease": self.lease_s, **more}  # fmt: skip
+        return {
+            "tenant_id": self.owner.tenant_id,
+            "user_id": self.owner.user_id,
+            "lease": self.lease_s,
+            **more,
+        }
 
     @classmethod
     async def claim(cls, pool: AsyncConnectionPool, owner: Owner, lease_s: float) -> Lease | None:

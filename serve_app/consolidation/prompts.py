@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, field_validator
 
-from serve_app.extraction.answer_schema import strict_schema
 from serve_app.extraction.parser import MAX_CONTENT_CHARS, clean_text
+from serve_app.llm.answer_schema import strict_schema
 
 INSIGHT_MARKER = "[memserve:insight:v1]"
 DIGEST_MARKER = "[memserve:digest:v1]"

@@ -44,17 +44,23 @@ class ConsolidationStore:
         self.vectors = sql.Identifier(table_name(model_slug))
 
     def _params(self, owner: Owner, **more: Any) -> dict[str, Any]:
-        return {"tenant_id": owner.tenant_id, "user_id": owner.user_id,
-                "channel": CHANGES_CHANNEL, "actor": "consolidation", **more}  # fmt: skip
+        return {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "channel": CHANGES_CHANNEL,
+            "actor": "consolidation",
+            **more,
+        }
 
     async def load(self, owner: Owner, limit: int) -> list[dict[str, Any]]:
         """The user's active memories (newest first, at most ``limit``) with embeddings."""
         query = sql.SQL(
             "SELECT i.id, i.type, i.content, i.importance, i.confidence, i.tags, i.data,"
             " i.version, i.source, i.created_at, v.embedding FROM memory_items i"
-            " JOIN {v} v ON v.item_id = i.id WHERE " + _OWNED_I
+            " JOIN {v} v ON v.item_id = i.id WHERE "
+            + _OWNED_I
             + " ORDER BY i.created_at DESC LIMIT %(limit)s"
-        ).format(v=self.vectors)  # fmt: skip
+        ).format(v=self.vectors)
         async with self.pool.connection() as conn:
             cur = await conn.execute(query, self._params(owner, limit=limit))
             rows = await cur.fetchall()
@@ -76,20 +82,27 @@ class ConsolidationStore:
             "WITH src AS (SELECT * FROM unnest(%(ids)s::uuid[], %(versions)s::int[]) AS s(id, v)),"
             " gone AS (UPDATE memory_items i SET status = 'archived', version = i.version + 1,"
             " updated_at = now(), data = i.data || %(mark)s FROM src"
-            " WHERE i.id = src.id AND i.version = src.v AND " + _OWNED_I
+            " WHERE i.id = src.id AND i.version = src.v AND "
+            + _OWNED_I
             + " RETURNING i.id, i.user_id, i.owner, i.content), {hist}, {bump}"
             " SELECT (SELECT count(*) FROM gone) AS n, {notified} AS notified"
         ).format(
-            hist=history.record_cte("hist", sql.SQL(
-                "SELECT id AS memory_id, user_id, 'MERGE'::text AS event, content AS old_content,"
-                " NULL::text AS new_content FROM gone")),
+            hist=history.record_cte(
+                "hist",
+                sql.SQL(
+                    "SELECT id AS memory_id, user_id, 'MERGE'::text AS event,"
+                    " content AS old_content, NULL::text AS new_content FROM gone"
+                ),
+            ),
             bump=bump_ctes(sql.SQL("SELECT owner FROM gone")),
             notified=NOTIFIED,
-        )  # fmt: skip
+        )
         params = self._params(
-            owner, ids=list(versions), versions=list(versions.values()),
+            owner,
+            ids=list(versions),
+            versions=list(versions.values()),
             mark=Jsonb({reason: str(into)}),
-        )  # fmt: skip
+        )
         async with using(self.pool, conn) as conn:
             cur = await conn.execute(query, params)
             return (await cur.fetchone())["n"]
@@ -107,7 +120,8 @@ class ConsolidationStore:
         """Lower the importance of old memories nobody retrieved (never accessed, or not
         for ``age_days``), at most once per ``age_days`` per memory (idempotent)."""
         query = sql.SQL(
-            "WITH due AS (SELECT id FROM memory_items WHERE " + _OWNED
+            "WITH due AS (SELECT id FROM memory_items WHERE "
+            + _OWNED
             + " AND type <> 'insight' AND importance > %(floor)s"
             " AND created_at < now() - %(age)s * interval '1 day'"
             " AND coalesce(last_accessed_at, created_at) < now() - %(age)s * interval '1 day'"
@@ -118,7 +132,7 @@ class ConsolidationStore:
             " data = i.data || jsonb_build_object('decayed_at', now())"
             " FROM due WHERE i.id = due.id RETURNING i.owner), {bump}"
             " SELECT (SELECT count(*) FROM upd) AS n, {notified} AS notified"
-        ).format(bump=bump_ctes(sql.SQL("SELECT owner FROM upd")), notified=NOTIFIED)  # fmt: skip
+        ).format(bump=bump_ctes(sql.SQL("SELECT owner FROM upd")), notified=NOTIFIED)
         params = self._params(owner, age=age_days, factor=factor, floor=floor, limit=limit)
         async with using(self.pool, conn) as conn:
             cur = await conn.execute(query, params)

@@ -175,9 +175,15 @@ class ContextBuilder:
             trace.drop(memories, b.memories, "budget", "no room left in token_budget")
             trace.drop(chunks, out.chunks, "budget", "no room left in token_budget")
         return ContextResult(
-            b.text, b.memories, b.facts, text, b.tokens, knowledge=out.chunks,
-            knowledge_tokens=out.tokens, left_out=trace.items if trace is not None else None,
-        )  # fmt: skip
+            b.text,
+            b.memories,
+            b.facts,
+            text,
+            b.tokens,
+            knowledge=out.chunks,
+            knowledge_tokens=out.tokens,
+            left_out=trace.items if trace is not None else None,
+        )
 
     async def _build(self, req: ContextRequest) -> ContextResult:
         """The block with issue 29's levers (each on its own)."""
@@ -255,9 +261,16 @@ class ContextBuilder:
             trace.drop([*profile, *p_facts], shown, "profile", over)
         kept_mem_profile = [p for p in kept_p if "category" not in p]
         return self._result(
-            req, block, chunks, search_query, trace, memories, parts=parts,
-            profile=kept_mem_profile, profile_tokens=p_tokens,
-        )  # fmt: skip
+            req,
+            block,
+            chunks,
+            search_query,
+            trace,
+            memories,
+            parts=parts,
+            profile=kept_mem_profile,
+            profile_tokens=p_tokens,
+        )
 
     @staticmethod
     def _result(
@@ -279,10 +292,16 @@ class ContextBuilder:
             trace.drop(memories, b.memories, "budget", "no room left in token_budget")
             trace.drop(chunks, out.chunks, "budget", "no room left in token_budget")
         return ContextResult(
-            b.text, b.memories, b.facts, search_query, b.tokens, knowledge=out.chunks,
-            knowledge_tokens=out.tokens, left_out=trace.items if trace is not None else None,
+            b.text,
+            b.memories,
+            b.facts,
+            search_query,
+            b.tokens,
+            knowledge=out.chunks,
+            knowledge_tokens=out.tokens,
+            left_out=trace.items if trace is not None else None,
             **more,
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _reserve(req: ContextRequest, chunks: Sequence[dict[str, Any]]) -> int:
@@ -347,12 +366,15 @@ class ContextBuilder:
         if knowledge:
             searches.append(
                 SearchQuery(
-                    tenant_id=req.tenant_id, user_id=req.user_id,
-                    top_k=req.levers.knowledge_top_k * 2, threshold=req.threshold,
-                    text=texts[0], owners=shared_owners(req.agent_id),
+                    tenant_id=req.tenant_id,
+                    user_id=req.user_id,
+                    top_k=req.levers.knowledge_top_k * 2,
+                    threshold=req.threshold,
+                    text=texts[0],
+                    owners=shared_owners(req.agent_id),
                     reference_date=req.reference_date,
                 )
-            )  # fmt: skip
+            )
             time_free.append(False)
         lv = req.levers
         probes = probe_spans(texts) if lv.any and lv.evidence.time_free else {}
@@ -367,29 +389,48 @@ class ContextBuilder:
             of, spans = views.get(text, (None, ()))
             searches.append(
                 SearchQuery(
-                    tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
-                    threshold=req.threshold, text=text, owners=owners, view_of=of,
-                    view_spans=spans, reference_date=req.reference_date,
+                    tenant_id=req.tenant_id,
+                    user_id=req.user_id,
+                    top_k=req.top_k * 2,
+                    threshold=req.threshold,
+                    text=text,
+                    owners=owners,
+                    view_of=of,
+                    view_spans=spans,
+                    reference_date=req.reference_date,
                 )
-            )  # fmt: skip
+            )
             if req.session_id:
                 searches.append(
                     SearchQuery(
-                        tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k,
-                        threshold=req.threshold, session_id=req.session_id, text=text,
-                        view_of=of, view_spans=spans, reference_date=req.reference_date,
+                        tenant_id=req.tenant_id,
+                        user_id=req.user_id,
+                        top_k=req.top_k,
+                        threshold=req.threshold,
+                        session_id=req.session_id,
+                        text=text,
+                        view_of=of,
+                        view_spans=spans,
+                        reference_date=req.reference_date,
                     )
-                )  # fmt: skip
+                )
                 time_free.append(plain)
         for probe, view in bare.items():
             of, spans = view if view is not None else (None, ())
             searches.append(
                 SearchQuery(
-                    tenant_id=req.tenant_id, user_id=req.user_id, top_k=req.top_k * 2,
-                    threshold=req.threshold, text=probe, owners=owners, mode="dense",
-                    view_of=of, view_spans=spans, reference_date=req.reference_date,
+                    tenant_id=req.tenant_id,
+                    user_id=req.user_id,
+                    top_k=req.top_k * 2,
+                    threshold=req.threshold,
+                    text=probe,
+                    owners=owners,
+                    mode="dense",
+                    view_of=of,
+                    view_spans=spans,
+                    reference_date=req.reference_date,
                 )
-            )  # fmt: skip
+            )
             time_free.append(True)
         batches = await self.search(searches)
         topic = topic_cosines(batches, time_free) if probes else None

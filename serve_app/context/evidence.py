@@ -52,9 +52,25 @@ TIME_STEMS = frozenset(w[:STEM] for w in TIME_WORDS)
 
 # Words that only lead into a time phrase ("on Saturday", "this weekend", "in January").
 _LEADS = frozenset(
-    ("this", "next", "last", "on", "in", "at", "every", "each", "by", "until", "since",
-     "during", "for", "the", "a", "of")
-)  # fmt: skip
+    (
+        "this",
+        "next",
+        "last",
+        "on",
+        "in",
+        "at",
+        "every",
+        "each",
+        "by",
+        "until",
+        "since",
+        "during",
+        "for",
+        "the",
+        "a",
+        "of",
+    )
+)
 _PUNCT = "?.!,;:'\"()"
 
 

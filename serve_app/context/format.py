@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import wrap_context
+from serve_app.text import count_tokens, wrap_context
 
 FACTS_HEADER = "Known facts about the user:"
 MEMORIES_HEADER = "Relevant memories:"

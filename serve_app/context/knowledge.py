@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serve_app.context.format import FOOTER, Block, _fit
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import wrap_context
 from serve_app.store.citations import CHUNK_TYPE
+from serve_app.text import count_tokens, wrap_context
 
 KNOWLEDGE_HEADER = "From the knowledge base:"
 CITATION_FIELDS = ("document_id", "title", "chunk_index", "heading_path", "source_url", "version")
@@ -69,8 +68,9 @@ def _clip(text: str, limit: int) -> str:
 
 def label(c: dict[str, Any]) -> str:
     """``[Title › Section]``: the title (or document id) and the nearest heading."""
-    name = _clip(" ".join(str(c.get("title") or c.get("document_id") or "document").split()),
-                 _LABEL_CHARS)  # fmt: skip
+    name = _clip(
+        " ".join(str(c.get("title") or c.get("document_id") or "document").split()), _LABEL_CHARS
+    )
     path = c.get("heading_path") or []
     if path:
         head = _clip(" ".join(str(path[-1]).split()), _LABEL_CHARS)
@@ -115,8 +115,9 @@ def reserve(
     """Tokens the admitted chunks need, at most ``share`` of the budget (0: none)."""
     if not chunks:
         return 0
-    _, _, used = _fit(chunks, lambda c: chunk_line(c, chunk_tokens), KNOWLEDGE_HEADER,
-                      int(token_budget * share))  # fmt: skip
+    _, _, used = _fit(
+        chunks, lambda c: chunk_line(c, chunk_tokens), KNOWLEDGE_HEADER, int(token_budget * share)
+    )
     return used
 
 

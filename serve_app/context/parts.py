@@ -19,9 +19,25 @@ _ENDS = ".?!;\n"
 # Abbreviations a dot never ends a sentence after: titles before a name ("Dr. Smith"),
 # "e.g." and "i.e." before what they introduce, "St. Louis".
 NEVER_END = frozenset(
-    ("dr", "mr", "mrs", "ms", "prof", "st", "mt", "jr", "sr", "vs", "e.g", "i.e", "cf",
-     "approx", "dept", "fig")
-)  # fmt: skip
+    (
+        "dr",
+        "mr",
+        "mrs",
+        "ms",
+        "prof",
+        "st",
+        "mt",
+        "jr",
+        "sr",
+        "vs",
+        "e.g",
+        "i.e",
+        "cf",
+        "approx",
+        "dept",
+        "fig",
+    )
+)
 # Abbreviations that end a sentence only before a capital ("... pears, etc. Then I"),
 # not inside one ("at 9 a.m. tomorrow").
 MAYBE_END = frozenset(("etc", "a.m", "p.m", "inc", "ltd", "co", "al"))

@@ -28,9 +28,8 @@ from serve_app.context.format import (
     fact_line,
     memory_line,
 )
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import wrap_context
 from serve_app.profile.classify import PRIORITY
+from serve_app.text import count_tokens, wrap_context
 
 PROFILE_HEADER = "About the user (always apply):"
 

@@ -69,8 +69,9 @@ class NotifyListener:
             self._task.cancel()
             done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
             if not done:
-                log.warning("listener on %s did not stop in %.0f s; abandoned", self.channel,
-                            timeout_s)  # fmt: skip
+                log.warning(
+                    "listener on %s did not stop in %.0f s; abandoned", self.channel, timeout_s
+                )
             self._task = None
         self.connected.clear()
 

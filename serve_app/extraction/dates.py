@@ -29,14 +29,24 @@ MAX_CHARS = 64  # longer is not a date a model meant
 MONTHS = {
     name: n
     for n, names in enumerate(
-        [("jan", "january"), ("feb", "february"), ("mar", "march"), ("apr", "april"),
-         ("may",), ("jun", "june"), ("jul", "july"), ("aug", "august"),
-         ("sep", "sept", "september"), ("oct", "october"), ("nov", "november"),
-         ("dec", "december")],
+        [
+            ("jan", "january"),
+            ("feb", "february"),
+            ("mar", "march"),
+            ("apr", "april"),
+            ("may",),
+            ("jun", "june"),
+            ("jul", "july"),
+            ("aug", "august"),
+            ("sep", "sept", "september"),
+            ("oct", "october"),
+            ("nov", "november"),
+            ("dec", "december"),
+        ],
         1,
     )
     for name in names
-}  # fmt: skip
+}
 _WEEKDAYS_TEXT = """mon monday tue tues tuesday wed weds wednesday thu thur thurs thursday
     fri friday sat saturday sun sunday"""
 WEEKDAYS = frozenset(_WEEKDAYS_TEXT.split())

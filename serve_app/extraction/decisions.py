@@ -108,9 +108,15 @@ async def invalidate(
     """INVALIDATE: retire ``target`` at the source turns' time; the outcome."""
     try:
         row = await writes.update(
-            owner, target.id, {"valid_until": prov.at or datetime.now(UTC)}, None, actor=ACTOR,
-            event="INVALIDATE", expected_version=target.version, conn=conn,
-        )  # fmt: skip
+            owner,
+            target.id,
+            {"valid_until": prov.at or datetime.now(UTC)},
+            None,
+            actor=ACTOR,
+            event="INVALIDATE",
+            expected_version=target.version,
+            conn=conn,
+        )
     except VersionConflict:
         return "conflict"
     if row is None:
@@ -165,5 +171,10 @@ async def apply(
         metrics.decision("erased")
         return {}
     metrics.decision("updated")
-    return event("UPDATE", new["id"], new["content"], previous_memory=target.content,
-                 previous_id=str(target.id))  # fmt: skip
+    return event(
+        "UPDATE",
+        new["id"],
+        new["content"],
+        previous_memory=target.content,
+        previous_id=str(target.id),
+    )

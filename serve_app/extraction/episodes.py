@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from serve_app.extraction.junk import clean_turns, turn_of
-from serve_app.extraction.llm import LLMClient, LLMUnavailable
+from serve_app.extraction.junk import clean_turns
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import SUMMARY_SCHEMA, BadOutput, parse_summary
 from serve_app.extraction.prompts import SUMMARY_SYSTEM, summary_user_prompt
 from serve_app.extraction.speakers import Speakers
+from serve_app.extraction.turn import turn_of
 from serve_app.extraction.writer import MemoryWriter
+from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store import NewMemory

@@ -48,10 +48,11 @@ import numpy as np
 import snowballstemmer
 
 from serve_app.extraction.dates import MONTHS, WEEKDAYS, parse_when
-from serve_app.extraction.junk import Turn, sentences
 from serve_app.extraction.parser import ExtractedFact, ExtractedMemory
 from serve_app.extraction.reconcile import Known, Shown
+from serve_app.extraction.turn import Turn
 from serve_app.settings.jobs import ExtractSettings
+from serve_app.text import sentences
 
 _STOPWORDS_TEXT = """
     a about above after again against all am an and any are as at be because been before being
@@ -65,10 +66,35 @@ _STOPWORDS_TEXT = """
     user users now currently still true false none unknown n/a"""
 STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 TIME_CUES = frozenset(
-    {*WEEKDAYS, *MONTHS, "yesterday", "today", "tomorrow", "tonight", "last", "next", "ago",
-     "week", "weeks", "weekend", "month", "months", "year", "years", "day", "days", "morning",
-     "evening", "afternoon", "since", "until", "later", "earlier", "soon"}
-)  # fmt: skip
+    {
+        *WEEKDAYS,
+        *MONTHS,
+        "yesterday",
+        "today",
+        "tomorrow",
+        "tonight",
+        "last",
+        "next",
+        "ago",
+        "week",
+        "weeks",
+        "weekend",
+        "month",
+        "months",
+        "year",
+        "years",
+        "day",
+        "days",
+        "morning",
+        "evening",
+        "afternoon",
+        "since",
+        "until",
+        "later",
+        "earlier",
+        "soon",
+    }
+)
 MAX_WORD_CHARS = 40  # a longer "word" is not one; it is cut (linear either way)
 _JOINERS = "-'’"
 _LOCAL = threading.local()  # a Snowball stemmer keeps state per call: one per thread
@@ -172,8 +198,9 @@ class Limits:
 
     @classmethod
     def from_settings(cls, s: ExtractSettings) -> Limits:
-        return cls(s.ground_copied_share, s.ground_margin, s.max_turn_tokens * 8,
-                   s.ground_max_sentences)  # fmt: skip
+        return cls(
+            s.ground_copied_share, s.ground_margin, s.max_turn_tokens * 8, s.ground_max_sentences
+        )
 
 
 @dataclass(frozen=True)

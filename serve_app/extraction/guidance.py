@@ -40,9 +40,12 @@ def for_request(guidance: ExtractionGuidance, meta: Mapping[str, Any]) -> Extrac
     if not isinstance(own, list):
         return guidance
     entries: Sequence[Mapping[str, str]] = [
-        {k: v} for e in own if isinstance(e, dict) for k, v in e.items()
+        {k: v}
+        for e in own
+        if isinstance(e, dict)
+        for k, v in e.items()
         if isinstance(k, str) and k.strip() and isinstance(v, str)
-    ]  # fmt: skip
+    ]
     if not entries:
         return guidance
     return replace(guidance, categories=ExtractionGuidance.categories_of(entries))
@@ -58,8 +61,9 @@ def guidance_prompt(g: ExtractionGuidance) -> str:
     if g.excludes.strip():
         parts.append("Never store (skip these even if they seem useful):\n" + g.excludes.strip())
     if g.categories:
-        listed = "\n".join(f"- {name}: {what}" if what else f"- {name}" for name, what in
-                           g.categories)  # fmt: skip
+        listed = "\n".join(
+            f"- {name}: {what}" if what else f"- {name}" for name, what in g.categories
+        )
         parts.append(
             'Categories: give each memory the names of the categories it belongs to in its "tags"'
             " (only these names, exactly as written; none if none fits):\n" + listed

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from serve_app.extraction.grounding import STOPWORDS, Candidate, Limits, unit, words
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.parser import ExtractedMemory
+from serve_app.extraction.turn import Turn
 
 _NEGATING_TEXT = """
     not no never nor neither none nothing nobody nowhere without cannot

@@ -17,8 +17,8 @@ from typing import Any, Literal
 import re2
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from serve_app.extraction.answer_schema import ResponseSchema, strict_schema
 from serve_app.extraction.dates import parse_when
+from serve_app.llm.answer_schema import ResponseSchema, strict_schema
 
 MEMORY_TYPES = ("fact", "semantic", "preference", "procedural", "episodic", "insight")
 FACT_CATEGORIES = ("identity", "preference", "constraint", "instruction")

@@ -28,21 +28,12 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.context.tokens import count_tokens
 from serve_app.extraction.decisions import Provenance
 from serve_app.extraction.episodes import Compressor
 from serve_app.extraction.grounding import Limits as GroundLimits
 from serve_app.extraction.grounding import grounded
 from serve_app.extraction.guidance import GuidanceFor, for_request, from_env, guidance_prompt
-from serve_app.extraction.junk import (
-    CONTEXT_OPEN,
-    Turn,
-    clean_turns,
-    said_at,
-    substantive,
-    turn_of,
-)
-from serve_app.extraction.llm import LLMClient, LLMUnavailable
+from serve_app.extraction.junk import clean_turns, substantive
 from serve_app.extraction.negation import without_negated
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import (
@@ -62,7 +53,9 @@ from serve_app.extraction.raw_turns import raw_turn_memories
 from serve_app.extraction.reconcile import Known, Reconciler, prompt_parts
 from serve_app.extraction.restatements import Embed, drop_restatements
 from serve_app.extraction.speakers import SPEAKER_RULES, Speakers
+from serve_app.extraction.turn import Turn, said_at, turn_of
 from serve_app.extraction.writer import ACTOR, MemoryWriter
+from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import ExtractionMetrics
 from serve_app.settings import Settings
 from serve_app.store import NewMemory, Owner
@@ -72,7 +65,7 @@ from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.quota import QuotaExceeded
 from serve_app.store.turns import INFER_PREFIX, SessionKey, TurnStore
 from serve_app.tenancy import ExtractionGuidance
-from serve_app.text import dedupe_hash
+from serve_app.text import CONTEXT_OPEN, count_tokens, dedupe_hash
 
 log = logging.getLogger(__name__)
 __all__ = ["ACTOR", "INFER_PREFIX", "ExtractionPipeline", "Outcome"]
@@ -208,8 +201,9 @@ class ExtractionPipeline:
             return await self._failed(key, rows, claim, "internal", type(exc).__name__)
         done = await self.turns.mark_extracted(ids, claim=claim)
         if done < len(ids):  # our claim ran out and another run took over: its turns
-            log.warning("claim on %s expired mid-run; %d turns left to its new holder", key,
-                        len(ids) - done)  # fmt: skip
+            log.warning(
+                "claim on %s expired mid-run; %d turns left to its new holder", key, len(ids) - done
+            )
         out.turns_extracted += done
         self.metrics.success((time.perf_counter() - started) * 1000)
         return True
@@ -362,10 +356,15 @@ class ExtractionPipeline:
             else:
                 try:
                     outcome = await self.guarded.upsert_fact(
-                        owner, fact.category, fact.key, fact.value, fact.confidence,
-                        session_id=session_id, importance=fact.importance,
+                        owner,
+                        fact.category,
+                        fact.key,
+                        fact.value,
+                        fact.confidence,
+                        session_id=session_id,
+                        importance=fact.importance,
                         valid_from=fact.valid_from or said,
-                    )  # fmt: skip
+                    )
                 except QuotaExceeded:
                     outcome = "over_quota"
                 except ValidationError:

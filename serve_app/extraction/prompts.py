@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.speakers import Speakers
+from serve_app.extraction.turn import Turn
 from serve_app.settings import Settings
+from serve_app.text import count_tokens
 
 EXTRACT_MARKER = "[memserve:extract:v1]"
 SUMMARY_MARKER = "[memserve:summarize:v1]"

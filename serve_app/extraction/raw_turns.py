@@ -4,7 +4,8 @@ of extracting."""
 
 from __future__ import annotations
 
-from serve_app.extraction.junk import Turn, clean_turns, turn_of
+from serve_app.extraction.junk import clean_turns
+from serve_app.extraction.turn import Turn, turn_of
 from serve_app.store import NewMemory
 from serve_app.store.turns import SessionKey
 from serve_app.text import dedupe_hash

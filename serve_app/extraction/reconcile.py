@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import Turn
+from serve_app.extraction.turn import Turn
 from serve_app.retrieval.pgvector_search import PgVectorSearch
 from serve_app.retrieval.query import SearchQuery
 from serve_app.settings import Settings
@@ -32,6 +31,7 @@ from serve_app.store.facts import FactStore
 from serve_app.store.memory_index import MemoryIndex
 from serve_app.store.records import Owner
 from serve_app.store.validation import MEMORY_TYPES
+from serve_app.text import count_tokens
 
 # What reconcile may show the LLM as known memories: every type but a document's chunk.
 _MEMORY_TYPES = tuple(sorted(MEMORY_TYPES - {CHUNK_TYPE}))
@@ -137,8 +137,9 @@ class Gatherer:
             known.items[shown.alias] = shown
         facts = await self.facts.active(owner.tenant_id, owner.user_id, limits.max_facts)
         for n, f in enumerate(facts, 1):
-            shown = Shown(f"f{n}", "fact", f["id"], f["value"], 0, owner.user_id,
-                          f["category"], f["key"])  # fmt: skip
+            shown = Shown(
+                f"f{n}", "fact", f["id"], f["value"], 0, owner.user_id, f["category"], f["key"]
+            )
             used += count_tokens(_line(shown)) + 1
             if used > limits.max_tokens:
                 break
@@ -152,9 +153,12 @@ class Gatherer:
         the LLM may update or delete (the dense side, ``MemoryIndex``, skips them too)."""
         assert owner.user_id is not None
         q = SearchQuery(
-            tenant_id=owner.tenant_id, user_id=owner.user_id, top_k=k, text=text,
+            tenant_id=owner.tenant_id,
+            user_id=owner.user_id,
+            top_k=k,
+            text=text,
             types=_MEMORY_TYPES,
-        )  # fmt: skip
+        )
         probe = await self.search.probe(q, count_cap=0, want_terms=True, allowed_cap=0)
         if not probe.terms:
             return []
@@ -186,9 +190,13 @@ class Reconciler:
         s = settings.extract
         self.enabled = s.reconcile
         self.embed = embed
-        self.limits = Limits(s.reconcile_per_turn, s.reconcile_max_memories,
-                             s.reconcile_max_facts, s.reconcile_max_tokens,
-                             s.reconcile_min_similarity)  # fmt: skip
+        self.limits = Limits(
+            s.reconcile_per_turn,
+            s.reconcile_max_memories,
+            s.reconcile_max_facts,
+            s.reconcile_max_tokens,
+            s.reconcile_min_similarity,
+        )
         search = PgVectorSearch(pool, model_slug, settings.retrieval.hnsw_ef_search)
         self.gatherer = Gatherer(index, search, FactStore(pool))
 

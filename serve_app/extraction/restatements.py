@@ -13,9 +13,11 @@ from typing import Protocol
 
 import numpy as np
 
-from serve_app.extraction.junk import Turn, normal_forms, restates, sentences
+from serve_app.extraction.junk import normal_forms, restates
+from serve_app.extraction.turn import Turn
 from serve_app.store import Owner
 from serve_app.store.memory_index import MemoryIndex
+from serve_app.text import sentences
 
 __all__ = ["Embed", "drop_restatements"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from serve_app.extraction.junk import Turn
+from serve_app.extraction.turn import Turn
 from serve_app.store import Owner
 
 OWNER_ALIAS = "me"

@@ -138,8 +138,9 @@ class MemoryWriter:
         merged = await self._merge(conn, owner, m, vector)
         if merged is not None:
             self._count(out, "merged")
-            out.events.append(decisions.event("UPDATE", merged.id, m.content,
-                                              previous_memory=merged.content))  # fmt: skip
+            out.events.append(
+                decisions.event("UPDATE", merged.id, m.content, previous_memory=merged.content)
+            )
             if prov.turns:
                 await history.annotate(conn, owner.tenant_id, merged.id, prov.note(m))
             return
@@ -199,9 +200,15 @@ class MemoryWriter:
             }
             try:
                 await self.store.update(
-                    owner, best.id, changes, vector, actor=ACTOR, event="MERGE",
-                    expected_version=best.version, conn=conn,
-                )  # fmt: skip
+                    owner,
+                    best.id,
+                    changes,
+                    vector,
+                    actor=ACTOR,
+                    event="MERGE",
+                    expected_version=best.version,
+                    conn=conn,
+                )
                 return best
             except VersionConflict:
                 self.metrics.memory("merge_conflict")

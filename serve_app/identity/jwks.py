@@ -38,9 +38,16 @@ log = logging.getLogger(__name__)
 MAX_KEYS = 100  # keys taken from one JWKS
 # Which key types sign which algorithms (a key of another type is never tried).
 KEY_TYPES = {
-    "RS256": "RSA", "RS384": "RSA", "RS512": "RSA", "PS256": "RSA", "PS384": "RSA",
-    "PS512": "RSA", "ES256": "EC", "ES384": "EC", "EdDSA": "OKP",
-}  # fmt: skip
+    "RS256": "RSA",
+    "RS384": "RSA",
+    "RS512": "RSA",
+    "PS256": "RSA",
+    "PS384": "RSA",
+    "PS512": "RSA",
+    "ES256": "EC",
+    "ES384": "EC",
+    "EdDSA": "OKP",
+}
 _CURVES = {"ES256": {"P-256"}, "ES384": {"P-384"}, "EdDSA": {"Ed25519", "Ed448"}}
 
 
@@ -139,9 +146,11 @@ class JwksFetcher:
         pinned = url.copy_with(host=addresses[0])  # the address checked, not a new lookup
         extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
         request = self.client.build_request(
-            "GET", pinned, headers={"Host": host_header, "Accept": "application/json"},
+            "GET",
+            pinned,
+            headers={"Host": host_header, "Accept": "application/json"},
             extensions=extensions,
-        )  # fmt: skip
+        )
         response = await self.client.send(request, stream=True)
         try:
             if response.status_code != 200:

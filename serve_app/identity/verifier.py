@@ -23,7 +23,7 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,6 @@ from serve_app.identity.issuers import ASYMMETRIC, Issuer
 from serve_app.identity.jwks import JwksCache
 from serve_app.settings import IdentitySettings
 from serve_app.store.issuers import IssuerIndex
-from serve_app.tenancy import Effective
 
 _USER = re2.compile(r"^[A-Za-z0-9_.:\-][A-Za-z0-9_.:@\-]{0,127}$")  # schemas.Identifier, no '@'
 _KID = re2.compile(r"^[A-Za-z0-9_.:=+/\-]{1,256}$")
@@ -72,7 +71,7 @@ class TokenVerifier:
     def __init__(
         self,
         index: IssuerIndex,
-        effective: Callable[[str], Awaitable[Effective]],
+        issuers: Callable[[str], Awaitable[Sequence[Issuer]]],
         jwks: JwksCache,
         s: IdentitySettings,
         *,
@@ -80,7 +79,7 @@ class TokenVerifier:
         trusted: Callable[[], bool] = lambda: True,
     ) -> None:
         self.index = index
-        self.effective = effective  # a tenant's settings (TenantService.effective)
+        self.issuers = issuers  # a tenant's trusted issuers, in its settings' order
         self.jwks = jwks
         self.s = s
         self.clock = clock  # wall time: exp, nbf and iat are wall times
@@ -141,10 +140,10 @@ class TokenVerifier:
         if len(tenants) != 1:  # unknown, or audiences of two tenants: refuse both
             raise Refused("issuer" if not tenants else "ambiguous_tenant")
         tenant_id = tenants[0]
-        eff = await self.effective(tenant_id)
-        for issuer in eff.issuers:
+        trusted = await self.issuers(tenant_id)
+        for issuer in trusted:
             if issuer.issuer == iss and set(issuer.audiences) & set(auds):
-                return issuer.with_primary(iss == eff.issuers[0].issuer), tenant_id
+                return issuer.with_primary(iss == trusted[0].issuer), tenant_id
         raise Refused("issuer")  # the index moved on meanwhile: fail closed
 
     async def _tenants_of(self, iss: str, auds: tuple[str, ...]) -> list[str]:

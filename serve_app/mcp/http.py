@@ -20,7 +20,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from serve_app.auth import Principal, bearer_token
+from serve_app.auth import Principal, authenticated, bearer_token
 from serve_app.client import AsyncMemserveClient
 from serve_app.errors import error_response
 from serve_app.mcp.tools import build_server
@@ -56,17 +56,11 @@ class _Gate:
     """Hands the authenticated request, with its caller and key, to the MCP session manager."""
 
     def __init__(self, handle: Any) -> None:
-        # Imported here, when the app mounts /mcp: at module level it closed an import
-        # cycle (serve_app.mcp -> api.gate -> serve_app.api -> app -> serve_app.mcp) that
-        # broke `python -m serve_app`, which imports serve_app.mcp first.
-        from serve_app.api.gate import authenticated
-
         self.handle = handle
-        self.authenticated = authenticated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The stranger gate in front of the app authenticated the key (401/429 there).
-        principal = self.authenticated(scope)
+        principal = authenticated(scope)
         tenant = (scope.get("path_params") or {}).get("tenant")
         if tenant is not None and tenant != principal.tenant_id:
             # A tenant's endpoint serves that tenant's callers (its sign-in page is its

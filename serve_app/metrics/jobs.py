@@ -165,8 +165,10 @@ class WebhookMetrics(MetricSet):
         self.sent.inc((outcome,))
 
     def gauges(self) -> Iterable[tuple[MetricSpec, Tags, float]]:
-        return [(WEBHOOK_PENDING, (), self.state["pending"]),
-                (WEBHOOK_LAG_S, (), self.state["lag_s"])]  # fmt: skip
+        return [
+            (WEBHOOK_PENDING, (), self.state["pending"]),
+            (WEBHOOK_LAG_S, (), self.state["lag_s"]),
+        ]
 
 
 class DocumentJobMetrics(MetricSet):

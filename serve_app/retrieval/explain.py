@@ -49,9 +49,12 @@ def zscore_parts(ids: Sequence[Hashable], top: np.ndarray, **arrays: np.ndarray)
 
 
 def rrf_parts(
-    dense_ids: Sequence[Hashable], lex_ids: Sequence[Hashable], w_lexical: float,
-    w_dense: float, k: int,
-) -> Parts:  # fmt: skip
+    dense_ids: Sequence[Hashable],
+    lex_ids: Sequence[Hashable],
+    w_lexical: float,
+    w_dense: float,
+    k: int,
+) -> Parts:
     """id -> the lexical list's share of its RRF score (same scale as ``fusion.rrf``)."""
     total = sum(w / (k + 1) for ids, w in ((dense_ids, w_dense), (lex_ids, w_lexical)) if ids)
     if not total or w_lexical <= 0:

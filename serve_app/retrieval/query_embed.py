@@ -182,10 +182,12 @@ class QueryEmbedder:
                     rows = [result[row[t]][0] for t in ask.texts]
                     ask.done.set_result(np.stack(rows) if rows else np.zeros((0, encoder.dim)))
                 else:
-                    ask.done.set_result([
-                        result[row[t]][[0, *(views[t][sp] for sp in ask.views[i])]]
-                        for i, t in enumerate(ask.texts)
-                    ])  # fmt: skip
+                    ask.done.set_result(
+                        [
+                            result[row[t]][[0, *(views[t][sp] for sp in ask.views[i])]]
+                            for i, t in enumerate(ask.texts)
+                        ]
+                    )
 
     def close(self) -> None:
         if self._worker is not None:

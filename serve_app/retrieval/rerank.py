@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from serve_app.extraction.llm import LLMClient, LLMUnavailable
+from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import Flusher, RerankMetrics
 from serve_app.settings import RerankSettings
 from serve_app.store.llm_spend import CallTag, OverBudget

@@ -252,10 +252,17 @@ class Retriever:
         if parts is not None:
             t = why.time_part(segments, intent, rs.time_weight, rs.period_weight)
             lexical, direct_all = (1 - a) * z(lx), np.concatenate(direct)
-            parts.update(why.zscore_parts(
-                ids, top, lexical=lexical, time=t, entity=direct_all - t, neighbour=s1 - s0,
-                expansion=s - s1,
-            ))  # fmt: skip
+            parts.update(
+                why.zscore_parts(
+                    ids,
+                    top,
+                    lexical=lexical,
+                    time=t,
+                    entity=direct_all - t,
+                    neighbour=s1 - s0,
+                    expansion=s - s1,
+                )
+            )
         lo, hi = float(s[top[-1]]), float(s[top[0]])
         span = hi - lo if hi > lo else 1.0
         if rs.mmr_penalty > 0:

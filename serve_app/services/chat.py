@@ -22,9 +22,8 @@ from typing import Any
 
 import httpx
 import psycopg
-from fastapi.responses import JSONResponse, StreamingResponse
 
-from serve_app.errors import ApiError, error_response
+from serve_app.errors import ApiError
 from serve_app.services.chat_caps import TOKEN_FIELDS, allowed_models, check_caps
 from serve_app.services.chat_usage import ChatUsageMeter
 from serve_app.services.context import ContextService
@@ -81,14 +80,28 @@ def _redacted(status: int, request_id: str) -> tuple[int, str, str]:
     return 502, "upstream_error", f"the upstream LLM failed ({what})"
 
 
-def upstream_error(status: int, body: bytes) -> JSONResponse:
+@dataclass(frozen=True)
+class ChatAnswer:
+    """What the proxy answers, for the route to send: the upstream's JSON answer
+    (``body``) or its event stream relayed (``stream``: SSE bytes), with ``headers``."""
+
+    headers: dict[str, str]
+    body: dict[str, Any] | None = None
+    stream: AsyncIterator[bytes] | None = None
+
+
+def upstream_error(status: int, body: bytes) -> ApiError:
+    """The client's error for an upstream's HTTP ``status``: logged with an id, its text
+    never carried (it may quote the prompt or a key)."""
     request_id = _request_id()
     log.warning(
         "upstream LLM answered HTTP %d (request %s): %s",
-        status, request_id, body[:500].decode(errors="replace"),
-    )  # fmt: skip
+        status,
+        request_id,
+        body[:500].decode(errors="replace"),
+    )
     code_status, code, message = _redacted(status, request_id)
-    return error_response(code_status, code, message, {"X-Request-Id": request_id})
+    return ApiError(code_status, code, message, {"X-Request-Id": request_id})
 
 
 def _unreachable(exc: Exception) -> ApiError:
@@ -188,7 +201,7 @@ class ChatService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def complete(self, call: ChatCall) -> JSONResponse | StreamingResponse:
+    async def complete(self, call: ChatCall) -> ChatAnswer:
         u = self.llm
         if not u.base_url:
             raise ApiError(
@@ -234,7 +247,7 @@ class ChatService:
                 r = await self.http.post(url, json=payload, headers=headers)
                 if r.status_code != 200:
                     self._spent(ticket, f"http_{r.status_code}")
-                    return upstream_error(r.status_code, r.content)
+                    raise upstream_error(r.status_code, r.content)
                 answer = r.json()
                 try:
                     content = answer["choices"][0]["message"].get("content") or ""
@@ -242,7 +255,7 @@ class ChatService:
                     log.warning("upstream answer without choices[0].message")
                     content = ""
                 record(content, usage_of(answer))
-                return JSONResponse(answer, headers=extra)
+                return ChatAnswer(extra, body=answer)
             # Usage on every stream, so what the upstream bills is what is metered; the
             # client sees the usage chunk only if it asked for it.
             asked = (payload.get("stream_options") or {}).get("include_usage") is True
@@ -259,7 +272,7 @@ class ChatService:
             self._spent(ticket, f"http_{upstream.status_code}")
             content = await upstream.aread()
             await upstream.aclose()
-            return upstream_error(upstream.status_code, content)
+            raise upstream_error(upstream.status_code, content)
         if upstream.headers.get("content-type", "").startswith("application/json"):
             # An upstream that ignores `stream`: answer as one SSE chunk so clients still stream.
             try:
@@ -269,14 +282,8 @@ class ChatService:
                 raise _unreachable(exc) from exc
             finally:
                 await upstream.aclose()
-            return StreamingResponse(
-                _as_sse(answer, record), media_type="text/event-stream", headers=extra
-            )
-        return StreamingResponse(
-            _relay(upstream, record, keep_usage=asked),
-            media_type="text/event-stream",
-            headers=extra,
-        )
+            return ChatAnswer(extra, stream=_as_sse(answer, record))
+        return ChatAnswer(extra, stream=_relay(upstream, record, keep_usage=asked))
 
     async def _admit(self, call: ChatCall, payload: dict[str, Any]) -> Ticket | None:
         """The call's metering ticket, or 429 when the tenant's or end user's chat token
@@ -290,8 +297,10 @@ class ChatService:
         except OverBudget as exc:
             self.usage.count(call.key_id, call.owner.tenant_id, Usage(refused=1))
             wait = (exc.resumes_at - self.spend.clock()).total_seconds()
-            message = (f"the chat token budget ({', '.join(exc.scopes)}) is spent until "
-                       f"{exc.resumes_at.isoformat()}")  # fmt: skip
+            message = (
+                f"the chat token budget ({', '.join(exc.scopes)}) is spent until "
+                f"{exc.resumes_at.isoformat()}"
+            )
             headers = {"Retry-After": str(max(1, math.ceil(wait)))}
             raise ApiError(429, "budget_exceeded", message, headers) from None
         except (psycopg.Error, OSError):

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from serve_app.auth import Principal, check_user_id, resolve_owner
+from serve_app.documents.jobs import job_view
 from serve_app.errors import ApiError
 from serve_app.schemas.documents import DocumentInput
-from serve_app.services.document_jobs import job_view
 from serve_app.services.memories import SHARED_WRITERS
 from serve_app.settings import DocumentSettings
 from serve_app.store.document_jobs import DocumentJobStore

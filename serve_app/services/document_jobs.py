@@ -1,4 +1,4 @@
-"""Big documents as durable jobs (issue 33): accepted in the request, written by a worker.
+"""Big documents as durable jobs: accepted in the request, written by a worker.
 
 A synchronous post embeds every chunk inside the request; a 300-page PDF would hold it
 for a minute. So a post of more than ``MEMSERVE_DOC_SYNC_CHUNKS`` chunks (or one that
@@ -26,60 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from serve_app.auth import Principal
-from serve_app.documents.chunking import Chunk
+from serve_app.documents.jobs import JobLost, job_chunks
 from serve_app.errors import ApiError
 from serve_app.metrics import DocumentJobMetrics
 from serve_app.periodic import Periodic
+from serve_app.services.documents import DocumentService
 from serve_app.settings import DocumentSettings
 from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.guarded import ForgetInProgress, ValidationError
 from serve_app.store.quota import QuotaExceeded
 from serve_app.store.records import Owner
 
-if TYPE_CHECKING:
-    from serve_app.services.documents import DocumentService
-
-__all__ = ["DocumentJobWorker", "JobLost", "job_chunks", "stored_chunks"]
-
 log = logging.getLogger(__name__)
 PRUNE_EVERY_S = 60.0  # how often a worker deletes finished jobs past their retention
 RELEASE_S = 5.0  # a stopping worker's try to hand its job back (else its lease runs out)
-
-
-class JobLost(Exception):
-    """The job is no longer this worker's: its lease ran out and another worker took it,
-    or a forget or a delete of the document dropped it. Nothing is written."""
-
-
-def stored_chunks(chunks: list[Chunk]) -> str:
-    """Chunks as a job stores them: a JSON array of compact arrays (CPU work in
-    proportion to the document: callers run it in a worker thread)."""
-    rows = [[c.index, c.text, c.char_start, c.char_end, list(c.heading_path)] for c in chunks]
-    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-
-
-def job_chunks(text: str) -> list[Chunk]:
-    """The chunks of a claimed job's ``chunks_json`` (run in a worker thread)."""
-    return [
-        Chunk(int(i), str(t), int(s), int(e), tuple(h), 0) for i, t, s, e, h in json.loads(text)
-    ]
-
-
-def job_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A job as the API shows it (its owner decides who may see it; not shown)."""
-    out = {k: v for k, v in row.items() if k != "owner"}
-    out["job_id"] = str(row["job_id"])
-    return out
 
 
 class DocumentJobWorker:
@@ -100,8 +69,9 @@ class DocumentJobWorker:
         self.metrics = metrics or DocumentJobMetrics()
         self._lanes: set[asyncio.Task[None]] = set()
         self._pruned = float("-inf")
-        self._periodic = Periodic(self.run_once, s.job_poll_s, log=log,
-                                  failed="a document job round failed")  # fmt: skip
+        self._periodic = Periodic(
+            self.run_once, s.job_poll_s, log=log, failed="a document job round failed"
+        )
 
     def start(self) -> DocumentJobWorker:
         self._periodic.start()
@@ -163,12 +133,17 @@ class DocumentJobWorker:
         """Embed and write one claimed job; its outcome: done | failed | retry | lost."""
         job_id, token = job["id"], job["claim_token"]
         if job["attempts"] > self.s.job_max_attempts:
-            await self.store.fail(job_id, token, f"gave up after {self.s.job_max_attempts} "
-                                  "attempts (the worker failed or stopped each time)")  # fmt: skip
+            await self.store.fail(
+                job_id,
+                token,
+                f"gave up after {self.s.job_max_attempts} "
+                "attempts (the worker failed or stopped each time)",
+            )
             return self._count("failed")
         head, chunks = job["head"], await asyncio.to_thread(job_chunks, job["chunks_json"])
-        caller = Principal(job["key_id"], job["tenant_id"], job["role"],
-                           user_id=job["caller_user_id"])  # fmt: skip
+        caller = Principal(
+            job["key_id"], job["tenant_id"], job["role"], user_id=job["caller_user_id"]
+        )
         owner = Owner(job["tenant_id"], head["user_id"] if head["scope"] == "user" else None)
         try:
             vectors = await self._embed(job_id, token, [c.text for c in chunks])

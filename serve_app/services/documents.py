@@ -32,14 +32,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.auth import Principal
 from serve_app.documents.chunking import Chunk, ChunkSizes, chunk, load_tokenizer, sizes_for
+from serve_app.documents.jobs import JobLost, job_view, stored_chunks
 from serve_app.documents.parse import DocumentRefused, Limits
 from serve_app.documents.sandbox import Box, Refused, parse_bounded, units
 from serve_app.errors import ApiError
 from serve_app.model_facts import ModelFacts
 from serve_app.schemas.documents import DocumentInput, DocumentOut, ExportedDocument
+from serve_app.services.backends import Embed
 from serve_app.services.document_access import DocumentAccess
-from serve_app.services.document_jobs import JobLost, job_view, stored_chunks
-from serve_app.services.memories import Embed
 from serve_app.services.write_errors import write_errors
 from serve_app.settings import DocumentSettings, Settings
 from serve_app.store import events
@@ -197,16 +197,23 @@ class DocumentService(DocumentAccess):
                 raise refused
         payload = await asyncio.to_thread(stored_chunks, chunks)
         job = await self.jobs.enqueue(
-            caller.tenant_id, head["document_id"], head["owner"],
-            (caller.key_id, caller.role, caller.user_id), head, payload, len(chunks),
+            caller.tenant_id,
+            head["document_id"],
+            head["owner"],
+            (caller.key_id, caller.role, caller.user_id),
+            head,
+            payload,
+            len(chunks),
             cap=self.settings.jobs_per_tenant,
-        )  # fmt: skip
+        )
         if job is None:
             raise ApiError(
-                429, "too_many_jobs",
+                429,
+                "too_many_jobs",
                 f"the tenant has {self.settings.jobs_per_tenant} document jobs open;"
-                " retry when one has finished", headers={"Retry-After": "10"},
-            )  # fmt: skip
+                " retry when one has finished",
+                headers={"Retry-After": "10"},
+            )
         return job_view(job)
 
     def _prepare(self, doc: DocumentInput) -> tuple[str, list[Chunk], str | None, float]:
@@ -246,14 +253,21 @@ class DocumentService(DocumentAccess):
             for c in sorted(doc.chunks, key=lambda c: c.chunk_index)
         ]
         head = {
-            "document_id": doc.document_id, "owner": owner.user_id, "scope": "user",
-            "agent_id": None, "user_id": owner.user_id, "title": doc.title,
-            "source_url": doc.source_url, "content_type": doc.content_type,
-            "metadata": doc.metadata, "tags": doc.tags,
+            "document_id": doc.document_id,
+            "owner": owner.user_id,
+            "scope": "user",
+            "agent_id": None,
+            "user_id": owner.user_id,
+            "title": doc.title,
+            "source_url": doc.source_url,
+            "content_type": doc.content_type,
+            "metadata": doc.metadata,
+            "tags": doc.tags,
             "content_sha256": doc.content_sha256
             or hashlib.sha256("".join(c.text for c in chunks).encode()).hexdigest(),
-            "chars": doc.chars or sum(len(c.text) for c in chunks), "chunk_count": len(chunks),
-        }  # fmt: skip
+            "chars": doc.chars or sum(len(c.text) for c in chunks),
+            "chunk_count": len(chunks),
+        }
         async with self._turns:
             vectors = await self._embed([c.text for c in chunks])
         with write_errors():
@@ -317,11 +331,18 @@ class DocumentService(DocumentAccess):
         saved = await self.store.save_head(conn, tenant, head, actor)
         await conn.execute(events.LOUD)
         await events.emit(
-            conn, tenant, "document.ingested", user_id=owner.user_id,
+            conn,
+            tenant,
+            "document.ingested",
+            user_id=owner.user_id,
             agent_id=head["agent_id"],
-            data={"document_id": document_id, "version": saved["version"],
-                  "chunk_count": len(items), "scope": head["scope"]},
-        )  # fmt: skip
+            data={
+                "document_id": document_id,
+                "version": saved["version"],
+                "chunk_count": len(items),
+                "scope": head["scope"],
+            },
+        )
         return saved
 
     @staticmethod

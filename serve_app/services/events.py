@@ -46,9 +46,14 @@ class EventFeed:
         if principal.role == "user" or user_id is not None:
             user_id = resolve_owner(principal, user_id).user_id  # a user key: itself only
         rows = await self.store.page(
-            principal.tenant_id, cursor, limit=limit, user_id=user_id, types=list(types),
-            include_content=include_content, newest=newest,
-        )  # fmt: skip
+            principal.tenant_id,
+            cursor,
+            limit=limit,
+            user_id=user_id,
+            types=list(types),
+            include_content=include_content,
+            newest=newest,
+        )
         out = []
         for row in rows:
             position = Cursor(row.pop("txid"), row.pop("id"))

@@ -66,9 +66,15 @@ class FactService:
         with write_errors():
             async with self.writer.pool.connection() as conn, conn.transaction():
                 await self.writer.upsert_fact(
-                    owner, category, key, value, 1.0, source=EXPLICIT, valid_from=valid_from,
+                    owner,
+                    category,
+                    key,
+                    value,
+                    1.0,
+                    source=EXPLICIT,
+                    valid_from=valid_from,
                     conn=conn,
-                )  # fmt: skip
+                )
                 row = await self.store.get(owner, category, key, conn=conn)
         if row is None:  # the fact was refused without an error (cannot happen for EXPLICIT)
             raise ApiError(409, "conflict", f"fact {category}/{key} was not written; retry")

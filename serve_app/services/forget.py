@@ -38,8 +38,12 @@ class ForgetService:
         )
         log.info(
             "forgot user %s of tenant %s (agent %s, session %s): %s",
-            owner.user_id, owner.tenant_id, agent_id, session_id, counts,
-        )  # fmt: skip
+            owner.user_id,
+            owner.tenant_id,
+            agent_id,
+            session_id,
+            counts,
+        )
         return counts
 
     async def erase_tenant(self, tenant_id: str) -> dict[str, int]:

@@ -170,24 +170,51 @@ def _memory(record: dict[str, Any], now: datetime) -> ImportedMemory | None:
     if expires_at is not None and expires_at <= now:
         return None  # invisible at the source too
     item = NewMemory(
-        content=f.content, type=f.type.value, scope=scope, agent_id=f.agent_id,
-        session_id=f.session_id, tags=f.tags or [], metadata=f.metadata or {},
-        data=c.data or {}, importance=0.5 if f.importance is None else f.importance,
-        confidence=c.confidence, source="import", expires_at=expires_at,
-    )  # fmt: skip
+        content=f.content,
+        type=f.type.value,
+        scope=scope,
+        agent_id=f.agent_id,
+        session_id=f.session_id,
+        tags=f.tags or [],
+        metadata=f.metadata or {},
+        data=c.data or {},
+        importance=0.5 if f.importance is None else f.importance,
+        confidence=c.confidence,
+        source="import",
+        expires_at=expires_at,
+    )
     return ImportedMemory(
-        item, c.id, c.created_at, c.updated_at, c.status, c.valid_from, c.valid_until,
-        c.superseded_by, c.supersedes,
-    )  # fmt: skip
+        item,
+        c.id,
+        c.created_at,
+        c.updated_at,
+        c.status,
+        c.valid_from,
+        c.valid_until,
+        c.superseded_by,
+        c.supersedes,
+    )
 
 
 def _fact(record: dict[str, Any]) -> ImportedFact:
     f = _Fact.model_validate(record)
     return ImportedFact(
-        f.category, f.key, f.value, f.confidence, f.importance, f.active, f.source,
-        f.session_id, f.id, f.superseded_by, f.created_at, f.updated_at, f.superseded_at,
-        f.valid_from, f.valid_until,
-    )  # fmt: skip
+        f.category,
+        f.key,
+        f.value,
+        f.confidence,
+        f.importance,
+        f.active,
+        f.source,
+        f.session_id,
+        f.id,
+        f.superseded_by,
+        f.created_at,
+        f.updated_at,
+        f.superseded_at,
+        f.valid_from,
+        f.valid_until,
+    )
 
 
 def _add(batch: ImportBatch, record: dict[str, Any], now: datetime) -> None:
@@ -205,7 +232,7 @@ def _add(batch: ImportBatch, record: dict[str, Any], now: datetime) -> None:
                 e.actor,
                 e.created_at,
                 e.new_data,
-            )  # fmt: skip
+            )
         )
     elif kind == "fact":
         batch.facts.append(_fact(record))
@@ -231,10 +258,12 @@ def _unique_id(
     kind: ids link history and fact versions, and two facts with one id were a 500 (a
     primary key violation) after part of the batch had been written."""
     added = (
-        ("memory", batch.memories[-1].source_id) if len(batch.memories) > before[0]
-        else ("fact", batch.facts[-1].source_id) if len(batch.facts) > before[1]
+        ("memory", batch.memories[-1].source_id)
+        if len(batch.memories) > before[0]
+        else ("fact", batch.facts[-1].source_id)
+        if len(batch.facts) > before[1]
         else None
-    )  # fmt: skip
+    )
     if added is None or added[1] is None:
         return
     if added in seen:
@@ -246,13 +275,15 @@ def parse(text: str, max_records: int) -> ImportBatch:
     """Validate every record (422 naming the first bad one, 413 over ``max_records``);
     nothing is written here."""
     unit, records = _records(text)
-    counted = sum(1 for _, r in records if not (isinstance(r, dict) and r.get("kind") in
-                                                 SKIPPED_KINDS))  # fmt: skip
+    counted = sum(
+        1 for _, r in records if not (isinstance(r, dict) and r.get("kind") in SKIPPED_KINDS)
+    )
     if counted > max_records:
         raise ApiError(
-            413, "payload_too_large",
+            413,
+            "payload_too_large",
             f"{counted} records; at most {max_records} per import (the CLI splits files)",
-        )  # fmt: skip
+        )
     batch = ImportBatch(records=counted)
     now = datetime.now(UTC)
     seen: dict[tuple[str, str], str] = {}  # (kind, id at the source) -> where it was

@@ -36,7 +36,7 @@ from serve_app.store.supersede import SupersedeRefused
 
 if TYPE_CHECKING:
     from serve_app.metrics import IngestMetrics
-    from serve_app.services.memories import Embed
+    from serve_app.services.backends import Embed
 
 _REFUSALS = (SupersedeRefused, ForgetInProgress, QuotaExceeded)
 

@@ -31,8 +31,13 @@ class Lifecycle:
 def build_lifecycle(pool: AsyncConnectionPool, settings: Settings, model_slug: str) -> Lifecycle:
     """Services and started background tasks (needs a running event loop)."""
     s = settings.lifecycle
-    store = ForgetStore(pool, model_slug, batch=s.forget_batch, lease_s=s.erasure_lease_s,
-                        concurrency=s.forget_concurrency)  # fmt: skip
+    store = ForgetStore(
+        pool,
+        model_slug,
+        batch=s.forget_batch,
+        lease_s=s.erasure_lease_s,
+        concurrency=s.forget_concurrency,
+    )
     out = Lifecycle(
         forget=ForgetService(store),
         purger=Purger(pool, store, s).start(),

@@ -12,9 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from serve_app.auth import Principal, resolve_owner
 from serve_app.context import knowledge as kb
@@ -22,6 +20,7 @@ from serve_app.context.evidence import Evidence, stems
 from serve_app.errors import ApiError
 from serve_app.retrieval.query import SearchQuery
 from serve_app.schemas import MemoryFields
+from serve_app.services.backends import Embed, Rerank, Search
 from serve_app.services.ingest_pipeline import IngestPipeline
 from serve_app.services.validity import touches_validity, validity_patch
 from serve_app.services.write_errors import write_errors
@@ -45,28 +44,6 @@ def knowledge_query(q: SearchQuery, owners: tuple[str, ...]) -> SearchQuery:
     so adding a knowledge base to a tenant changes no one's memory results but for the
     cited chunks next to them."""
     return replace(q, owners=owners, agent_id=None, types=(CHUNK_TYPE,))
-
-
-class Embed(Protocol):
-    """Texts to vectors; ``bulk``: work nobody waits on text by text (document chunks,
-    imports) that the Embedder runs in its bulk lane, after interactive callers."""
-
-    async def __call__(
-        self, texts: Sequence[str], *, is_query: bool, bulk: bool = False
-    ) -> np.ndarray: ...
-
-
-class Search(Protocol):
-    """Queries searched by their ``text`` (embedded as a query, once per distinct text);
-    one result list per query, in order."""
-
-    async def __call__(self, queries: Sequence[SearchQuery]) -> list[list[dict[str, Any]]]: ...
-
-
-class Rerank(Protocol):
-    """Candidates re-ordered (serve_app/services/rerank.py's step), best first."""
-
-    async def __call__(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
 
 
 def write_owner(caller: Principal, user_id: str | None, items: Sequence[NewMemory]) -> Owner:
@@ -214,9 +191,14 @@ class MemoryService:
         try:
             with write_errors():
                 row = await self.writer.update(
-                    owner, item_id, changes, vector, actor=actor, event=event,
+                    owner,
+                    item_id,
+                    changes,
+                    vector,
+                    actor=actor,
+                    event=event,
                     expected_version=expected_version,
-                )  # fmt: skip
+                )
         except VersionConflict as exc:
             raise ApiError(409, "conflict", str(exc)) from None
         if row is None:

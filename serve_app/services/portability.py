@@ -4,8 +4,8 @@ The export is JSON Lines: a header, the user's memories, facts (all versions) an
 history events, and an ``end`` line with the counts (a truncated stream lacks it).
 The import reads that format, and mem0's (``get_all``'s ``{"results": [...]}``, a list
 of mem0 memories, or one per line; :mod:`serve_app.services.import_records` validates
-every record first) and writes it all or nothing through
-:meth:`GuardedWriter.import_batch` (erasure guard, quotas, validation) in one
+every record first) and writes it all or nothing through ``import_batch``
+(serve_app/store/guarded_import.py: erasure guard, quotas, validation) in one
 transaction. Vectors are never carried over (the target may run another model); scope,
 expiry, status, timestamps, validity, history events (attributed to the new ids) and
 every fact version are.
@@ -28,6 +28,7 @@ from serve_app.services.write_errors import write_errors
 from serve_app.store import Owner
 from serve_app.store.directory import MemoryDirectory
 from serve_app.store.guarded import GuardedWriter
+from serve_app.store.guarded_import import import_batch
 
 FORMAT = "memserve-export"
 VERSION = 1
@@ -72,15 +73,25 @@ class PortabilityService:
         """The user's data as JSON Lines (header, memories, facts, history, end)."""
         counts = {"memories": 0, "facts": 0, "history": 0}
         yield dumps(
-            {"kind": "header", "format": FORMAT, "version": VERSION, "user_id": owner.user_id,
-             "exported_at": datetime.now(UTC)}
-        )  # fmt: skip
+            {
+                "kind": "header",
+                "format": FORMAT,
+                "version": VERSION,
+                "user_id": owner.user_id,
+                "exported_at": datetime.now(UTC),
+            }
+        )
         cursor = None
         while True:
             rows, cursor = await self.memories.list(
-                owner, limit=self.page, cursor=cursor, type=None, agent_id=None,
-                session_id=None, include_invalidated=True,
-            )  # fmt: skip
+                owner,
+                limit=self.page,
+                cursor=cursor,
+                type=None,
+                agent_id=None,
+                session_id=None,
+                include_invalidated=True,
+            )
             for row in rows:
                 counts["memories"] += 1
                 yield dumps({"kind": "memory", **row})
@@ -114,13 +125,19 @@ class PortabilityService:
             for head in heads:
                 chunks, last = [], -1
                 while True:
-                    rows = await store.chunks(owner.tenant_id, head["document_id"], after=last,
-                                              limit=self.page)  # fmt: skip
-                    chunks += [{"chunk_index": r["data"]["chunk_index"], "content": r["content"],
-                                "char_start": r["data"]["char_start"],
-                                "char_end": r["data"]["char_end"],
-                                "heading_path": r["data"].get("heading_path") or []}
-                               for r in rows]  # fmt: skip
+                    rows = await store.chunks(
+                        owner.tenant_id, head["document_id"], after=last, limit=self.page
+                    )
+                    chunks += [
+                        {
+                            "chunk_index": r["data"]["chunk_index"],
+                            "content": r["content"],
+                            "char_start": r["data"]["char_start"],
+                            "char_end": r["data"]["char_end"],
+                            "heading_path": r["data"].get("heading_path") or [],
+                        }
+                        for r in rows
+                    ]
                     if len(rows) < self.page:
                         break
                     last = rows[-1]["data"]["chunk_index"]
@@ -145,8 +162,8 @@ class PortabilityService:
                 [await self.memories.embed(c, is_query=False, bulk=True) for c in chunks]
             )
         with write_errors():
-            out = await self.writer.import_batch(
-                owner, batch.memories, vectors, batch.events, batch.facts, actor=actor
+            out = await import_batch(
+                self.writer, owner, batch.memories, vectors, batch.events, batch.facts, actor=actor
             )
         skipped = dict(batch.skipped)
         if batch.documents and (self.documents is None or owner.user_id is None):

@@ -47,9 +47,11 @@ class Purger:
                 await erasure.prune(conn, self.s.erasure_keep_s)
                 if self.s.events_keep_s > 0:
                     self.pruned_events += await self.events.prune(
-                        conn, self.s.events_keep_s, batch=self.s.purge_batch,
+                        conn,
+                        self.s.events_keep_s,
+                        batch=self.s.purge_batch,
                         max_batches=self.s.purge_max_batches,
-                    )  # fmt: skip
+                    )
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": _LOCK})
         self.purged += n

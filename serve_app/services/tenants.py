@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from fastapi.exceptions import RequestValidationError
 from psycopg.errors import UniqueViolation
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from serve_app.auth import Principal
 from serve_app.db.listener import NotifyListener
-from serve_app.errors import ApiError
+from serve_app.errors import ApiError, describe
 from serve_app.settings import Settings
 from serve_app.store.key_cache import NEW_KEY, KeyCache
 from serve_app.store.llm_spend import Limits
@@ -106,8 +105,11 @@ class TenantService:
     async def read(self, tenant_id: str) -> dict[str, Any]:
         """Overrides, version and the effective document (environment + overrides)."""
         row = await self.store.settings(tenant_id) or {
-            "settings": {}, "version": 0, "updated_at": None, "updated_by": None
-        }  # fmt: skip
+            "settings": {},
+            "version": 0,
+            "updated_at": None,
+            "updated_by": None,
+        }
         return {
             "tenant_id": tenant_id,
             "version": row["version"],
@@ -138,7 +140,7 @@ class TenantService:
             try:
                 return canonical(make(old))
             except ValidationError as exc:  # the caller's 422, with the field's path
-                raise RequestValidationError(exc.errors()) from None
+                raise ApiError(422, "invalid_request", describe(exc.errors())) from None
 
         try:
             await self.store.change(

@@ -52,9 +52,14 @@ class WebhookService:
     ) -> dict[str, Any]:
         secret = new_secret()
         row = await self.store.create(
-            tenant_id, await self._checked(url), self._types(types), include_content, enabled,
-            secret, limit=self.s.max_subscriptions,
-        )  # fmt: skip
+            tenant_id,
+            await self._checked(url),
+            self._types(types),
+            include_content,
+            enabled,
+            secret,
+            limit=self.s.max_subscriptions,
+        )
         if row is None:
             raise ApiError(409, "conflict", f"at most {self.s.max_subscriptions} subscriptions")
         return {**row, "secret": secret}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serve_app.context.tokens import count_tokens
+from serve_app.text import count_tokens
 
 
 def reported_usage(answer: Any) -> tuple[int, int, int]:

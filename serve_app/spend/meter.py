@@ -22,7 +22,6 @@ from typing import Any
 
 import psycopg
 
-from serve_app.context.tokens import count_tokens
 from serve_app.metrics import Flusher, SpendMetrics
 from serve_app.settings import SpendSettings
 from serve_app.spend.estimate import usage_of
@@ -36,6 +35,7 @@ from serve_app.store.llm_spend import (
     Used,
     window_end,
 )
+from serve_app.text import count_tokens
 
 log = logging.getLogger(__name__)
 Budgets = Callable[[str], Awaitable[Mapping[str, Limits]]]
@@ -126,24 +126,34 @@ class SpendMeter:
                 self.metrics.budget_event(tag.tenant_id, tag.group, "soft")
                 log.warning(
                     "tenant %s: %s LLM budget %s at %d of %d tokens (%.0f%% threshold; window"
-                    " ends %s)", tag.tenant_id, tag.group, name, getattr(used, scope) + add,
-                    cap, self.settings.soft_threshold * 100, window_end(scope, day).isoformat(),
-                )  # fmt: skip
+                    " ends %s)",
+                    tag.tenant_id,
+                    tag.group,
+                    name,
+                    getattr(used, scope) + add,
+                    cap,
+                    self.settings.soft_threshold * 100,
+                    window_end(scope, day).isoformat(),
+                )
 
     async def finish(self, ticket: Ticket, spent: Spent) -> None:
         """Record what the call used; never raises (an unwritten intent is closed as lost
         by the reconciler, so the call is still counted)."""
-        tokens = {"prompt": spent.prompt_tokens, "completion": spent.completion_tokens,
-                  "cached": spent.cached_tokens,
-                  "estimated": spent.total if spent.estimated else 0}  # fmt: skip
+        tokens = {
+            "prompt": spent.prompt_tokens,
+            "completion": spent.completion_tokens,
+            "cached": spent.cached_tokens,
+            "estimated": spent.total if spent.estimated else 0,
+        }
         self.metrics.call(ticket.tag.tenant_id, ticket.tag.purpose, spent.outcome, tokens)
         if self.store is None or ticket.id is None:
             return
         try:
             await self.store.finish(ticket.id, spent)
         except (psycopg.Error, OSError):
-            log.warning("recording LLM call %s failed; the reconciler counts it", ticket.id,
-                        exc_info=True)  # fmt: skip
+            log.warning(
+                "recording LLM call %s failed; the reconciler counts it", ticket.id, exc_info=True
+            )
 
     def finish_later(self, ticket: Ticket, spent: Spent) -> None:
         """:meth:`finish` in a background task (the chat path: the answer is not held)."""
@@ -182,8 +192,11 @@ class SpendMeter:
         s = self.settings
         closed = await self.store.reconcile(s.intent_stale_s)
         if closed:
-            log.warning("%d LLM calls were never finished (a replica died); counted as lost"
-                        " at their reservation", closed)  # fmt: skip
+            log.warning(
+                "%d LLM calls were never finished (a replica died); counted as lost"
+                " at their reservation",
+                closed,
+            )
         await self.store.prune(s.raw_retention_days, s.daily_retention_days)
         return closed
 

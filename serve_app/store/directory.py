@@ -143,9 +143,13 @@ class MemoryDirectory:
             async with self.pool.connection() as conn:
                 cur = await conn.execute(
                     query,
-                    {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "after": after,
-                     "page": page},
-                )  # fmt: skip
+                    {
+                        "tenant_id": owner.tenant_id,
+                        "user_id": owner.user_id,
+                        "after": after,
+                        "page": page,
+                    },
+                )
                 rows = await cur.fetchall()
             for row in rows:
                 yield row

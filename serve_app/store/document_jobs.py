@@ -95,9 +95,18 @@ class DocumentJobStore:
         the caller serialised off the event loop) in one transaction; None when the
         tenant has ``cap`` open jobs already (the tenant's lock makes the count exact)."""
         key_id, role, user_id = caller
-        params = {"t": tenant_id, "d": document_id, "owner": owner, "key": key_id,
-                  "role": role, "u": user_id, "head": Jsonb(head), "chunks": chunks_json,
-                  "n": chunk_count, "cap": cap}  # fmt: skip
+        params = {
+            "t": tenant_id,
+            "d": document_id,
+            "owner": owner,
+            "key": key_id,
+            "role": role,
+            "u": user_id,
+            "head": Jsonb(head),
+            "chunks": chunks_json,
+            "n": chunk_count,
+            "cap": cap,
+        }
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%(t)s, 34))", {"t": tenant_id}

@@ -215,9 +215,13 @@ class DocumentStore:
             n = await self.remove_chunks(conn, tenant_id, document_id, actor)
             await conn.execute(events.LOUD)
             await events.emit(
-                conn, tenant_id, "document.deleted", user_id=head["user_id"],
-                agent_id=head["agent_id"], data={"document_id": document_id, "chunks": n},
-            )  # fmt: skip
+                conn,
+                tenant_id,
+                "document.deleted",
+                user_id=head["user_id"],
+                agent_id=head["agent_id"],
+                data={"document_id": document_id, "chunks": n},
+            )
             params = {"t": tenant_id, "d": document_id}
             await conn.execute(
                 "DELETE FROM documents WHERE tenant_id = %(t)s AND document_id = %(d)s", params

@@ -167,9 +167,17 @@ class Erasure:
     ) -> Erasure:
         """Record a forget as running (committed before any delete: work racing it stops)."""
         token = uuid.uuid4()
-        cur = await conn.execute(_START, {"t": tenant_id, "u": user_id, "a": agent_id or "",
-                                          "s": session_id or "", "token": token,
-                                          "lease": lease_s})  # fmt: skip
+        cur = await conn.execute(
+            _START,
+            {
+                "t": tenant_id,
+                "u": user_id,
+                "a": agent_id or "",
+                "s": session_id or "",
+                "token": token,
+                "lease": lease_s,
+            },
+        )
         return cls((await cur.fetchone())["id"], token, lease_s)
 
     async def heartbeat(self, conn: AsyncConnection) -> None:

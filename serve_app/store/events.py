@@ -14,7 +14,6 @@ cursor never skips one (a long-running transaction holds the feed back meanwhile
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,9 +102,15 @@ async def emit(
     await conn.execute(
         "INSERT INTO memory_events (tenant_id, type, user_id, agent_id, session_id, data)"
         " VALUES (%(t)s, %(type)s, %(u)s, %(a)s, %(s)s, %(data)s)",
-        {"t": tenant_id, "type": type_, "u": user_id, "a": agent_id, "s": session_id,
-         "data": Jsonb(data or {})},
-    )  # fmt: skip
+        {
+            "t": tenant_id,
+            "type": type_,
+            "u": user_id,
+            "a": agent_id,
+            "s": session_id,
+            "data": Jsonb(data or {}),
+        },
+    )
 
 
 class EventStore:
@@ -135,18 +140,30 @@ class EventStore:
             bound = sql.SQL("true")
         else:
             bound = sql.SQL("(txid, id) < (%(txid)s::text::xid8, %(id)s)")
-        where = [sql.SQL("tenant_id = %(t)s AND {} AND txid < pg_snapshot_xmin("
-                         "pg_current_snapshot())").format(bound)]  # fmt: skip
+        where = [
+            sql.SQL(
+                "tenant_id = %(t)s AND {} AND txid < pg_snapshot_xmin(pg_current_snapshot())"
+            ).format(bound)
+        ]
         if user_id is not None:
             where.append(sql.SQL("user_id = %(u)s"))
         if types:
             where.append(sql.SQL("type = ANY(%(types)s)"))
         query = sql.SQL(
             "SELECT {cols} FROM memory_events WHERE {where} ORDER BY {order} LIMIT %(limit)s"
-        ).format(cols=column_list(cols), where=sql.SQL(" AND ").join(where),
-                 order=sql.SQL("txid DESC, id DESC" if newest else "txid, id"))  # fmt: skip
-        params = {"t": tenant_id, "txid": after.txid, "id": after.id, "u": user_id,
-                  "types": list(types), "limit": limit}  # fmt: skip
+        ).format(
+            cols=column_list(cols),
+            where=sql.SQL(" AND ").join(where),
+            order=sql.SQL("txid DESC, id DESC" if newest else "txid, id"),
+        )
+        params = {
+            "t": tenant_id,
+            "txid": after.txid,
+            "id": after.id,
+            "u": user_id,
+            "types": list(types),
+            "limit": limit,
+        }
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(query, params)).fetchall()
         for row in rows:
@@ -191,12 +208,3 @@ class EventStore:
             if n < batch:
                 break
         return total
-
-    async def of_memory(self, tenant_id: str, memory_id: uuid.UUID) -> list[dict[str, Any]]:
-        """A memory's events with content, oldest first (tests, audits)."""
-        query = sql.SQL(
-            "SELECT {} FROM memory_events WHERE tenant_id = %(t)s AND memory_id = %(m)s"
-            " ORDER BY txid, id"
-        ).format(column_list([*EVENT_COLUMNS, "content"]))
-        async with self.pool.connection() as conn:
-            return await (await conn.execute(query, {"t": tenant_id, "m": memory_id})).fetchall()

@@ -94,10 +94,11 @@ class FactStore:
                 {"lock": f"fact:{owner.tenant_id}/{owner.user_id}/{category}/{key}"},
             )
             cur = await conn.execute(
-                "SELECT id, value, confidence, source FROM facts WHERE " + _FACT
+                "SELECT id, value, confidence, source FROM facts WHERE "
+                + _FACT
                 + " AND key = %(key)s AND active",
                 params,
-            )  # fmt: skip
+            )
             active = await cur.fetchone()
             stop = await gate(conn, active is None)
             if stop is not None:
@@ -160,11 +161,16 @@ class FactStore:
         """The active value of one fact (``conn``: read inside that transaction)."""
         async with using(self.pool, conn) as conn:
             cur = await conn.execute(
-                sql.SQL("SELECT {} FROM facts WHERE " + _FACT + " AND key = %(key)s AND active")
-                .format(column_list(FACT_COLUMNS)),
-                {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "category": category,
-                 "key": key},
-            )  # fmt: skip
+                sql.SQL(
+                    "SELECT {} FROM facts WHERE " + _FACT + " AND key = %(key)s AND active"
+                ).format(column_list(FACT_COLUMNS)),
+                {
+                    "tenant_id": owner.tenant_id,
+                    "user_id": owner.user_id,
+                    "category": category,
+                    "key": key,
+                },
+            )
             return await cur.fetchone()
 
     async def list(

@@ -180,8 +180,14 @@ class ForgetStore:
         held: Erasure | None = None
         try:
             async with self.pool.connection() as conn:
-                held = await Erasure.start(conn, scope.tenant_id, scope.user_id, scope.agent_id,
-                                           scope.session_id, lease_s=self.lease_s)  # fmt: skip
+                held = await Erasure.start(
+                    conn,
+                    scope.tenant_id,
+                    scope.user_id,
+                    scope.agent_id,
+                    scope.session_id,
+                    lease_s=self.lease_s,
+                )
                 await self._erase(conn, scope, held, counts)
                 await held.finish(conn)
                 await self._announce(conn, scope, counts)
@@ -217,9 +223,14 @@ class ForgetStore:
     async def _announce(self, conn: AsyncConnection, scope: Scope, counts: dict[str, int]) -> None:
         """One ``forget.completed`` (no content), once the forget has finished."""
         await events.emit(
-            conn, scope.tenant_id, "forget.completed", user_id=scope.user_id,
-            agent_id=scope.agent_id, session_id=scope.session_id, data=dict(counts),
-        )  # fmt: skip
+            conn,
+            scope.tenant_id,
+            "forget.completed",
+            user_id=scope.user_id,
+            agent_id=scope.agent_id,
+            session_id=scope.session_id,
+            data=dict(counts),
+        )
 
     async def _memories(
         self, conn: AsyncConnection, held: Erasure, scope: Scope, counts: dict[str, int]
@@ -335,10 +346,12 @@ class ForgetStore:
     async def _purge_chunk(self, conn: AsyncConnection, where: sql.Composable, batch: int) -> int:
         """One chunk of expired rows, grouped per tenant (history and bumps are per tenant)."""
         cur = await conn.execute(
-            sql.SQL("SELECT DISTINCT tenant_id FROM (SELECT tenant_id FROM memory_items"
-                    " WHERE {} ORDER BY expires_at LIMIT %(batch)s) s").format(where),
+            sql.SQL(
+                "SELECT DISTINCT tenant_id FROM (SELECT tenant_id FROM memory_items"
+                " WHERE {} ORDER BY expires_at LIMIT %(batch)s) s"
+            ).format(where),
             {"batch": batch},
-        )  # fmt: skip
+        )
         total = 0
         for row in await cur.fetchall():
             tenant_where = sql.SQL("{} AND tenant_id = %(tenant_id)s").format(where)

@@ -257,9 +257,15 @@ class GuardedWriter:
         for name, value in changes.items():
             check_field(name, value, self.max_chars)
         row = await self.memories._raw_update(
-            owner, item_id, changes, embedding, actor=actor, event=event,
-            expected_version=expected_version, conn=conn,
-        )  # fmt: skip
+            owner,
+            item_id,
+            changes,
+            embedding,
+            actor=actor,
+            event=event,
+            expected_version=expected_version,
+            conn=conn,
+        )
         if row is None and erasure.current() is None and await self._voided(owner, item_id, conn):
             raise ForgetInProgress(owner)
         return row
@@ -270,8 +276,12 @@ class GuardedWriter:
             "SELECT {} AS ok FROM memory_items WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
             " AND user_id IS NOT DISTINCT FROM %(user_id)s"
         ).format(erasure.clause(sql.SQL("agent_id"), sql.SQL("session_id")))
-        params = {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id,
-                  **erasure.params(owner.user_id)}  # fmt: skip
+        params = {
+            "id": item_id,
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            **erasure.params(owner.user_id),
+        }
         async with using(self.pool, conn) as c:
             found = await (await c.execute(query, params)).fetchone()
         return found is not None and not found["ok"]
@@ -332,8 +342,11 @@ class GuardedWriter:
             raise ValidationError("facts belong to a user")
         fact_quota = (await self.quotas(owner.tenant_id))[1]
         guard = sql.SQL("SELECT {} AS ok").format(erasure.clause(None, sql.SQL("%(session)s")))
-        guard_params = {"tenant_id": owner.tenant_id, "session": session_id or "",
-                        **erasure.params(owner.user_id)}  # fmt: skip
+        guard_params = {
+            "tenant_id": owner.tenant_id,
+            "session": session_id or "",
+            **erasure.params(owner.user_id),
+        }
 
         async def gate(c: AsyncConnection, adds: bool) -> str | None:
             if not (await (await c.execute(guard, guard_params)).fetchone())["ok"]:
@@ -347,30 +360,20 @@ class GuardedWriter:
             return None
 
         return await self.facts._raw_upsert(
-            owner, category, key, value, confidence, gate=gate, session_id=session_id,
-            source=source, importance=importance, conn=conn, valid_from=valid_from,
-        )  # fmt: skip
+            owner,
+            category,
+            key,
+            value,
+            confidence,
+            gate=gate,
+            session_id=session_id,
+            source=source,
+            importance=importance,
+            conn=conn,
+            valid_from=valid_from,
+        )
 
     async def delete_facts(
         self, owner: Owner, category: str | None = None, key: str | None = None
     ) -> int:
         return await self.facts._raw_delete(owner, category, key)
-
-    # ---------- import: all or nothing ----------
-
-    async def import_batch(
-        self,
-        owner: Owner,
-        memories: Sequence[imports.ImportedMemory],
-        vectors: np.ndarray,
-        history_rows: Sequence[imports.ImportedEvent],
-        facts: Sequence[imports.ImportedFact],
-        *,
-        actor: str | None,
-    ) -> dict[str, Any]:
-        """Memories (with their timestamps, status, validity and history) and facts (every
-        version) in one transaction: any refusal (validation, quota, a running forget)
-        raises and rolls all of it back."""
-        from serve_app.store.guarded_import import import_batch  # it needs this module
-
-        return await import_batch(self, owner, memories, vectors, history_rows, facts, actor=actor)

@@ -1,30 +1,26 @@
 """A whole import in one transaction, on the :class:`GuardedWriter`'s checks.
 
-:meth:`GuardedWriter.import_batch` delegates here: memories (with their timestamps,
-status, validity and history) and facts (every version) are validated up front, then
-written through the writer's own ``add`` and ``upsert_fact`` (so quotas and the erasure
-guard hold as for any producer) together with the restamping and history replay of
-:mod:`serve_app.store.imports`; any refusal rolls all of it back.
+:func:`import_batch` writes through the :class:`GuardedWriter` it is given: memories
+(with their timestamps, status, validity and history) and facts (every version) are
+validated up front, then written through the writer's own ``add`` and ``upsert_fact``
+(so quotas and the erasure guard hold as for any producer) together with the
+restamping and history replay of :mod:`serve_app.store.imports`; any refusal rolls all
+of it back.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from serve_app.store import events, imports
-from serve_app.store.guarded import ForgetInProgress
+from serve_app.store.guarded import ForgetInProgress, GuardedWriter
 from serve_app.store.records import Owner
 from serve_app.store.validation import ValidationError, check_fact, check_memory, when
 from serve_app.store.validation import field as check_field
-
-if TYPE_CHECKING:
-    from serve_app.store.guarded import GuardedWriter
-
-__all__ = ["import_batch"]
 
 
 async def import_batch(
@@ -66,9 +62,16 @@ async def import_batch(
         fact_ids: dict[str, uuid.UUID] = {}
         for f in (f for f in facts if f.active):
             outcome = await writer.upsert_fact(
-                owner, f.category, f.key, f.value, f.confidence, session_id=f.session_id,
-                source=f.source, importance=f.importance, conn=conn,
-            )  # fmt: skip
+                owner,
+                f.category,
+                f.key,
+                f.value,
+                f.confidence,
+                session_id=f.session_id,
+                source=f.source,
+                importance=f.importance,
+                conn=conn,
+            )
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             fact_id = await imports.active_fact_id(conn, owner, f.category, f.key)
             if outcome == "added" and fact_id is not None:
@@ -80,8 +83,12 @@ async def import_batch(
         # Re-checked (forgets since the transaction began) as the ingest pipeline does:
         if not await writer.guard_passes(conn, owner, [*(m.item for m in memories), *facts]):
             raise ForgetInProgress(owner)
-        imported = {"memories": len(ids), "facts": sum(outcomes.values()),
-                    "fact_versions": versions, "history": history}  # fmt: skip
+        imported = {
+            "memories": len(ids),
+            "facts": sum(outcomes.values()),
+            "fact_versions": versions,
+            "history": history,
+        }
         await events.emit(
             conn, owner.tenant_id, "import.completed", user_id=owner.user_id, data=imported
         )

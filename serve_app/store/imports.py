@@ -92,7 +92,7 @@ async def restamp_memories(
             "by": [new_ids.get(r.superseded_by or "") for r in records],
             "sup": [
                 Jsonb([str(new_ids[x]) for x in r.supersedes if x in new_ids]) for r in records
-            ],  # fmt: skip
+            ],
             "tenant_id": tenant_id,
             "ids": ids,
             "created": [r.created_at for r in records],

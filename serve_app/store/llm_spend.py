@@ -30,8 +30,14 @@ PURPOSES = ("extract", "summarize", "consolidate", "infer", "chat", "rerank")
 SCOPES = ("tenant_daily", "tenant_monthly", "user_daily")
 GROUP_BY = ("day", "user", "purpose", "model")
 _COLUMN = {"day": "day", "user": "user_id", "purpose": "purpose", "model": "model"}
-_SUMS = ("calls", "errors", "estimated_calls", "prompt_tokens", "completion_tokens",
-         "cached_tokens")  # fmt: skip
+_SUMS = (
+    "calls",
+    "errors",
+    "estimated_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+)
 
 
 def group_of(purpose: str) -> str:
@@ -96,8 +102,10 @@ class OverBudget(Exception):
         self.scopes = scopes
         # Work resumes when every exhausted window has rolled over (or a budget is raised).
         self.resumes_at = max(window_end(s, day) for s in scopes)
-        super().__init__(f"{tag.group} token budget spent ({', '.join(scopes)}) "
-                         f"until {self.resumes_at.isoformat()}")  # fmt: skip
+        super().__init__(
+            f"{tag.group} token budget spent ({', '.join(scopes)}) "
+            f"until {self.resumes_at.isoformat()}"
+        )
 
 
 _USED_SQL = """
@@ -163,9 +171,16 @@ class SpendStore:
 
     @staticmethod
     async def _used(conn: AsyncConnection, tag: CallTag, day: date) -> Used:
-        cur = await conn.execute(_USED_SQL, {"t": tag.tenant_id, "g": tag.group,
-                                             "u": tag.user_id or "", "day": day,
-                                             "month": day.replace(day=1)})  # fmt: skip
+        cur = await conn.execute(
+            _USED_SQL,
+            {
+                "t": tag.tenant_id,
+                "g": tag.group,
+                "u": tag.user_id or "",
+                "day": day,
+                "month": day.replace(day=1),
+            },
+        )
         row = await cur.fetchone()
         return Used(int(row["tenant_daily"]), int(row["tenant_monthly"]), int(row["user_daily"]))
 
@@ -178,8 +193,16 @@ class SpendStore:
     ) -> tuple[int, Used | None]:
         """Insert the call's intent (reserving ``reserve`` tokens); returns its id and the
         use before it (None without budgets). Raises :class:`OverBudget`, writing nothing."""
-        params = {"t": tag.tenant_id, "u": tag.user_id or "", "p": tag.purpose, "g": tag.group,
-                  "m": model[:200], "day": day, "res": reserve, "est": est_prompt}  # fmt: skip
+        params = {
+            "t": tag.tenant_id,
+            "u": tag.user_id or "",
+            "p": tag.purpose,
+            "g": tag.group,
+            "m": model[:200],
+            "day": day,
+            "res": reserve,
+            "est": est_prompt,
+        }
         used = None
         async with self.pool.connection() as conn, conn.transaction():
             if limits.any:  # one admission at a time per tenant and group, every replica
@@ -188,8 +211,9 @@ class SpendStore:
                     (f"memserve:spend:{tag.tenant_id}:{tag.group}",),
                 )
                 used = await self._used(conn, tag, day)
-                if scopes := [s for s in SCOPES if (c := getattr(limits, s))
-                              and getattr(used, s) >= c]:  # fmt: skip
+                if scopes := [
+                    s for s in SCOPES if (c := getattr(limits, s)) and getattr(used, s) >= c
+                ]:
                     raise OverBudget(tag, scopes, day)
             cur = await conn.execute(
                 "INSERT INTO llm_calls (tenant_id, user_id, purpose, grp, model, day,"
@@ -203,11 +227,18 @@ class SpendStore:
         """Close the intent and add it to its day's roll-up, in one statement; False when
         it was already closed (the reconciler counted it as lost)."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(_FINISH_SQL, {
-                "id": call_id, "outcome": spent.outcome[:40], "prompt": spent.prompt_tokens,
-                "completion": spent.completion_tokens, "cached": spent.cached_tokens,
-                "estimated": spent.estimated, "ms": spent.latency_ms,
-            })  # fmt: skip
+            cur = await conn.execute(
+                _FINISH_SQL,
+                {
+                    "id": call_id,
+                    "outcome": spent.outcome[:40],
+                    "prompt": spent.prompt_tokens,
+                    "completion": spent.completion_tokens,
+                    "cached": spent.cached_tokens,
+                    "estimated": spent.estimated,
+                    "ms": spent.latency_ms,
+                },
+            )
             return cur.rowcount > 0
 
     async def reconcile(self, stale_s: float, limit: int = 1000) -> int:
@@ -272,8 +303,14 @@ class SpendStore:
             + " LIMIT %(limit)s OFFSET %(offset)s"
         )
         async with self.pool.connection() as conn:
-            params = {"t": tenant_id, "a": since, "b": until, "u": user_id,
-                      "limit": limit, "offset": offset}  # fmt: skip
+            params = {
+                "t": tenant_id,
+                "a": since,
+                "b": until,
+                "u": user_id,
+                "limit": limit,
+                "offset": offset,
+            }
             cur = await conn.execute(sql, params)
             rows = await cur.fetchall()
         return [{**r, **{k: r[k] or 0 for k in _SUMS}} for r in rows]

@@ -117,9 +117,10 @@ class MemoryStore:
         classes: list[str | None] = [None] * len(items)
         if todo:
             found = await self.classifier.classify_many(
-                [items[i].content for i in todo], [items[i].type for i in todo],
+                [items[i].content for i in todo],
+                [items[i].type for i in todo],
                 [embeddings[i] for i in todo],
-            )  # fmt: skip
+            )
             for i, c in zip(todo, found, strict=True):
                 classes[i] = c
         params = add_params(owner, items, embeddings, classes)

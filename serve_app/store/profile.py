@@ -31,12 +31,17 @@ class ProfileStore:
         self.pool = pool
         self._sql = sql.SQL(
             "SELECT {cols}, i.profile_class, i.pinned FROM memory_items i"
-            " WHERE i.tenant_id = %(tenant_id)s AND i.owner = ANY(%(owners)s) AND " + MEMBER
-            + " AND " + live("i.") + " AND " + valid("i.")
+            " WHERE i.tenant_id = %(tenant_id)s AND i.owner = ANY(%(owners)s) AND "
+            + MEMBER
+            + " AND "
+            + live("i.")
+            + " AND "
+            + valid("i.")
             + " AND (i.scope <> 'session' OR i.session_id = %(session_id)s)"
             + " AND i.type <> 'document_chunk'"  # knowledge, never the profile (issue 33)
-            + _ORDER + " LIMIT %(limit)s"
-        ).format(cols=column_list(MEMORY_COLUMNS, "i"))  # fmt: skip
+            + _ORDER
+            + " LIMIT %(limit)s"
+        ).format(cols=column_list(MEMORY_COLUMNS, "i"))
 
     async def members(
         self,

@@ -45,9 +45,10 @@ GATE = sql.SQL(
     "(%(quota_user)s::bigint IS NULL OR %(quota_user_n)s = 0 OR "
     + _COUNT.format(o="%(quota_owner)s")
     + " + %(quota_user_n)s <= %(quota_user)s)"
-    " AND (%(quota_tenant)s::bigint IS NULL OR " + _COUNT.format(o="''")
+    " AND (%(quota_tenant)s::bigint IS NULL OR "
+    + _COUNT.format(o="''")
     + " + %(quota_all_n)s <= %(quota_tenant)s)"
-)  # fmt: skip
+)
 
 
 def params(

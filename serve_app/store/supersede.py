@@ -39,9 +39,12 @@ _OWNED = (
 
 # First CTE of the statement: the targets, locked; the gate counts them.
 TARGETS = sql.SQL(
-    "targets AS MATERIALIZED (SELECT id FROM memory_items WHERE " + _OWNED + " AND " + valid()
+    "targets AS MATERIALIZED (SELECT id FROM memory_items WHERE "
+    + _OWNED
+    + " AND "
+    + valid()
     + " FOR UPDATE),"
-)  # fmt: skip
+)
 GATE = sql.SQL("(SELECT count(*) FROM targets) = cardinality(%(sup_ids)s::uuid[])")
 
 # After the insert: retire each target for the new row (of CTE ``src``) naming it.

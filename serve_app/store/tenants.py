@@ -85,8 +85,9 @@ class TenantStore:
         expected_version: int | None,
     ) -> tuple[dict[str, Any], bool]:
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute("INSERT INTO tenants (id) VALUES (%(t)s) ON CONFLICT DO NOTHING",
-                               params)  # fmt: skip
+            await conn.execute(
+                "INSERT INTO tenants (id) VALUES (%(t)s) ON CONFLICT DO NOTHING", params
+            )
             await conn.execute(
                 "INSERT INTO tenant_settings (tenant_id) VALUES (%(t)s) ON CONFLICT DO NOTHING",
                 params,
@@ -111,9 +112,16 @@ class TenantStore:
                 "INSERT INTO tenant_settings_history (tenant_id, version, changed_at,"
                 " changed_by, actor, old_settings, new_settings) VALUES (%(t)s, %(v)s,"
                 " %(at)s, %(key)s, %(actor)s, %(old)s, %(new)s)",
-                {**params, "v": updated["version"], "at": updated["updated_at"], "key": key_id,
-                 "actor": actor, "old": Jsonb(row["settings"]), "new": Jsonb(new)},
-            )  # fmt: skip
+                {
+                    **params,
+                    "v": updated["version"],
+                    "at": updated["updated_at"],
+                    "key": key_id,
+                    "actor": actor,
+                    "old": Jsonb(row["settings"]),
+                    "new": Jsonb(new),
+                },
+            )
             return updated, True
 
     async def history(

@@ -154,11 +154,19 @@ class TurnStore:
             raise ValueError(f"{len(messages)} messages but {len(said_by)} speakers")
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(_APPEND_LOCK, key.params())
-            cur = await conn.execute(_APPEND_SQL, key.params(
-                agent=agent_id, roles=roles, contents=contents,
-                ttl=f"{ttl_hours} hours", meta=Jsonb(meta or {}), occurred=occurred,
-                names=[s.name for s in said_by], speakers=[s.user_id for s in said_by],
-            ))  # fmt: skip
+            cur = await conn.execute(
+                _APPEND_SQL,
+                key.params(
+                    agent=agent_id,
+                    roles=roles,
+                    contents=contents,
+                    ttl=f"{ttl_hours} hours",
+                    meta=Jsonb(meta or {}),
+                    occurred=occurred,
+                    names=[s.name for s in said_by],
+                    speakers=[s.user_id for s in said_by],
+                ),
+            )
             row = await cur.fetchone()
         last = row["last"]
         return Appended(last + 1, last + len(messages), row["pending"])
@@ -200,12 +208,13 @@ class TurnStore:
                 " claimed_until = now() + %(lease)s * interval '1 second'"
                 " WHERE id IN (SELECT id FROM session_turns WHERE "
                 + _SESSION
-                + " AND extracted_at IS NULL AND " + _CLAIMABLE
+                + " AND extracted_at IS NULL AND "
+                + _CLAIMABLE
                 + " ORDER BY turn_index LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
                 " RETURNING id, agent_id, turn_index, role, content, extract_attempts, meta,"
                 " claim_token, occurred_at, speaker_name, speaker_id, now() AS read_at",
                 key.params(lease=lease_s, limit=limit),
-            )  # fmt: skip
+            )
             rows = await cur.fetchall()
         _begin_work(key, rows)
         return sorted(rows, key=lambda r: r["turn_index"])
@@ -251,9 +260,13 @@ class TurnStore:
                 " WHERE id = ANY(%(ids)s) AND extracted_at IS NULL"
                 " AND (%(claim)s::uuid IS NULL OR claim_token = %(claim)s)"
                 " RETURNING extract_attempts",
-                {"add": 1 if failed_attempt else 0, "ids": list(ids), "claim": claim,
-                 "after": float(retry_after_s)},
-            )  # fmt: skip
+                {
+                    "add": 1 if failed_attempt else 0,
+                    "ids": list(ids),
+                    "claim": claim,
+                    "after": float(retry_after_s),
+                },
+            )
             rows = await cur.fetchall()
         return max((r["extract_attempts"] for r in rows), default=0)
 
@@ -280,9 +293,14 @@ class TurnStore:
                 " WHERE id = ANY(%(ids)s) AND extracted_at IS NULL"
                 " AND (%(claim)s::uuid IS NULL OR claim_token = %(claim)s)"
                 " RETURNING extract_attempts, dead_at",
-                {"ids": list(ids), "claim": claim, "error": error[:500],
-                 "max": max_attempts, "after": float(retry_after_s)},
-            )  # fmt: skip
+                {
+                    "ids": list(ids),
+                    "claim": claim,
+                    "error": error[:500],
+                    "max": max_attempts,
+                    "after": float(retry_after_s),
+                },
+            )
             rows = await cur.fetchall()
         attempts = max((r["extract_attempts"] for r in rows), default=0)
         return attempts, any(r["dead_at"] is not None for r in rows)
@@ -335,8 +353,9 @@ class TurnStore:
                 "WITH due AS (SELECT t.tenant_id, t.user_id, t.session_id,"
                 " min(t.created_at) AS oldest, 0 AS owed FROM session_turns t"
                 " LEFT JOIN session_state s USING (tenant_id, user_id, session_id)"
-                " WHERE t.extracted_at IS NULL AND " + _CLAIMABLE_T +
-                " GROUP BY t.tenant_id, t.user_id, t.session_id, s.ended_at"
+                " WHERE t.extracted_at IS NULL AND "
+                + _CLAIMABLE_T
+                + " GROUP BY t.tenant_id, t.user_id, t.session_id, s.ended_at"
                 " HAVING count(*) FILTER (WHERE t.role = 'user') >= %(every_n)s"
                 " OR s.ended_at IS NOT NULL"
                 " OR min(t.created_at) < now() - %(idle_s)s * interval '1 second'"
@@ -357,9 +376,15 @@ class TurnStore:
                 " ORDER BY nth, user_oldest, user_id) AS turn FROM capped)"
                 " SELECT tenant_id, user_id, session_id FROM per_tenant"
                 " ORDER BY owed, turn, oldest LIMIT %(limit)s",
-                {"every_n": every_n, "idle_s": idle_s, "limit": limit, "per_user": per_user,
-                 "infer": INFER_PREFIX, "summaries": summaries},
-            )  # fmt: skip
+                {
+                    "every_n": every_n,
+                    "idle_s": idle_s,
+                    "limit": limit,
+                    "per_user": per_user,
+                    "infer": INFER_PREFIX,
+                    "summaries": summaries,
+                },
+            )
             rows = await cur.fetchall()
         return [SessionKey(r["tenant_id"], r["user_id"], r["session_id"]) for r in rows]
 

@@ -66,8 +66,10 @@ def _ensure_shared_hnsw(
                 "%s was built with %s, the settings say %s: it serves as built until"
                 " rebuilt (REINDEX INDEX CONCURRENTLY does not change them; drop it and"
                 " restart, or create the new one and drop the old)",
-                index, built, wanted,
-            )  # fmt: skip
+                index,
+                built,
+                wanted,
+            )
     if params is None or row is not None:
         return
     conn.execute(

@@ -29,10 +29,26 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.records import column_list
 
-SUBSCRIPTION_COLUMNS = ("id", "url", "types", "include_content", "enabled", "created_at",
-                        "updated_at")  # fmt: skip
-DELIVERY_COLUMNS = ("id", "status", "attempts", "next_at", "last_status", "last_error",
-                    "created_at", "delivered_at", "owner")  # fmt: skip
+SUBSCRIPTION_COLUMNS = (
+    "id",
+    "url",
+    "types",
+    "include_content",
+    "enabled",
+    "created_at",
+    "updated_at",
+)
+DELIVERY_COLUMNS = (
+    "id",
+    "status",
+    "attempts",
+    "next_at",
+    "last_status",
+    "last_error",
+    "created_at",
+    "delivered_at",
+    "owner",
+)
 
 _FAN_OUT = """
 WITH sub AS (SELECT * FROM webhook_subscriptions WHERE id = %(id)s FOR UPDATE SKIP LOCKED),
@@ -111,9 +127,16 @@ class WebhookStore:
     # ---------- subscriptions (admin) ----------
 
     async def create(
-        self, tenant_id: str, url: str, types: Sequence[str], include_content: bool,
-        enabled: bool, secret: str, *, limit: int,
-    ) -> dict[str, Any] | None:  # fmt: skip
+        self,
+        tenant_id: str,
+        url: str,
+        types: Sequence[str],
+        include_content: bool,
+        enabled: bool,
+        secret: str,
+        *,
+        limit: int,
+    ) -> dict[str, Any] | None:
         """A new subscription (it receives events from now on); None: the tenant has
         ``limit`` already."""
         query = sql.SQL(
@@ -122,8 +145,15 @@ class WebhookStore:
             " WHERE (SELECT count(*) FROM webhook_subscriptions WHERE tenant_id = %(t)s)"
             " < %(limit)s RETURNING {}"
         ).format(column_list(SUBSCRIPTION_COLUMNS))
-        params = {"t": tenant_id, "url": url, "types": list(types), "content": include_content,
-                  "enabled": enabled, "secret": secret, "limit": limit}  # fmt: skip
+        params = {
+            "t": tenant_id,
+            "url": url,
+            "types": list(types),
+            "content": include_content,
+            "enabled": enabled,
+            "secret": secret,
+            "limit": limit,
+        }
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"wh:{tenant_id}"])
             return await (await conn.execute(query, params)).fetchone()
@@ -239,9 +269,14 @@ class WebhookStore:
         return await self.settle_and_claim([], [], sub_id, n, lease_s, owner)
 
     async def settle_and_claim(
-        self, sent: list[int], statuses: list[int], sub_id: uuid.UUID, n: int, lease_s: float,
+        self,
+        sent: list[int],
+        statuses: list[int],
+        sub_id: uuid.UUID,
+        n: int,
+        lease_s: float,
         owner: str | None = None,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+    ) -> list[dict[str, Any]]:
         """Mark ``sent`` delivered (with the receivers' ``statuses``), then claim as
         :meth:`claim` does, in one transaction: a chain's run costs one commit, not one
         per delivery. A dispatcher that dies before it commits sends those again (at

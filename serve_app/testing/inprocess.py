@@ -17,13 +17,15 @@ from fastapi import FastAPI
 from models.encoder import Encoder
 from models.encoder_set import EncoderSet
 from serve_app.api import create_app
-from serve_app.composition import Backends, Services, build_services
+from serve_app.composition import build_services
 from serve_app.db.pool import open_pool
 from serve_app.model_facts import ModelFacts
 from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.query_embed import QueryEmbedder, search_texts
 from serve_app.retrieval.retriever import Retriever
+from serve_app.services.backends import Backends
 from serve_app.services.health import Probe
+from serve_app.services.registry import Services
 from serve_app.settings import Settings
 
 

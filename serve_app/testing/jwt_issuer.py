@@ -111,13 +111,18 @@ class LocalIssuer:
 
     def config(self, audience: str, **extra: Any) -> dict[str, Any]:
         """This issuer as an entry of a tenant's ``identity.issuers``."""
-        return {"issuer": self.issuer, "audiences": [audience], "jwks_url": self.jwks_url,
-                **extra}  # fmt: skip
+        return {"issuer": self.issuer, "audiences": [audience], "jwks_url": self.jwks_url, **extra}
 
     def claims(self, user: str, audience: str, lifetime_s: int = 600, **extra: Any) -> dict:
         now = int(time.time())
-        return {"iss": self.issuer, "aud": audience, "sub": user, "iat": now,
-                "exp": now + lifetime_s, **extra}  # fmt: skip
+        return {
+            "iss": self.issuer,
+            "aud": audience,
+            "sub": user,
+            "iat": now,
+            "exp": now + lifetime_s,
+            **extra,
+        }
 
     def sign(
         self,

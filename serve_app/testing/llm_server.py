@@ -37,10 +37,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from serve_app.consolidation.prompts import DIGEST_MARKER, INSIGHT_MARKER
-from serve_app.context.tokens import count_tokens
 from serve_app.extraction.prompts import EXTRACT_MARKER, SUMMARY_MARKER
 from serve_app.extraction.reconcile import KNOWN_HEADER
 from serve_app.spend.estimate import estimated_usage
+from serve_app.text import count_tokens
 
 CACHE_PROMPTS = 256
 DEFAULT_CHAT_ANSWER = "This is a scripted answer from the test LLM."
@@ -270,9 +270,14 @@ class FakeLLM:
         if action == "reset":
             self.reset()
         elif action == "rule":
-            self.add_rule(body["contains"], body["answer"], body.get("kind", "extract"),
-                          body.get("times"), int(body.get("status", 200)),
-                          body.get("message", "scripted failure"))  # fmt: skip
+            self.add_rule(
+                body["contains"],
+                body["answer"],
+                body.get("kind", "extract"),
+                body.get("times"),
+                int(body.get("status", 200)),
+                body.get("message", "scripted failure"),
+            )
         elif action == "remove_rules":
             return {"ok": True, "removed": self.remove_rules(body["contains"])}
         elif action == "limit_prompt":
@@ -311,8 +316,13 @@ class FakeLLM:
         text = "\n".join(str(m.get("content", "")) for m in messages)
         identify = self.identify
         client = identify(peer) if identify is not None and peer is not None else peer
-        entry = {"kind": kind, "messages": messages, "body": body, "at": time.time(),
-                 "client": client}  # fmt: skip
+        entry = {
+            "kind": kind,
+            "messages": messages,
+            "body": body,
+            "at": time.time(),
+            "client": client,
+        }
         with self._lock:
             self.requests.append(entry)
             mode, delay = self.mode, self.delay_s
@@ -358,9 +368,12 @@ class FakeLLM:
                     self.queue.insert(0, content)
             content, finish = content[: cap * 3], "length"
         prompt, completion = estimated_usage(body, content)
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                 "total_tokens": prompt + completion,
-                 "prompt_tokens_details": {"cached_tokens": self._cached(messages)}}  # fmt: skip
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": self._cached(messages)},
+        }
         with self._lock:
             entry["usage"] = usage  # served (billed) whether or not the answer reports it
             reported = self.report_usage
@@ -378,8 +391,9 @@ class FakeLLM:
         if kind == "insight":  # one sentence over the first memory listed
             user = str(messages[-1].get("content", "")) if messages else ""
             first = next((ln[2:] for ln in user.splitlines() if ln.startswith("- ")), "")
-            return json.dumps({"insight": f"The user has a pattern around: {first[:200]}",
-                               "importance": 0.7})  # fmt: skip
+            return json.dumps(
+                {"insight": f"The user has a pattern around: {first[:200]}", "importance": 0.7}
+            )
         if kind == "digest":
             return json.dumps({"summary": "The user had several older conversations."})
         if kind == "summary":
@@ -425,8 +439,12 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             """OpenAI-style SSE: a role chunk, content in a few pieces, a stop chunk, [DONE];
             with ``stream_options.include_usage`` (and usage reported), every chunk carries
             ``"usage": null`` and a last one with no choices carries the usage, as OpenAI's."""
-            base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk",
-                    "created": int(time.time()), "model": body.get("model", "fake")}  # fmt: skip
+            base = {
+                "id": "chatcmpl-stream",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": body.get("model", "fake"),
+            }
             step = max(1, len(content) // 3)
             deltas = [{"role": "assistant", "content": ""}] + [
                 {"content": content[i : i + step]} for i in range(0, len(content), step)
@@ -436,8 +454,10 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
-            events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
-                      for d in deltas]  # fmt: skip
+            events = [
+                {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+                for d in deltas
+            ]
             events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             if (body.get("stream_options") or {}).get("include_usage") and usage is not None:
                 events = [{**e, "usage": None} for e in events]

@@ -59,16 +59,20 @@ class Dispatcher:
         self.lease_s = 2 * s.timeout_s + 5  # a claim outlives any send it covers
         self._tasks: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
         self._short: dict[uuid.UUID, float] = {}  # subscription -> when a claim came back short
-        self._periodic = Periodic(self.run_once, s.interval_s, log=log,
-                                  failed="a webhook dispatch round failed")  # fmt: skip
+        self._periodic = Periodic(
+            self.run_once, s.interval_s, log=log, failed="a webhook dispatch round failed"
+        )
 
     @classmethod
     def from_settings(
         cls, pool: AsyncConnectionPool, s: WebhookSettings, metrics: WebhookMetrics | None = None
     ) -> Dispatcher:
         """The dispatcher an Extractor replica runs (``interval_s`` 0: never started)."""
-        sender = Sender(TargetGuard(s.allowed_networks), timeout_s=s.timeout_s,
-                        max_response_bytes=s.max_response_bytes)  # fmt: skip
+        sender = Sender(
+            TargetGuard(s.allowed_networks),
+            timeout_s=s.timeout_s,
+            max_response_bytes=s.max_response_bytes,
+        )
         return cls(WebhookStore(pool), sender, s, metrics=metrics)
 
     def backoff(self, attempts: int) -> float:
@@ -144,23 +148,26 @@ class Dispatcher:
                     self.metrics.outcome("delivered")
                 sent += len(run)
                 more = min(CHAIN, self.s.fanout_batch - sent)
-                run = await self.store.settle_and_claim(done, statuses, sub, more,
-                                                        self.lease_s, owner)  # fmt: skip
+                run = await self.store.settle_and_claim(
+                    done, statuses, sub, more, self.lease_s, owner
+                )
         except Exception:  # the leases run out and the unrecorded ones are sent again
             log.warning("recording webhook deliveries failed", exc_info=True)
 
     async def _failed(self, row: dict[str, Any], answer: Answer) -> None:
         attempts = row["attempts"] + 1
         retry = None if attempts >= self.s.max_attempts else self.backoff(attempts)
-        await self.store.failed(row["delivery_id"], answer.status, answer.error or "",
-                                retry_in_s=retry)  # fmt: skip
+        await self.store.failed(
+            row["delivery_id"], answer.status, answer.error or "", retry_in_s=retry
+        )
         self.metrics.outcome("dead" if retry is None else "failed")
 
     async def drain(self) -> None:
         """Wait for every send in flight (tests; a stop)."""
         while self._tasks:
-            await asyncio.gather(*[t for ts in self._tasks.values() for t in ts],
-                                 return_exceptions=True)  # fmt: skip
+            await asyncio.gather(
+                *[t for ts in self._tasks.values() for t in ts], return_exceptions=True
+            )
 
     def start(self) -> Dispatcher:
         self._periodic.start()

@@ -32,8 +32,18 @@ from yarl import URL
 
 from serve_app.webhooks.ssrf import Refused, TargetGuard
 
-PAYLOAD_FIELDS = ("user_id", "agent_id", "session_id", "scope", "memory_id", "version",
-                  "decision", "reason", "actor", "data")  # fmt: skip
+PAYLOAD_FIELDS = (
+    "user_id",
+    "agent_id",
+    "session_id",
+    "scope",
+    "memory_id",
+    "version",
+    "decision",
+    "reason",
+    "actor",
+    "data",
+)
 CACHED = 1024  # parsed URLs and signing keys kept (one each per subscription in use)
 USER_AGENT = "memserve-webhooks"
 # An idle connection is closed before common servers' own keep-alive (uvicorn: 5 s) does,
@@ -75,7 +85,7 @@ class GuardedResolver(AbstractResolver):
                 proto=0,
                 family=socket.AF_INET6 if a.version == 6 else socket.AF_INET,
                 flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
-            )  # fmt: skip
+            )
             for a in await self.guard.resolve_host(host, port)
         ]
 

@@ -62,8 +62,9 @@ class DispatcherThread:
 
     def start(self) -> DispatcherThread:
         if self._thread is None and self.settings.webhooks.interval_s > 0:
-            self._thread = threading.Thread(target=self._main, name="webhook-dispatcher",
-                                            daemon=True)  # fmt: skip
+            self._thread = threading.Thread(
+                target=self._main, name="webhook-dispatcher", daemon=True
+            )
             self._thread.start()
         return self
 

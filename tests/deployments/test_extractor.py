@@ -37,8 +37,10 @@ def extractor(ray_session, db, llm):
 async def test_process_is_fire_and_forget_and_extracts(extractor, llm, turns):
     llm.reset()
     llm.set_mode("delay", delay_s=0.8)
-    llm.add_rule("Lisbon", extraction([memory("The user lives in Lisbon")],
-                                      [fact("identity", "city", "Lisbon")]))  # fmt: skip
+    llm.add_rule(
+        "Lisbon",
+        extraction([memory("The user lives in Lisbon")], [fact("identity", "city", "Lisbon")]),
+    )
     key = SessionKey("default", "ray-u1", "s1")
     await turns.append(key, [("user", "I live in Lisbon")], agent_id=None, ttl_hours=1)
     started = time.perf_counter()

@@ -75,8 +75,7 @@ async def test_replica_killed_mid_batch_loses_no_turn(extractor, llm, turns, db)
     llm.set_mode("delay", delay_s=8.0)  # the answer is held while we kill the replica
     llm.add_rule("oboe", extraction([memory("The user plays the oboe in a quintet")]))
     key = SessionKey("default", "fault-u1", "s1")
-    await turns.append(key, [("user", "I play the oboe in a quintet")], agent_id=None,
-                       ttl_hours=1)  # fmt: skip
+    await turns.append(key, [("user", "I play the oboe in a quintet")], agent_id=None, ttl_hours=1)
     assert await extractor.process.remote(*key.as_tuple()) == "accepted"
     wait_for(lambda: llm.calls("extract"), 20, "the extraction call in flight")
     ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
@@ -97,9 +96,12 @@ async def test_replica_killed_mid_batch_loses_no_turn(extractor, llm, turns, db)
     assert await turns.pending_count(key) == 0, "the turn was lost with the replica"
     assert recovered_s >= LEASE_S - 0.5  # not before the dead replica's claim ran out
     with psycopg.connect(db) as conn:
-        contents = [r[0] for r in conn.execute(
-            "SELECT content FROM memory_items WHERE user_id = 'fault-u1' AND status = 'active'"
-        )]  # fmt: skip
+        contents = [
+            r[0]
+            for r in conn.execute(
+                "SELECT content FROM memory_items WHERE user_id = 'fault-u1' AND status = 'active'"
+            )
+        ]
     assert contents == ["The user plays the oboe in a quintet"]  # once, not twice
     assert len(llm.calls("extract")) == 2  # the killed call and the new replica's
     status = await extractor.status.remote()

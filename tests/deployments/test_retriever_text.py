@@ -86,9 +86,15 @@ async def test_search_text_embeds_each_query_with_the_model_of_its_table(
         )
         assert by_text[0]["content"] == FACTS[0], slug
     # one call, two queries of one text (a context's broad and session searches)
-    broad, session = query("which colour is my car?"), SearchQuery(
-        tenant_id="default", user_id="erin", top_k=3, text="which colour is my car?",
-        session_id="none-such",
-    )  # fmt: skip
+    broad, session = (
+        query("which colour is my car?"),
+        SearchQuery(
+            tenant_id="default",
+            user_id="erin",
+            top_k=3,
+            text="which colour is my car?",
+            session_id="none-such",
+        ),
+    )
     found = await retriever.search_text.remote([broad, session], REF_A, SLUG_A)
     assert found[0][0]["content"] == FACTS[1] and found[1] == []

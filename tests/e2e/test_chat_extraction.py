@@ -12,20 +12,28 @@ import time
 import openai
 import pytest
 
-from serve_app.extraction.junk import CONTEXT_OPEN
 from serve_app.testing.llm_server import DEFAULT_CHAT_ANSWER, extraction, fact, memory
+from serve_app.text import CONTEXT_OPEN
 
 pytestmark = pytest.mark.e2e
 
 
 def test_chat_proxy_turns_become_searchable_memories(service, api, keys, fake_llm, uid):
-    fake_llm.add_rule(f"cello-{uid}", extraction(
-        [memory(f"The user plays the cello-{uid} in a community orchestra", "fact")],
-        [fact("preference", "instrument", "cello")]))  # fmt: skip
+    fake_llm.add_rule(
+        f"cello-{uid}",
+        extraction(
+            [memory(f"The user plays the cello-{uid} in a community orchestra", "fact")],
+            [fact("preference", "instrument", "cello")],
+        ),
+    )
     before = len(fake_llm.calls("extract"))
     client = openai.OpenAI(base_url=f"{service.base_url}/v1", api_key=keys.service, max_retries=0)
-    questions = ["hello there", "can you help me practise?", "what should I warm up with?",
-                 f"I play the cello-{uid} in a community orchestra"]  # fmt: skip
+    questions = [
+        "hello there",
+        "can you help me practise?",
+        "what should I warm up with?",
+        f"I play the cello-{uid} in a community orchestra",
+    ]
     for i, question in enumerate(questions):
         out = client.chat.completions.create(
             model="fake",

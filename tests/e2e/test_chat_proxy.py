@@ -13,7 +13,7 @@ import time
 import openai
 import pytest
 
-from serve_app.extraction.junk import CONTEXT_OPEN
+from serve_app.text import CONTEXT_OPEN
 from tests.e2e.conftest import client_for
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,10 @@ from tests.e2e.browser import Shots, chromium_browser
 from tests.e2e.conftest import client_for
 
 pytestmark = pytest.mark.e2e
-XSS = ('<script>window.__pwned = "script"</script>',
-       '<img src=x onerror="window.__pwned = \'img\'">')  # fmt: skip
+XSS = (
+    '<script>window.__pwned = "script"</script>',
+    "<img src=x onerror=\"window.__pwned = 'img'\">",
+)
 
 
 @pytest.fixture(scope="module")
@@ -80,25 +82,38 @@ def seed(api: httpx.Client, fake_llm, uid: str) -> dict:
     history, an extracted session, a dead-lettered one and a chat request."""
 
     def add(content: str, **kw) -> dict:
-        r = api.post("/v1/memories", json={"user_id": uid, "content": content, "infer": False,
-                                           **kw})  # fmt: skip
+        r = api.post(
+            "/v1/memories", json={"user_id": uid, "content": content, "infer": False, **kw}
+        )
         assert r.status_code == 201, r.text
         return r.json()
 
-    out = {"tea": add("Likes green tea in the morning", type="preference"),
-           "oslo": add("Lives in Oslo near the fjord", type="fact"),
-           "old": add("Works at Initech as a tester"),
-           "xss": [add(x) for x in XSS]}  # fmt: skip
+    out = {
+        "tea": add("Likes green tea in the morning", type="preference"),
+        "oslo": add("Lives in Oslo near the fjord", type="fact"),
+        "old": add("Works at Initech as a tester"),
+        "xss": [add(x) for x in XSS],
+    }
     q = {"user_id": uid}
-    r = api.patch(f"/v1/memories/{out['old']['id']}", params=q,
-                  json={"content": "Works at Globex as an engineer"})  # fmt: skip
+    r = api.patch(
+        f"/v1/memories/{out['old']['id']}",
+        params=q,
+        json={"content": "Works at Globex as an engineer"},
+    )
     assert r.status_code == 200, r.text
     out["archived"] = add("Used to play the violin")
-    assert api.patch(f"/v1/memories/{out['archived']['id']}", params=q,
-                     json={"status": "archived"}).status_code == 200  # fmt: skip
+    assert (
+        api.patch(
+            f"/v1/memories/{out['archived']['id']}", params=q, json={"status": "archived"}
+        ).status_code
+        == 200
+    )
     out["retired"] = add("Owned a red bicycle")
-    r = api.patch(f"/v1/memories/{out['retired']['id']}", params=q,
-                  json={"valid_until": "2024-01-01T00:00:00Z"})  # fmt: skip
+    r = api.patch(
+        f"/v1/memories/{out['retired']['id']}",
+        params=q,
+        json={"valid_until": "2024-01-01T00:00:00Z"},
+    )
     assert r.status_code == 200, r.text
     for city in ("Bergen", "Oslo"):
         r = api.put("/v1/facts", json={**q, "category": "profile", "key": "city", "value": city})
@@ -137,8 +152,11 @@ def test_operator_flows_with_a_service_key(browser, service, keys, api, user, sh
     shots.take(page, "01-users")
     page = c.go("users/cu_")  # the page of users after "cu_" (other tests' users before it)
     row = page.locator("#users tr", has_text=uid)
-    counts = next(u for u in api.get("/v1/users", params={"cursor": "cu_"}).json()["users"]
-                  if u["user_id"] == uid)  # fmt: skip
+    counts = next(
+        u
+        for u in api.get("/v1/users", params={"cursor": "cu_"}).json()["users"]
+        if u["user_id"] == uid
+    )
     for label in ("Memories", "Archived", "Facts", "Sessions"):
         expect(row.locator(f"td[data-label={label}]")).to_have_text(str(counts[label.lower()]))
     row.get_by_role("link", name=uid).click()
@@ -212,7 +230,8 @@ def test_operator_flows_with_a_service_key(browser, service, keys, api, user, sh
     got = api.get(f"/v1/memories/{made['tea']['id']}", params=q(uid)).json()
     assert got["content"] == "Likes jasmine tea in the morning" and got["version"] == 2
     timeline.locator(f"article[data-id='{made['oslo']['id']}']").get_by_role(
-        "button", name="Archive").click()  # fmt: skip
+        "button", name="Archive"
+    ).click()
     expect(timeline).not_to_contain_text("Lives in Oslo")
     assert (
         api.get(f"/v1/memories/{made['oslo']['id']}", params=q(uid)).json()["status"] == "archived"
@@ -304,8 +323,9 @@ def test_admin_views(browser, service, api, admin, fake_llm, user, shots):
     page.fill("#new-key input[name=name]", "made in the console")
     page.click("#new-key button[type=submit]")
     secret = page.locator("#new-secret code").inner_text()
-    made = next(k for k in admin.get("/v1/admin/keys").json()["keys"]
-                if k["name"] == "made in the console")  # fmt: skip
+    made = next(
+        k for k in admin.get("/v1/admin/keys").json()["keys"] if k["name"] == "made in the console"
+    )
     assert secret.startswith(made["prefix"]) and made["revoked_at"] is None
     shots.take(page, "10-admin-keys")
     page.locator(f"button[data-key='{made['id']}']").click()
@@ -332,8 +352,11 @@ def test_admin_views(browser, service, api, admin, fake_llm, user, shots):
     retry.click()
     expect(page.locator("#flash")).to_contain_text("Queued")
     # Retried: out of the list (the scripted refusal may dead-letter it again, later)
-    wait_for(lambda: not dead()["dead_letters"] or dead()["dead_letters"][0]["dead_at"]
-             > before["dead_at"])  # fmt: skip
+    wait_for(
+        lambda: (
+            not dead()["dead_letters"] or dead()["dead_letters"][0]["dead_at"] > before["dead_at"]
+        )
+    )
 
     c.go("admin/models")
     expect(page.locator("#models")).to_contain_text("active")
@@ -351,8 +374,10 @@ def test_admin_views(browser, service, api, admin, fake_llm, user, shots):
 def test_phone_width(browser, service, keys, api, shots):
     uid = "cp_" + secrets.token_hex(4)
     for i in range(3):
-        api.post("/v1/memories", json={"user_id": uid, "content": f"phone memory {i} " + "w" * 80,
-                                       "infer": False})  # fmt: skip
+        api.post(
+            "/v1/memories",
+            json={"user_id": uid, "content": f"phone memory {i} " + "w" * 80, "infer": False},
+        )
     c = Console(browser, service.base_url, keys.service, width=390)
     for view, name in ((f"user/{uid}/memories", "15-phone-timeline"), ("users", "16-phone-users")):
         page = c.go(view)
@@ -397,8 +422,10 @@ def test_a_sign_in_token_opens_its_users_console_and_admin_sees_the_issuers(
         tenant, me = "ct_" + secrets.token_hex(4), "tu_" + secrets.token_hex(4)
         admin_key = service.add_key("msk_" + secrets.token_hex(16), tenant, "admin")
         with client_for(service, admin_key) as a:
-            r = a.patch("/v1/admin/tenant/settings",
-                        json={"identity": {"issuers": [issuer.config("console")]}})  # fmt: skip
+            r = a.patch(
+                "/v1/admin/tenant/settings",
+                json={"identity": {"issuers": [issuer.config("console")]}},
+            )
             assert r.status_code == 200, r.text
         token = issuer.token(me, "console")
         with client_for(service, token) as t:
@@ -430,15 +457,17 @@ def test_events_and_webhooks_view(browser, service, api, admin, shots):
     made = []
     try:
         for path in ("/ok", "/fail"):
-            r = admin.post("/v1/admin/webhooks", json={"url": receiver.url(path),
-                                                        "types": ["memory.added"]})  # fmt: skip
+            r = admin.post(
+                "/v1/admin/webhooks", json={"url": receiver.url(path), "types": ["memory.added"]}
+            )
             assert r.status_code == 201, r.text
             made.append(r.json())
         items = [{"content": f"console event note {i}", "infer": False} for i in range(30)]
         r = api.post("/v1/memories/batch", json={"user_id": uid, "items": items})
         assert r.status_code == 201, r.text
-        r = api.post("/v1/memories", json={"user_id": gone, "content": "GONE-SECRET",
-                                           "infer": False})  # fmt: skip
+        r = api.post(
+            "/v1/memories", json={"user_id": gone, "content": "GONE-SECRET", "infer": False}
+        )
         assert r.status_code in (200, 201), r.text
         wait_for(lambda: len({x.headers["webhook-id"] for x in receiver.at("/ok")}) >= 31, 60)
         assert api.delete("/v1/memories", params={"user_id": gone}).status_code == 200
@@ -501,16 +530,27 @@ def test_documents_view(browser, service, shots):
             assert r.status_code == 201, r.text
             return r.json()
 
-        travel = post(document_id="kb-travel", text=GUIDE, content_type="text/markdown",
-                      tags=["policy"])  # fmt: skip
+        travel = post(
+            document_id="kb-travel", text=GUIDE, content_type="text/markdown", tags=["policy"]
+        )
         assert travel["chunk_count"] == 3
         for i in range(23):  # 26 documents: a second page of the list (25 a page)
             post(document_id=f"kb-bulk-{i:02}", text=f"bulk note {i}", tags=["bulk"])
-        big = post(document_id="kb-manual", title="Dial manual", text="# Manual\n\n" + manual,
-                   content_type="text/markdown", tags=["manual"])  # fmt: skip
+        big = post(
+            document_id="kb-manual",
+            title="Dial manual",
+            text="# Manual\n\n" + manual,
+            content_type="text/markdown",
+            tags=["manual"],
+        )
         assert big["chunk_count"] > 20  # a second page of chunks (20 a page)
-        post(document_id="kb-notes", text="Ana's own notes on the trip.", scope="user",
-             user_id="ana", tags=["notes"])  # fmt: skip
+        post(
+            document_id="kb-notes",
+            text="Ana's own notes on the trip.",
+            scope="user",
+            user_id="ana",
+            tags=["notes"],
+        )
 
         c = Console(browser, service.base_url, key)
         page = c.go("documents")

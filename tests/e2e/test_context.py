@@ -9,8 +9,8 @@ import uuid
 import psycopg
 import pytest
 
-from serve_app.extraction.junk import CONTEXT_CLOSE, CONTEXT_OPEN
 from serve_app.retrieval.rerank import RERANK_MARKER
+from serve_app.text import CONTEXT_CLOSE, CONTEXT_OPEN
 from tests.e2e.conftest import client_for
 
 pytestmark = pytest.mark.e2e

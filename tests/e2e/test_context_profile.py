@@ -119,5 +119,9 @@ def test_pinned_overrides_and_forget_and_supersede_update_at_once(api):
     moved = add(api, user_id=uid, content="Lives in Bergen now", supersedes=[city["id"]])
     now = profile_ids()
     assert lang["id"] not in now and city["id"] not in now and moved["id"] in now
-    assert api.post("/v1/memories", json={"user_id": uid, "content": "x", "pinned": "maybe"}
-                    ).status_code == 422  # fmt: skip
+    assert (
+        api.post(
+            "/v1/memories", json={"user_id": uid, "content": "x", "pinned": "maybe"}
+        ).status_code
+        == 422
+    )

@@ -16,8 +16,20 @@ from tests.e2e.conftest import client_for
 
 pytestmark = pytest.mark.e2e
 
-TOPICS = ("forklift", "parking", "holiday", "payroll", "canteen", "badge", "printer", "laptop",
-          "shuttle", "gym", "library", "mailroom")  # fmt: skip
+TOPICS = (
+    "forklift",
+    "parking",
+    "holiday",
+    "payroll",
+    "canteen",
+    "badge",
+    "printer",
+    "laptop",
+    "shuttle",
+    "gym",
+    "library",
+    "mailroom",
+)
 PAGES = [f"Quorvex {t} rule: the {t} desk is on floor {n + 2}." for n, t in enumerate(TOPICS)]
 DONE_WITHIN_S = 120.0  # a deadline for the poll, not a speed assertion
 
@@ -38,10 +50,14 @@ def test_a_pdf_posted_async_is_202_then_done_with_cited_chunks(service, keys, ui
         r = svc.post(
             "/v1/documents",
             files={"file": ("depots.pdf", text_pdf(PAGES), "application/pdf")},
-            data={"document_id": f"depots-{uid}", "scope": "user", "user_id": uid,
-                  "title": "Quorvex depots"},
+            data={
+                "document_id": f"depots-{uid}",
+                "scope": "user",
+                "user_id": uid,
+                "title": "Quorvex depots",
+            },
             headers={"Prefer": "respond-async"},
-        )  # fmt: skip
+        )
         assert r.status_code == 202, r.text
         accepted = r.json()
         assert accepted["status"] == "queued" and accepted["chunk_count"] == len(PAGES)
@@ -70,8 +86,14 @@ def test_a_pdf_posted_async_is_202_then_done_with_cited_chunks(service, keys, ui
 
     with MemserveClient(service.base_url, keys.service) as m:  # the client's side of it
         two = text_pdf(PAGES[:2])
-        job = m.upload_document(two, filename="two.pdf", scope="user", user_id=uid,
-                                document_id=f"two-{uid}", respond_async=True)  # fmt: skip
+        job = m.upload_document(
+            two,
+            filename="two.pdf",
+            scope="user",
+            user_id=uid,
+            document_id=f"two-{uid}",
+            respond_async=True,
+        )
         assert isinstance(job, DocumentJob) and job.chunk_count == 2
         deadline = time.monotonic() + DONE_WITHIN_S
         while m.document_job(job.job_id).status not in ("done", "failed"):

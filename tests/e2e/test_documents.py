@@ -32,9 +32,14 @@ def test_post_list_get_repost_delete(clients, service, keys):
     svc, alice = clients["service"], clients["alice"]
     r = svc.post(
         "/v1/documents",
-        json={"document_id": "e2e-travel", "text": GUIDE, "content_type": "text/markdown",
-              "tags": ["policy"], "source_url": "https://intranet.example/travel"},
-    )  # fmt: skip
+        json={
+            "document_id": "e2e-travel",
+            "text": GUIDE,
+            "content_type": "text/markdown",
+            "tags": ["policy"],
+            "source_url": "https://intranet.example/travel",
+        },
+    )
     assert r.status_code == 201, r.text
     head = r.json()
     assert head["version"] == 1 and head["scope"] == "org" and head["chunk_count"] == 3
@@ -55,16 +60,22 @@ def test_post_list_get_repost_delete(clients, service, keys):
     html = (
         "<html><head><title>Travel</title></head><body><h1>Hotels</h1><p>Cap 150.</p></body></html>"
     )
-    r = svc.post("/v1/documents", json={"document_id": "e2e-travel", "text": html,
-                                        "content_type": "text/html"})  # fmt: skip
+    r = svc.post(
+        "/v1/documents",
+        json={"document_id": "e2e-travel", "text": html, "content_type": "text/html"},
+    )
     assert r.status_code == 201, r.text
     assert r.json()["version"] == 2 and r.json()["chunk_count"] == 1
     chunks = alice.get("/v1/documents/e2e-travel").json()["chunks"]
     assert [c["content"] for c in chunks] == ["Cap 150."]
 
     with MemserveClient(service.base_url, keys.service) as m:  # a PDF through the client
-        up = m.upload_document(pdf_bytes(["Refunds take five days."]), filename="refunds.pdf",
-                               document_id="e2e-refunds", tags=["policy", "billing"])  # fmt: skip
+        up = m.upload_document(
+            pdf_bytes(["Refunds take five days."]),
+            filename="refunds.pdf",
+            document_id="e2e-refunds",
+            tags=["policy", "billing"],
+        )
         assert up.chunk_count == 1 and up.content_type == "application/pdf"
         detail = m.document("e2e-refunds")
         assert detail.chunks[0].content == "Refunds take five days."
@@ -86,8 +97,9 @@ def test_isolation(clients):
     svc, alice, bob, other = (clients[n] for n in ("service", "alice", "bob", "service_t2"))
     r = alice.post("/v1/documents", json={"document_id": "e2e-org", "text": "x", "scope": "org"})
     assert r.status_code == 403, r.text
-    r = alice.post("/v1/documents", json={"document_id": "e2e-mine", "text": "Alice's plan.",
-                                          "scope": "user"})  # fmt: skip
+    r = alice.post(
+        "/v1/documents", json={"document_id": "e2e-mine", "text": "Alice's plan.", "scope": "user"}
+    )
     assert r.status_code == 201, r.text
     r = svc.post("/v1/documents", json={"document_id": "e2e-shared", "text": "Shared."})
     assert r.status_code == 201, r.text

@@ -42,11 +42,15 @@ def test_cli_export_import_into_a_fresh_tenant(service, api, keys, uid, tmp_path
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines[-1] == {"kind": "end", "memories": 5, "facts": 0, "history": 5}
 
-    summary = json.loads(cli(service, keys.service_t2, "import", "--user", uid, str(out),
-                             "--chunk-bytes", "1500"))  # fmt: skip
+    summary = json.loads(
+        cli(service, keys.service_t2, "import", "--user", uid, str(out), "--chunk-bytes", "1500")
+    )
     assert summary["memories"] == 5 and summary["chunks"] > 1  # split under the body limit
-    t2 = api.__class__(base_url=service.base_url, timeout=30,
-                       headers={"Authorization": f"Bearer {keys.service_t2}"})  # fmt: skip
+    t2 = api.__class__(
+        base_url=service.base_url,
+        timeout=30,
+        headers={"Authorization": f"Bearer {keys.service_t2}"},
+    )
     with t2:
         # the answer to each query is the same memory; lower ranks of unrelated memories may
         # differ here (lexical statistics include the other e2e tests' memories of the
@@ -102,8 +106,13 @@ def test_import_is_all_or_nothing_over_http(api, uid):
     many = jsonl(*({"memory": f"m{i}"} for i in range(5001)))
     r = api.post("/v1/import", params={"user_id": uid}, content=many)
     assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large", r.text
-    session = {**fine, "scope": "session", "session_id": "s1", "status": "archived",
-               "created_at": "2024-02-02T09:00:00+00:00"}  # fmt: skip
+    session = {
+        **fine,
+        "scope": "session",
+        "session_id": "s1",
+        "status": "archived",
+        "created_at": "2024-02-02T09:00:00+00:00",
+    }
     r = api.post("/v1/import", params={"user_id": uid}, content=jsonl(session, fact))
     assert r.status_code == 200 and r.json()["imported"]["memories"] == 1, r.text
     [m] = api.get("/v1/memories", params={"user_id": uid}).json()["memories"]

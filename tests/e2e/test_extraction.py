@@ -42,9 +42,17 @@ def test_readiness_reports_extraction(service, api):
 
 
 def test_every_n_user_turns_extracts_searchable_memories(api, fake_llm, uid):
-    fake_llm.add_rule(f"marathon-{uid}", extraction(
-        [memory(f"The user is training for the Berlin marathon-{uid} in September", "episodic")],
-        [fact("preference", "sport", "running")]))  # fmt: skip
+    fake_llm.add_rule(
+        f"marathon-{uid}",
+        extraction(
+            [
+                memory(
+                    f"The user is training for the Berlin marathon-{uid} in September", "episodic"
+                )
+            ],
+            [fact("preference", "sport", "running")],
+        ),
+    )
     first = turns(api, uid, "s1", ("user", "hello"), ("assistant", "Hi! How can I help?"))
     assert first["extraction"] == "buffered" and first["turn_range"] == [1, 2]
     turns(api, uid, "s1", ("user", "any tips?"), ("user", "for running"))
@@ -85,8 +93,15 @@ def test_contradiction_and_facts_history_over_http(api, fake_llm, uid):
 
 def test_infer_true_goes_through_extraction(api, fake_llm, uid):
     fake_llm.add_rule(f"peanuts {uid}", extraction([memory("The user is allergic to peanuts")]))
-    r = api.post("/v1/memories", json={"user_id": uid, "content": f"I can't eat peanuts {uid}",
-                                       "infer": True, "tags": ["health"]})  # fmt: skip
+    r = api.post(
+        "/v1/memories",
+        json={
+            "user_id": uid,
+            "content": f"I can't eat peanuts {uid}",
+            "infer": True,
+            "tags": ["health"],
+        },
+    )
     assert r.status_code == 202, r.text
     job = r.json()["job_id"]
     assert r.json()["status"] == "queued"
@@ -96,14 +111,21 @@ def test_infer_true_goes_through_extraction(api, fake_llm, uid):
 
 
 def test_junk_is_not_extracted_over_http(api, fake_llm, uid):
-    from serve_app.extraction.junk import wrap_context
+    from serve_app.text import wrap_context
 
     before = len(fake_llm.calls("extract"))
-    turns(api, uid, "s1", ("system", f"SYSTEM-{uid}"),
-          ("user", wrap_context(f"- CONTEXT-{uid}") + f" hi there {uid}"))  # fmt: skip
+    turns(
+        api,
+        uid,
+        "s1",
+        ("system", f"SYSTEM-{uid}"),
+        ("user", wrap_context(f"- CONTEXT-{uid}") + f" hi there {uid}"),
+    )
     api.post("/v1/sessions/s1/end", json={"user_id": uid})
-    wait_for(lambda: api.get("/v1/sessions/s1", params={"user_id": uid}).json()["pending_turns"]
-             == 0, what="extraction")  # fmt: skip
+    wait_for(
+        lambda: api.get("/v1/sessions/s1", params={"user_id": uid}).json()["pending_turns"] == 0,
+        what="extraction",
+    )
     sent = [c for c in fake_llm.calls("extract")[before:] if uid in str(c["messages"])]
     assert sent, "the user's words were extracted"
     prompt = str(sent[-1]["messages"])

@@ -112,12 +112,19 @@ def test_poisoned_sessions_are_dead_lettered_without_delaying_others(api, admin,
     # An admin retry puts them back; the LLM now accepts them.
     fake_llm.remove_rules(poison)
     fake_llm.add_rule(poison, extraction([memory(f"The user keeps a travel journal {flooder}")]))
-    one = admin.post("/v1/admin/extraction/dead-letters/retry",
-                     json={"user_id": flooder, "session_id": "p0"})  # fmt: skip
+    one = admin.post(
+        "/v1/admin/extraction/dead-letters/retry", json={"user_id": flooder, "session_id": "p0"}
+    )
     assert one.status_code == 200, one.text
     assert one.json()["retried"] == [{"user_id": flooder, "session_id": "p0"}]
-    wait_for(lambda: session(api, flooder, "p0")["failed_turns"] == 0
-             and session(api, flooder, "p0")["pending_turns"] == 0, 30, "p0 extracted")  # fmt: skip
+    wait_for(
+        lambda: (
+            session(api, flooder, "p0")["failed_turns"] == 0
+            and session(api, flooder, "p0")["pending_turns"] == 0
+        ),
+        30,
+        "p0 extracted",
+    )
     assert len(dead_letters(admin, flooder)) == POISONED - 1
     rest = admin.post("/v1/admin/extraction/dead-letters/retry", json={"user_id": flooder})
     assert sorted(r["session_id"] for r in rest.json()["retried"]) == sorted(sids[1:])
@@ -147,8 +154,9 @@ def test_admin_routes_need_an_admin_key_and_stay_in_the_tenant(service, keys, ad
     assert admin.post("/v1/admin/consolidate", json={}).status_code == 422
     listed = admin.get("/v1/admin/extraction/dead-letters").json()["dead_letters"]
     assert all(isinstance(row["session_id"], str) for row in listed)
-    assert admin.post("/v1/admin/extraction/dead-letters/retry",
-                      json={"user_id": uid}).json() == {"retried": []}  # fmt: skip
+    assert admin.post("/v1/admin/extraction/dead-letters/retry", json={"user_id": uid}).json() == {
+        "retried": []
+    }
 
 
 BLUE = [  # pairwise cosine >= 0.95 with the e2e model: near-duplicates at merge_similarity 0.9

@@ -41,13 +41,19 @@ def slow_chunk(service, uid: str) -> Iterator[None]:
     """Deleting ``uid``'s memory "slow" sleeps 4 s (under the 5 s statement timeout)."""
     fn = sql.Identifier(f"slow_{uid}")
     with psycopg.connect(service.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL(
-            "CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF OLD.user_id = {uid} AND OLD.content = 'slow' THEN PERFORM pg_sleep(4);"
-            " END IF; RETURN OLD; END $$").format(fn=fn, uid=sql.Literal(uid)))  # fmt: skip
-        conn.execute(sql.SQL(
-            "CREATE TRIGGER {fn} BEFORE DELETE ON memory_items FOR EACH ROW"
-            " EXECUTE FUNCTION {fn}()").format(fn=fn))  # fmt: skip
+        conn.execute(
+            sql.SQL(
+                "CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF OLD.user_id = {uid} AND OLD.content = 'slow' THEN PERFORM pg_sleep(4);"
+                " END IF; RETURN OLD; END $$"
+            ).format(fn=fn, uid=sql.Literal(uid))
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER {fn} BEFORE DELETE ON memory_items FOR EACH ROW"
+                " EXECUTE FUNCTION {fn}()"
+            ).format(fn=fn)
+        )
         try:
             yield
         finally:
@@ -64,10 +70,14 @@ def seed(api, uid: str) -> None:
 def wait_sleeping(service) -> None:
     """Until the forget's chunk sleeps in the trigger."""
     wait_for(
-        lambda: db(service, "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
-                   " AND query ILIKE '%%memory_items%%'"),
-        timeout=20, what="the forget to reach its slow chunk",
-    )  # fmt: skip
+        lambda: db(
+            service,
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+            " AND query ILIKE '%%memory_items%%'",
+        ),
+        timeout=20,
+        what="the forget to reach its slow chunk",
+    )
 
 
 def erasures(service, uid: str) -> list[tuple]:
@@ -85,8 +95,11 @@ def extracted_again(api, fake_llm, uid: str) -> None:
     fake_llm.add_rule(f"chess-{uid}", extraction([memory(text)]))
     turns(api, uid, "s-after", ("user", "hi"), ("user", "I have a hobby"), ("user", "a game"))
     turns(api, uid, "s-after", ("user", f"I play chess-{uid}"))
-    wait_for(lambda: [m for m in memories(api, uid) if m["content"] == text],
-             timeout=30, what="the new turns to be extracted")  # fmt: skip
+    wait_for(
+        lambda: [m for m in memories(api, uid) if m["content"] == text],
+        timeout=30,
+        what="the new turns to be extracted",
+    )
 
 
 def ready(service) -> bool:
@@ -120,8 +133,11 @@ def test_a_client_that_hangs_up_mid_forget_leaves_nothing_blocked(api, service, 
         wait_sleeping(service)
         client.close()  # the client hangs up while the forget sleeps mid-chunk
         # Finished on cancellation, or by the forget that ran on: never left running.
-        wait_for(lambda: erasures(service, uid) and erasures(service, uid)[0][0],
-                 timeout=15, what="the erasure to be finished")  # fmt: skip
+        wait_for(
+            lambda: erasures(service, uid) and erasures(service, uid)[0][0],
+            timeout=15,
+            what="the erasure to be finished",
+        )
     left = [m["content"] for m in memories(api, uid)]
     print(f"after the hang-up: {left} left (the slow chunk was cancelled: {'slow' in left})")
     extracted_again(api, fake_llm, uid)

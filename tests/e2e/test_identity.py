@@ -51,7 +51,7 @@ def realm(service, issuer):
                         ),
                     ]
                 }
-            },  # fmt: skip
+            },
         )
         assert r.status_code == 200, r.text
         yield tenant, audience, admin, service_key
@@ -76,8 +76,9 @@ def test_the_settings_refuse_what_no_issuer_may_be(realm, issuer, service):
     # The pair belongs to this tenant: another tenant cannot claim it.
     other = service.add_key("msk_" + secrets.token_hex(16), "idp_other", "admin")
     with client_for(service, other) as c:
-        r = c.patch("/v1/admin/tenant/settings",
-                    json={"identity": {"issuers": [issuer.config(audience)]}})  # fmt: skip
+        r = c.patch(
+            "/v1/admin/tenant/settings", json={"identity": {"issuers": [issuer.config(audience)]}}
+        )
         assert r.status_code == 409 and r.json()["error"]["code"] == "issuer_taken", r.text
         r = c.get("/v1/admin/tenant/settings")
         assert "identity" not in r.json()["settings"]  # nothing changed

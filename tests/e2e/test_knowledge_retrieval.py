@@ -23,10 +23,17 @@ HOTEL_Q = "What is the Zorblat hotel cap per night in Berlin?"
 def posted(service, keys):
     doc = "e2e-kb-" + uuid.uuid4().hex[:8]
     with client_for(service, keys.service) as svc:
-        r = svc.post("/v1/documents", json={
-            "document_id": doc, "title": "Zorblat travel policy", "text": GUIDE,
-            "content_type": "text/markdown", "tags": ["zorblat"],
-            "source_url": "https://intranet.example/zorblat"})  # fmt: skip
+        r = svc.post(
+            "/v1/documents",
+            json={
+                "document_id": doc,
+                "title": "Zorblat travel policy",
+                "text": GUIDE,
+                "content_type": "text/markdown",
+                "tags": ["zorblat"],
+                "source_url": "https://intranet.example/zorblat",
+            },
+        )
         assert r.status_code == 201, r.text
     yield doc
     with client_for(service, keys.service) as svc:  # the shared tenant's org stays as found
@@ -45,8 +52,9 @@ def test_posted_document_is_a_cited_chunk_in_search_and_context(service, keys, p
         assert c["source_url"] == "https://intranet.example/zorblat"
         assert isinstance(c["chunk_index"], int)
         assert hits[0]["explain"]["source"] == "knowledge"
-        only = alice.post("/v1/search", json={"query": HOTEL_Q, "document_ids": [posted],
-                                              "threshold": -1.0}).json()["results"]  # fmt: skip
+        only = alice.post(
+            "/v1/search", json={"query": HOTEL_Q, "document_ids": [posted], "threshold": -1.0}
+        ).json()["results"]
         assert only and {h["citation"]["document_id"] for h in only} == {posted}
 
         r = alice.post("/v1/context", json={"query": HOTEL_Q})

@@ -20,9 +20,13 @@ def search(api, uid: str, query: str, **kw) -> list[dict]:
 
 
 def test_forget_leaves_nothing_and_nothing_reappears(api, fake_llm, uid):
-    fake_llm.add_rule(f"vegan-{uid}", extraction(
-        [memory(f"The user is vegan-{uid} and lives in Lisbon")],
-        [fact("preference", "diet", "vegan")]))  # fmt: skip
+    fake_llm.add_rule(
+        f"vegan-{uid}",
+        extraction(
+            [memory(f"The user is vegan-{uid} and lives in Lisbon")],
+            [fact("preference", "diet", "vegan")],
+        ),
+    )
     turns(api, uid, "s1", ("user", "hi"), ("user", "I cook a lot"), ("user", "mostly greens"))
     turns(api, uid, "s1", ("user", f"I am vegan-{uid}"))
     [m] = wait_for(lambda: memories(api, uid), what="extracted memory")
@@ -57,8 +61,9 @@ def test_forget_leaves_nothing_and_nothing_reappears(api, fake_llm, uid):
 
 
 def test_facts_set_explicitly_win_and_delete_removes_them(api, uid):
-    put = api.put("/v1/facts", json={"user_id": uid, "category": "home", "key": "city",
-                                     "value": "Porto"})  # fmt: skip
+    put = api.put(
+        "/v1/facts", json={"user_id": uid, "category": "home", "key": "city", "value": "Porto"}
+    )
     assert put.status_code == 200 and put.json()["source"] == "user", put.text
     api.put("/v1/facts", json={"user_id": uid, "category": "home", "key": "city", "value": "Faro"})
     hist = api.get("/v1/facts", params={"user_id": uid, "include_inactive": True}).json()["facts"]

@@ -76,8 +76,10 @@ def test_round_trip_with_a_service_key(client_for, keys, uid, mem0):
 
 def test_batch_and_entities(client_for, keys, uid, mem0):
     c = client_for(keys.service)
-    ids = [r["id"] for r in c.add(conversation(uid), user_id=uid, agent_id="chef", infer=False)[
-        "results"]]  # fmt: skip
+    ids = [
+        r["id"]
+        for r in c.add(conversation(uid), user_id=uid, agent_id="chef", infer=False)["results"]
+    ]
     c.batch_update([{"memory_id": ids[0], "text": f"Eats fish now ({uid})"}])
     assert c.get(ids[0])["memory"] == f"Eats fish now ({uid})"
     assert c.get(ids[0])["agent_id"] == "chef"
@@ -134,8 +136,9 @@ def test_infer_reports_mem0_event_list(client_for, keys, fake_llm, uid):
     home, moved = f"The user lives in Paris-{uid}", f"The user lives in Berlin-{uid}"
     trip = f"The user plans a trip to Rome-{uid}"
     fake_llm.add_rule(f"paris-{uid}", extraction([memory(home), memory(trip)]))
-    added = c.add([{"role": "user", "content": f"I live in paris-{uid}, Rome trip in May"}],
-                  user_id=uid)  # fmt: skip
+    added = c.add(
+        [{"role": "user", "content": f"I live in paris-{uid}, Rome trip in May"}], user_id=uid
+    )
     assert added["status"] == "SUCCEEDED" and added["event_id"]
     ids = {r["memory"]: r["id"] for r in added["results"]}
     assert [r["event"] for r in added["results"]] == ["ADD", "ADD"] and set(ids) == {home, trip}
@@ -144,8 +147,12 @@ def test_infer_reports_mem0_event_list(client_for, keys, fake_llm, uid):
         aliases = {text: alias for alias, text in shown(messages).items()}
         if kind != "extract" or home not in aliases:
             return None
-        return extraction([decision("UPDATE", aliases[home], moved, "moved"),
-                           decision("INVALIDATE", aliases[trip], reason="cancelled")])  # fmt: skip
+        return extraction(
+            [
+                decision("UPDATE", aliases[home], moved, "moved"),
+                decision("INVALIDATE", aliases[trip], reason="cancelled"),
+            ]
+        )
 
     fake_llm.add_responder(reconcile)
     changed = c.add(f"I moved to berlin-{uid} and cancelled Rome", user_id=uid)
@@ -165,8 +172,9 @@ def test_infer_with_the_llm_down_answers_pending_then_extracts(client_for, keys,
     c = client_for(keys.service)
     fake_llm.down()
     try:
-        queued = c.add([{"role": "user", "content": f"I play the ukulele-{uid} every day"}],
-                       user_id=uid)  # fmt: skip
+        queued = c.add(
+            [{"role": "user", "content": f"I play the ukulele-{uid} every day"}], user_id=uid
+        )
     finally:
         fake_llm.up()
     assert queued["status"] == "PENDING" and queued["event_id"] and queued["results"] == []
@@ -191,13 +199,20 @@ def test_document_messages_become_documents(client_for, keys, uid, mem0):
         c = client_for(keys.service)
         added = c.add(
             [
-                {"role": "user", "content": {"type": "pdf_url",
-                                             "pdf_url": {"url": server.url("/policy.pdf")}}},
-                {"role": "user", "content": {"type": "mdx_url",
-                                             "mdx_url": {"url": base64.b64encode(md).decode()}}},
+                {
+                    "role": "user",
+                    "content": {"type": "pdf_url", "pdf_url": {"url": server.url("/policy.pdf")}},
+                },
+                {
+                    "role": "user",
+                    "content": {
+                        "type": "mdx_url",
+                        "mdx_url": {"url": base64.b64encode(md).decode()},
+                    },
+                },
             ],
             user_id=uid,
-        )  # fmt: skip
+        )
         assert added["status"] == "SUCCEEDED"
         pdf, mdx = (r["document"] for r in added["results"])
         assert (pdf["content_type"], pdf["user_id"], pdf["scope"]) == (

@@ -58,8 +58,10 @@ def test_guidance_reaches_the_extractor_at_once_and_categories_tag(
     r = admin.patch(URL, json={"extraction": guidance})
     assert r.status_code == 200 and r.json()["version"] == 1, r.text
     c = mem0_for(service_key)
-    fake_llm.add_rule(f"oslo-{uid}", extraction([{**memory(f"The user flies to Oslo ({uid})"),
-                                                 "tags": ["travel", "misc"]}]))  # fmt: skip
+    fake_llm.add_rule(
+        f"oslo-{uid}",
+        extraction([{**memory(f"The user flies to Oslo ({uid})"), "tags": ["travel", "misc"]}]),
+    )
     added = c.add([{"role": "user", "content": f"I fly to oslo-{uid} on Friday"}], user_id=uid)
     assert added["status"] == "SUCCEEDED", added
     prompt = prompt_for(fake_llm, f"oslo-{uid}")
@@ -70,11 +72,13 @@ def test_guidance_reaches_the_extractor_at_once_and_categories_tag(
     # a change through the Ingress is what the extractor replica uses for the next job
     r = admin.patch(URL, json={"extraction": {"custom_instructions": "RULE-TWO: be kind"}})
     assert r.status_code == 200 and r.json()["version"] == 2, r.text
-    fake_llm.add_rule(f"tea-{uid}", extraction([{**memory(f"The user likes tea ({uid})"),
-                                                "tags": ["food"]}]))  # fmt: skip
+    fake_llm.add_rule(
+        f"tea-{uid}", extraction([{**memory(f"The user likes tea ({uid})"), "tags": ["food"]}])
+    )
     own = [{"food": "what the user eats and drinks"}]
-    added = c.add([{"role": "user", "content": f"I like tea-{uid}"}], user_id=uid,
-                  custom_categories=own)  # fmt: skip
+    added = c.add(
+        [{"role": "user", "content": f"I like tea-{uid}"}], user_id=uid, custom_categories=own
+    )
     assert added["status"] == "SUCCEEDED", added
     prompt = prompt_for(fake_llm, f"tea-{uid}")
     assert "RULE-TWO: be kind" in prompt and "RULE-ONE" not in prompt
@@ -86,17 +90,22 @@ def test_guidance_reaches_the_extractor_at_once_and_categories_tag(
     # another tenant's extraction prompt carries none of it
     other = mem0_for(keys.service)
     fake_llm.add_rule(f"jazz-{uid}", extraction([memory(f"The user likes jazz ({uid})")]))
-    assert other.add([{"role": "user", "content": f"I like jazz-{uid}"}],
-                     user_id=uid)["status"] == "SUCCEEDED"  # fmt: skip
+    assert (
+        other.add([{"role": "user", "content": f"I like jazz-{uid}"}], user_id=uid)["status"]
+        == "SUCCEEDED"
+    )
     prompt = prompt_for(fake_llm, f"jazz-{uid}")
     assert "RULE-TWO" not in prompt and "what the user eats" not in prompt
 
     history = admin.get(URL + "/history").json()["changes"]
     assert [h["version"] for h in history] == [2, 1]
     assert history[0]["changes"] == [
-        {"field": "extraction.custom_instructions", "old": "RULE-ONE: be terse",
-         "new": "RULE-TWO: be kind"}
-    ]  # fmt: skip
+        {
+            "field": "extraction.custom_instructions",
+            "old": "RULE-ONE: be terse",
+            "new": "RULE-TWO: be kind",
+        }
+    ]
 
 
 def test_only_the_tenants_admin_key(service, tenant, keys):

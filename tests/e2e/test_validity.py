@@ -36,9 +36,15 @@ def test_supersedes_patch_and_as_of_through_the_cluster(api, service, keys, uid)
     assert paris.status_code == 201, paris.text
     for _ in range(3):  # warm the retriever's cache for the user
         assert contents(api.post("/v1/search", json=ask)) == [f"{uid} lives in Paris"]
-    berlin = api.post("/v1/memories", json={
-        "user_id": uid, "content": f"{uid} lives in Berlin", "valid_from": "2026-06-01T00:00:00Z",
-        "supersedes": [paris.json()["id"]]})  # fmt: skip
+    berlin = api.post(
+        "/v1/memories",
+        json={
+            "user_id": uid,
+            "content": f"{uid} lives in Berlin",
+            "valid_from": "2026-06-01T00:00:00Z",
+            "supersedes": [paris.json()["id"]],
+        },
+    )
     assert berlin.status_code == 201, berlin.text
     assert contents(api.post("/v1/search", json=ask)) == [f"{uid} lives in Berlin"]
     ctx = api.post("/v1/context", json=ask).json()["context"]
@@ -48,8 +54,11 @@ def test_supersedes_patch_and_as_of_through_the_cluster(api, service, keys, uid)
     old = api.get(f"/v1/memories/{paris.json()['id']}", params={"user_id": uid}).json()
     assert old["superseded_by"] == berlin.json()["id"]
     # PATCH valid_until retires the current value too: nothing is valid now.
-    r = api.patch(f"/v1/memories/{berlin.json()['id']}", params={"user_id": uid},
-                  json={"valid_until": "2026-10-01T00:00:00Z"})  # fmt: skip
+    r = api.patch(
+        f"/v1/memories/{berlin.json()['id']}",
+        params={"user_id": uid},
+        json={"valid_until": "2026-10-01T00:00:00Z"},
+    )
     assert r.status_code == 200, r.text
     assert contents(api.post("/v1/search", json=ask)) == []
     assert len(contents(api.post("/v1/search", json={**ask, "include_invalidated": True}))) == 2
@@ -82,11 +91,22 @@ def wait_for_memories(api, uid: str) -> list[dict]:
 
 
 def test_turn_dates_reach_the_prompt_and_valid_from(api, service, fake_llm, uid):
-    fake_llm.add_rule(f"Ana-{uid}", extraction(
-        [memory(f"The user met Ana-{uid} on 2026-11-17", "episodic")]))  # fmt: skip
-    r = api.post(f"/v1/sessions/s-{uid}/turns", json={"user_id": uid, "messages": [
-        {"role": "user", "content": f"I met Ana-{uid} last Tuesday",
-         "occurred_at": "2026-11-19T18:00:00Z"}]})  # fmt: skip
+    fake_llm.add_rule(
+        f"Ana-{uid}", extraction([memory(f"The user met Ana-{uid} on 2026-11-17", "episodic")])
+    )
+    r = api.post(
+        f"/v1/sessions/s-{uid}/turns",
+        json={
+            "user_id": uid,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": f"I met Ana-{uid} last Tuesday",
+                    "occurred_at": "2026-11-19T18:00:00Z",
+                }
+            ],
+        },
+    )
     assert r.status_code == 202, r.text
     assert api.post(f"/v1/sessions/s-{uid}/end", json={"user_id": uid}).status_code == 202
     [m] = [m for m in wait_for_memories(api, uid) if m["source"] == "extraction"]
@@ -99,13 +119,19 @@ def test_turn_dates_reach_the_prompt_and_valid_from(api, service, fake_llm, uid)
 
 def test_chat_proxy_occurred_at_is_recorded_with_the_turn(api, service, keys, fake_llm, uid):
     fake_llm.add_rule(f"oboe-{uid}", extraction([memory(f"The user bought an oboe-{uid}")]))
-    body = {"model": "fake", "user": uid, "messages": [
-        {"role": "user", "content": f"Yesterday I bought an oboe-{uid}"}]}  # fmt: skip
+    body = {
+        "model": "fake",
+        "user": uid,
+        "messages": [{"role": "user", "content": f"Yesterday I bought an oboe-{uid}"}],
+    }
     headers = {"X-Memserve-Session": f"c-{uid}", "X-Memserve-Occurred-At": "2026-11-18T09:00:00Z"}
     r = api.post("/v1/chat/completions", json=body, headers=headers)
     assert r.status_code == 200, r.text
-    bad = api.post("/v1/chat/completions", json=body,
-                   headers={**headers, "X-Memserve-Occurred-At": "next week"})  # fmt: skip
+    bad = api.post(
+        "/v1/chat/completions",
+        json=body,
+        headers={**headers, "X-Memserve-Occurred-At": "next week"},
+    )
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_request"
     deadline = time.monotonic() + 10
     while api.get(f"/v1/sessions/c-{uid}", params={"user_id": uid}).status_code != 200:

@@ -45,25 +45,36 @@ def wait_for(check, timeout: float = 60.0) -> None:
 def test_feed_and_signed_webhooks_end_to_end(api, admin, receiver, uid):
     r = admin.post("/v1/admin/webhooks", json={"url": "http://10.0.0.1/x"})
     assert r.status_code == 422 and "refused" in r.text  # SSRF
-    r = admin.post("/v1/admin/webhooks", json={"url": receiver.url("/ok"),
-                                                "include_content": True})  # fmt: skip
+    r = admin.post("/v1/admin/webhooks", json={"url": receiver.url("/ok"), "include_content": True})
     assert r.status_code == 201, r.text
     hook = r.json()
     try:
-        r = api.post("/v1/memories/batch", json={"user_id": uid, "items": [
-            {"content": "likes green tea", "infer": False},
-            {"content": "lives in Oslo", "infer": False}]})  # fmt: skip
+        r = api.post(
+            "/v1/memories/batch",
+            json={
+                "user_id": uid,
+                "items": [
+                    {"content": "likes green tea", "infer": False},
+                    {"content": "lives in Oslo", "infer": False},
+                ],
+            },
+        )
         assert r.status_code == 201, r.text
         first = r.json()["memories"][0]["id"]
-        r = api.patch(f"/v1/memories/{first}", params={"user_id": uid},
-                      json={"content": "likes oolong tea"})  # fmt: skip
+        r = api.patch(
+            f"/v1/memories/{first}", params={"user_id": uid}, json={"content": "likes oolong tea"}
+        )
         assert r.status_code == 200, r.text
         assert api.delete(f"/v1/memories/{first}", params={"user_id": uid}).status_code == 204
 
         wait_for(lambda: len(feed(api, uid)) == 4)
         events = feed(api, uid, include_content="true")
         assert [e["type"] for e in events] == [
-            "memory.added", "memory.added", "memory.updated", "memory.deleted"]  # fmt: skip
+            "memory.added",
+            "memory.added",
+            "memory.updated",
+            "memory.deleted",
+        ]
         assert [e["content"] for e in events] == [None, "lives in Oslo", None, None]
 
         def mine() -> list[dict]:

@@ -33,18 +33,26 @@ def test_recall_and_unneeded_share():
 
 
 def test_classifier_scores():
-    s = classifier_scores({"a": "constraint", "b": None, "c": "identity"},
-                          {"a": "constraint", "b": "identity", "c": None})  # fmt: skip
+    s = classifier_scores(
+        {"a": "constraint", "b": None, "c": "identity"},
+        {"a": "constraint", "b": "identity", "c": None},
+    )
     assert s["precision"] == 0.5 and s["recall"] == 0.5 and s["class_accuracy"] == 1.0
 
 
 def test_calibration_prefers_recall_under_the_noise_bound():
     samples = [
-        Sample("recommend a green tea", frozenset({"tea"}),
-               [Candidate("tea", 0.5, "Loves green tea"), Candidate("oslo", 0.3, "Lives in Oslo")]),
-        Sample("any bakeries nearby", frozenset({"bakery"}),
-               [Candidate("bakery", 0.3, "Favourite bakery is Apent")]),
-    ]  # fmt: skip
+        Sample(
+            "recommend a green tea",
+            frozenset({"tea"}),
+            [Candidate("tea", 0.5, "Loves green tea"), Candidate("oslo", 0.3, "Lives in Oslo")],
+        ),
+        Sample(
+            "any bakeries nearby",
+            frozenset({"bakery"}),
+            [Candidate("bakery", 0.3, "Favourite bakery is Apent")],
+        ),
+    ]
     assert replay(samples, Evidence(0.45, 0.25))["needed_kept_share"] == 1.0
     assert replay(samples, Evidence(0.25, 0.25))["unneeded_share"] > 0  # oslo gets in
     # the margin alone keeps oslo out: 0.3 is more than 0.1 below the message's best (0.5)
@@ -67,10 +75,15 @@ def test_variants_switch_levers_and_the_scripted_llm_extracts_what_was_said():
 def test_calibration_replays_the_time_free_cosine():
     """A candidate's ``topic`` cosine (to the message without its time words) is what the
     time-free rule judges; the levers report says what the rule does without it."""
-    menu = Sample("Suggest a dinner menu for guests on Saturday", frozenset({"fish"}),
-                  [Candidate("fish", 0.45, "Eats fish, no meat", topic=0.47),
-                   Candidate("tennis", 0.40, "Plays tennis on Wednesday evenings", topic=0.27)],
-                  half="held_out")  # fmt: skip
+    menu = Sample(
+        "Suggest a dinner menu for guests on Saturday",
+        frozenset({"fish"}),
+        [
+            Candidate("fish", 0.45, "Eats fish, no meat", topic=0.47),
+            Candidate("tennis", 0.40, "Plays tennis on Wednesday evenings", topic=0.27),
+        ],
+        half="held_out",
+    )
     free = Evidence(0.35, 0.15, 0.1, 2, False, True)
     assert replay([menu], free)["unneeded_share"] == 0.0
     assert replay([menu], replace(free, time_free=False))["unneeded_share"] == 0.5

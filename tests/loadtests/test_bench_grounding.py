@@ -15,8 +15,11 @@ from tests.conftest import REPO
 def test_the_scripted_run_saves_memories_in_both_variants() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "loadtests.bench_grounding", "--scripted", "--users", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     rows = dict(line.split(" ", 1) for line in lines if line.startswith(("with", "without")))

@@ -46,8 +46,10 @@ def test_the_meter_counts_what_the_encoder_ran(encoder):
 
 
 def test_blocks_are_scored_as_bench_context_scores_them():
-    lab = Labels({"m1": "allergy", "m2": "city", "m3": "tennis", "f1": "fact:identity.name"},
-                 {"allergy", "fact:identity.name"})  # fmt: skip
+    lab = Labels(
+        {"m1": "allergy", "m2": "city", "m3": "tennis", "f1": "fact:identity.name"},
+        {"allergy", "fact:identity.name"},
+    )
     block = ContextResult(
         "ctx",
         memories=[{"id": "m2"}, {"id": "m3"}],
@@ -59,8 +61,7 @@ def test_blocks_are_scored_as_bench_context_scores_them():
     o = block_outcome(lab, ["allergy", "city"], block)
     assert o.got == {"allergy", "city", "tennis", "fact:identity.name"}
     assert o.outside_profile == {"city", "tennis"}
-    q = quality([(0, "anna", o), (1, "anna", block_outcome(lab, ["tennis"], block))],
-                {"anna": lab})  # fmt: skip
+    q = quality([(0, "anna", o), (1, "anna", block_outcome(lab, ["tennis"], block))], {"anna": lab})
     assert q["calibration"]["needed_recall"] == 1.0
     assert q["calibration"]["retrieved_unneeded_share"] == 0.5  # tennis, not needed
     assert q["held_out"]["retrieved_unneeded_share"] == 0.5  # city, not needed

@@ -13,8 +13,9 @@ def ask(model: ScriptedModel, turn: str, known: dict[str, str]) -> list[dict]:
     prompt = f"Conversation:\n[3] (Mon 2026-03-16) user: {turn}\n[4] assistant: ok"
     if known:
         prompt += f"\n\n{KNOWN_HEADER}\n" + "\n".join(f"{a}: {t}" for a, t in known.items())
-    answer = model("extract", [{"role": "system", "content": "x"},
-                               {"role": "user", "content": prompt}])  # fmt: skip
+    answer = model(
+        "extract", [{"role": "system", "content": "x"}, {"role": "user", "content": prompt}]
+    )
     return json.loads(answer)["memories"]
 
 
@@ -46,8 +47,10 @@ def test_ground_truth_over_time_and_the_other_cohorts():
     moved = today.sessions[1][2]
     [add] = ask(model, moved.turn, {"m1": today.sessions[0][0].memory})
     assert add["event"] == "ADD"  # today's extraction ignores what it is shown
-    events = [ask(model, sloppy.sessions[1][2].turn, {"m1": sloppy.sessions[0][0].memory})[0]
-              for _ in range(200)]  # fmt: skip
+    events = [
+        ask(model, sloppy.sessions[1][2].turn, {"m1": sloppy.sessions[0][0].memory})[0]
+        for _ in range(200)
+    ]
     adds = sum(e["event"] == "ADD" for e in events)
     invented = sum(e.get("target") not in (None, "m1") for e in events)
     assert 30 <= adds <= 90 and 5 <= invented <= 45 and invented == model.invented

@@ -72,8 +72,10 @@ def test_runs_with_fewer_views_than_the_call_fill_their_rows(minilm_encoder):
         split = minilm_encoder.encode_views(texts, views, is_query=True)
     finally:
         minilm_encoder.max_batch_tokens = old
-    one_by_one = [minilm_encoder.encode_views([t], [v], is_query=True)[0] for t, v in
-                  zip(texts, views, strict=True)]  # fmt: skip
+    one_by_one = [
+        minilm_encoder.encode_views([t], [v], is_query=True)[0]
+        for t, v in zip(texts, views, strict=True)
+    ]
     for got, want in zip(split, one_by_one, strict=True):
         np.testing.assert_allclose(got, want, atol=2e-4)
 

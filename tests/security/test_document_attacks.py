@@ -83,10 +83,15 @@ def ssrf_urls(port: int) -> list[str]:
         f"http://0.0.0.0:{port}/x",
         "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
         "http://[fd00:ec2::254]/latest/meta-data/",
-        "http://10.0.0.1/", "http://192.168.0.1/", "http://172.16.0.1/", "http://100.64.0.1/",
-        "file:///etc/passwd", "gopher://127.0.0.1:6379/_INFO", "ftp://127.0.0.1/",
+        "http://10.0.0.1/",
+        "http://192.168.0.1/",
+        "http://172.16.0.1/",
+        "http://100.64.0.1/",
+        "file:///etc/passwd",
+        "gopher://127.0.0.1:6379/_INFO",
+        "ftp://127.0.0.1/",
         f"http://user:pw@127.0.0.2:{port}/x",
-    ]  # fmt: skip
+    ]
 
 
 def test_ssrf_urls_through_mem0_add_are_refused(sec_service, tenants, trap, relay):
@@ -102,10 +107,14 @@ def test_ssrf_urls_through_mem0_add_are_refused(sec_service, tenants, trap, rela
         cases += [(relay.url(f"/redirect?to={u}"), "redirect") for u in urls if "://" in u]
         for url, how in cases:
             for kind in ("pdf_url", "mdx_url"):
-                body = {"user_id": "u1", "infer": False, "messages": [
-                    {"role": "user", "content": "keep this too"},
-                    {"role": "user", "content": {"type": kind, kind: {"url": url}}},
-                ]}  # fmt: skip
+                body = {
+                    "user_id": "u1",
+                    "infer": False,
+                    "messages": [
+                        {"role": "user", "content": "keep this too"},
+                        {"role": "user", "content": {"type": kind, kind: {"url": url}}},
+                    ],
+                }
                 r = c.post(ADD, json=body)
                 _note(f"ssrf: document URL ({how})", r.status_code, url)
                 assert r.status_code == 422, (url, r.text)
@@ -120,8 +129,12 @@ def test_another_tenants_document_ids_are_404_and_change_nothing(sec_service, te
     a, b = tenants["a"], tenants["b"]
     with http(sec_service, a["service"]) as ca, http(sec_service, b["service"]) as cb:
         for doc_id, scope in (("policy-handbook", "org"), ("u1-notes", "user")):
-            body = {"document_id": doc_id, "text": f"# {doc_id}\n\nTenant A's own words.",
-                    "content_type": "text/markdown", "scope": scope}  # fmt: skip
+            body = {
+                "document_id": doc_id,
+                "text": f"# {doc_id}\n\nTenant A's own words.",
+                "content_type": "text/markdown",
+                "scope": scope,
+            }
             if scope == "user":
                 body["user_id"] = "u1"
             r = ca.post("/v1/documents", json=body)
@@ -152,8 +165,13 @@ def test_another_tenants_document_jobs_are_404_and_change_nothing(sec_service, t
     """Tenant B (its service key, its user of the same name) can neither read nor
     cancel tenant A's queued job, by id; A's job runs to done all the same."""
     a, b = tenants["a"], tenants["b"]
-    body = {"document_id": "queued-manual", "text": "# Manual\n\nTenant A's queued words.",
-            "content_type": "text/markdown", "scope": "user", "user_id": "u1"}  # fmt: skip
+    body = {
+        "document_id": "queued-manual",
+        "text": "# Manual\n\nTenant A's queued words.",
+        "content_type": "text/markdown",
+        "scope": "user",
+        "user_id": "u1",
+    }
     with http(sec_service, a["service"]) as ca:
         r = ca.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})
         assert r.status_code == 202, r.text
@@ -189,8 +207,11 @@ def test_pdf_bombs_are_refused_fast(sec_service, tenants, name, make):
     assert len(data) < 512 * 1024
     with http(sec_service, tenants["a"]["service"]) as c:
         started = time.monotonic()
-        r = c.post("/v1/documents", files={"file": ("bomb.pdf", data, "application/pdf")},
-                   data={"scope": "org", "document_id": "bomb"})  # fmt: skip
+        r = c.post(
+            "/v1/documents",
+            files={"file": ("bomb.pdf", data, "application/pdf")},
+            data={"scope": "org", "document_id": "bomb"},
+        )
         took = time.monotonic() - started
         _note("document: PDF bomb", r.status_code, name)
         assert r.status_code in (413, 422), r.text

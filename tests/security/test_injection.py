@@ -54,8 +54,11 @@ def bad_requests():
         {"content": b'{"user_id": "victim", "content": "x"', "headers": json_h},
     )
     yield "POST", "/v1/memories", {"content": b"\xff\xfe\xfa\x80 not utf-8", "headers": json_h}
-    yield "POST", "/v1/memories", {"content": b'{"user_id": "victim", "content": "\xc3\x28"}',
-                                   "headers": json_h}  # fmt: skip
+    yield (
+        "POST",
+        "/v1/memories",
+        {"content": b'{"user_id": "victim", "content": "\xc3\x28"}', "headers": json_h},
+    )
     yield "POST", "/v1/memories", {"content": b"[" * 100_000 + b"]" * 100_000, "headers": json_h}
     deep = b'{"a":' * 5000 + b"1" + b"}" * 5000
     yield "POST", "/v1/memories", {"content": deep, "headers": json_h}
@@ -164,8 +167,10 @@ def test_sql_text_is_stored_verbatim_and_harmless(sec_service, tenant):
     t, svc_key, _ = tenant
     with http(sec_service, svc_key) as c:
         for s in SQLI:
-            r = c.post("/v1/memories", json={"user_id": "victim", "content": s, "tags": [s[:60]],
-                                               "metadata": {s: s}})  # fmt: skip
+            r = c.post(
+                "/v1/memories",
+                json={"user_id": "victim", "content": s, "tags": [s[:60]], "metadata": {s: s}},
+            )
             assert r.status_code == 201, r.text
             got = c.get(f"/v1/memories/{r.json()['id']}", params={"user_id": "victim"}).json()
             assert got["content"] == s and got["metadata"] == {s: s}

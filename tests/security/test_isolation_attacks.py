@@ -102,8 +102,12 @@ def world(sec_service) -> World:
                 ):
                     tok = token()
                     content = f"{u} {TOPICS[(i + j) % 3]} {tok}"
-                    body = {"user_id": u, "content": content, "tags": [tok, "shared-tag"],
-                            "metadata": {"tok": tok, "kind": "secret"}}  # fmt: skip
+                    body = {
+                        "user_id": u,
+                        "content": content,
+                        "tags": [tok, "shared-tag"],
+                        "metadata": {"tok": tok, "kind": "secret"},
+                    }
                     if session:
                         body["session_id"] = session
                     if agent:
@@ -159,7 +163,7 @@ def attacks(draw, w: World):
                 "session",
                 "batch_shared",
                 "chat",
-            ]  # fmt: skip
+            ]
         )
     )
     params = {} if claimed is None else {"user_id": claimed}
@@ -168,8 +172,11 @@ def attacks(draw, w: World):
         "session_id": draw(maybe(["s1", "s2"])),
     }
     filters = {k: v for k, v in filters.items() if v is not None}
-    query = draw(st.sampled_from([victim.content, victim.token, f"what about {victim.token}?",
-                                  TOPICS[0], "passport"]))  # fmt: skip
+    query = draw(
+        st.sampled_from(
+            [victim.content, victim.token, f"what about {victim.token}?", TOPICS[0], "passport"]
+        )
+    )
     mid = victim.id if victim in w.memories else str(uuid.uuid4())
     if kind == "get":
         return key, claimed, ("GET", f"/v1/memories/{mid}", params, None)
@@ -190,15 +197,29 @@ def attacks(draw, w: World):
     if kind == "delete_scope":
         # Only requests that must delete nothing seeded: a user naming someone else, or a
         # service key acting for a user that has nothing.
-        p = {"user_id": "ghost"} if key.role == "service" else {"user_id": draw(
-            st.sampled_from([u for u in USERS if u != key.user]))}  # fmt: skip
+        p = (
+            {"user_id": "ghost"}
+            if key.role == "service"
+            else {"user_id": draw(st.sampled_from([u for u in USERS if u != key.user]))}
+        )
         return key, p["user_id"], ("DELETE", "/v1/memories", {**p, **filters}, None)
     if kind == "search":
         body = {"query": query, **filters, **params}
-        body.update(draw(st.sampled_from([{}, {"tags": [victim.token]}, {"top_k": 100},
-                                          {"filters": {"metadata": {"tok": victim.token}}},
-                                          {"mode": "lexical"}, {"mode": "dense"},
-                                          {"threshold": -1.0}])))  # fmt: skip
+        body.update(
+            draw(
+                st.sampled_from(
+                    [
+                        {},
+                        {"tags": [victim.token]},
+                        {"top_k": 100},
+                        {"filters": {"metadata": {"tok": victim.token}}},
+                        {"mode": "lexical"},
+                        {"mode": "dense"},
+                        {"threshold": -1.0},
+                    ]
+                )
+            )
+        )
         return key, claimed, ("POST", "/v1/search", None, body)
     if kind == "context":
         body = {"query": query, **filters, **params, "token_budget": 8000, "top_k": 100}

@@ -78,15 +78,26 @@ def _send(svc, token: str, where: str) -> httpx.Response:
     for _ in range(30):
         with httpx.Client(base_url=svc.base_url, timeout=30) as c:
             if where == "mem0":
-                r = c.post("/mem0/v3/memories/search/", json={"query": "vault code"},
-                           headers={"Authorization": f"Token {token}"})  # fmt: skip
+                r = c.post(
+                    "/mem0/v3/memories/search/",
+                    json={"query": "vault code"},
+                    headers={"Authorization": f"Token {token}"},
+                )
             elif where == "mcp":
-                r = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                           headers={"Authorization": f"Bearer {token}",
-                                    "Accept": "application/json, text/event-stream"})  # fmt: skip
+                r = c.post(
+                    "/mcp",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                    headers={
+                        "Authorization": f"Bearer {token}",
+                        "Accept": "application/json, text/event-stream",
+                    },
+                )
             else:
-                r = c.post("/v1/search", json={"query": "vault code"},
-                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+                r = c.post(
+                    "/v1/search",
+                    json={"query": "vault code"},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
         if r.status_code != 429:
             return r
         time.sleep(min(float(r.headers.get("retry-after", "1")), 2.0))
@@ -143,7 +154,7 @@ def _forgeries(w: dict) -> dict[str, str]:
             attacker,
             algorithm="RS256",
             headers={"kid": "evil", "jku": "http://127.0.0.1:1/evil.json"},
-        ),  # fmt: skip
+        ),
         "kid path traversal": ia.sign(good, kid="../../../../etc/passwd"),
         "kid URL": ia.sign(good, kid="http://169.254.169.254/latest/meta-data"),
         "kid SQL": ia.sign(good, kid="x' OR '1'='1"),
@@ -157,7 +168,7 @@ def _forgeries(w: dict) -> dict[str, str]:
         "not yet valid (nbf)": ia.sign({**good, "nbf": now + 3600}),
         "issued in the far future": ia.sign(
             {**good, "iat": now + 365 * 86400, "exp": now + 366 * 86400}
-        ),  # fmt: skip
+        ),
         "lifetime over the cap": ia.sign({**good, "exp": now + 30 * 86400}),
         "no exp": ia.sign({k: v for k, v in good.items() if k != "exp"}),
         "no iat": ia.sign({k: v for k, v in good.items() if k != "iat"}),
@@ -170,7 +181,7 @@ def _forgeries(w: dict) -> dict[str, str]:
         "aud of both tenants": ia.sign({**good, "aud": [aud, "aud-" + b]}),
         "aud of B, an issuer B does not trust": ia.sign(
             {**good, "aud": "aud-" + b, "iss": ia.issuer + "x"}
-        ),  # fmt: skip
+        ),
         "user @org": ia.sign({**good, "sub": "@org"}),
         "user @agent": ia.sign({**good, "sub": "@agent:x"}),
         "user 10 KB": ia.sign({**good, "sub": "u" * 10_000}),
@@ -201,8 +212,16 @@ def test_forged_tokens_are_refused_everywhere(sec_service, world):
 
 def test_a_token_naming_tenant_b_in_any_claim_acts_in_tenant_a_only(sec_service, world):
     ia, a, b = world["ia"], world["a"], world["b"]
-    claims = {"tenant": b, "tenant_id": b, "org": b, "org_id": b, "azp": "aud-" + b,
-              "https://memserve/tenant": b, "user_id": "victim", "sub": "victim"}  # fmt: skip
+    claims = {
+        "tenant": b,
+        "tenant_id": b,
+        "org": b,
+        "org_id": b,
+        "azp": "aud-" + b,
+        "https://memserve/tenant": b,
+        "user_id": "victim",
+        "sub": "victim",
+    }
     token = ia.sign({**ia.claims("victim", "aud-" + a), **claims})
     with http(sec_service, token) as c:
         r = c.post("/v1/search", json={"query": "vault code"})
@@ -273,8 +292,10 @@ def test_keys_rotated_mid_run(sec_service, world):
     claims = flaky.claims("u2", "aud-" + c)
     with ThreadPoolExecutor(8) as pool:  # a flood of random kids
         tokens = [flaky.sign(claims, kid=f"r{n}-{secrets.token_hex(4)}") for n in range(80)]
-        codes = [r.status_code for r in pool.map(
-            lambda t: _refused(sec_service, "JWKS random kid flood", t), tokens)]  # fmt: skip
+        codes = [
+            r.status_code
+            for r in pool.map(lambda t: _refused(sec_service, "JWKS random kid flood", t), tokens)
+        ]
     assert set(codes) == {401}
     elapsed = time.monotonic() - started
     # No fetch beyond the rate limit (MEMSERVE_IDENTITY_REFRESH_MIN_INTERVAL_S=1 here) per

@@ -21,3 +21,21 @@ def llm():
     fake = FakeLLM().start()
     yield fake
     fake.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_llm_server():
+    """One scripted LLM for the session's LLM-client and extraction tests."""
+    server = FakeLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_llm(fake_llm_server):
+    """The session's scripted LLM, up and with no rules or calls (before and after)."""
+    fake_llm_server.up()
+    fake_llm_server.reset()
+    yield fake_llm_server
+    fake_llm_server.up()
+    fake_llm_server.reset()

@@ -1,4 +1,4 @@
-"""The composition root without Ray: real Postgres, the real ONNX encoder, the real retriever.
+"""The composition roots without Ray: real Postgres, the real ONNX encoder, the real retriever.
 
 Routes reach every service through ``Depends``; the same app the Ingress serves
 answers here over an in-process ASGI transport, and closing the services closes
@@ -7,11 +7,17 @@ what the root opened.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import httpx
 import pytest
 
+from serve_app import composition
 from serve_app.api import create_app
 from serve_app.bootstrap import ModelFacts, bootstrap
+from serve_app.composition import build_worker
+from serve_app.services.tenants import tenant_service
 from serve_app.settings import Settings
 from serve_app.testing.inprocess import in_process_api, running
 
@@ -106,3 +112,70 @@ async def test_app_without_services_answers_503():
         r = await c.post("/v1/search", json={"user_id": "a", "query": "x"})
     assert r.status_code == 503
     assert r.json()["error"]["code"] == "unavailable"
+
+
+def _embed_many(encoder):
+    async def embed_many(texts: list[str], is_query: bool, ref: str | None, bulk: bool):
+        return encoder.encode(texts, is_query=is_query)
+
+    return embed_many
+
+
+def _dispatching() -> bool:
+    """The webhook dispatcher's thread runs."""
+    return any(t.name == "webhook-dispatcher" for t in threading.enumerate())
+
+
+def _others() -> set[asyncio.Task]:
+    return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+
+async def test_worker_root_builds_every_role_and_closes_them(fresh_db, encoder):
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    model = bootstrap(settings, fresh_db).model
+    before = _others()
+    worker = await build_worker(settings, model, fresh_db, _embed_many(encoder))
+    status = worker.status()
+    assert status["model"] == model.name and status["enabled"] is False  # no LLM configured
+    assert _dispatching()
+    assert len(_others() - before) >= 4  # scan, consolidation, spend upkeep, re-embed, ...
+    worker.switch(model)  # a model switch rebuilds what writes vectors, and keeps running
+    assert worker.scheduler.pipeline is worker.pipeline
+    await worker.aclose()
+    assert worker.pool.closed
+    assert not _dispatching()
+    await asyncio.sleep(0)
+    assert not {t for t in _others() - before if not t.done()}  # nothing left running
+    await worker.aclose()  # idempotent
+
+
+async def test_worker_step_that_fails_closes_what_the_steps_before_it_opened(
+    fresh_db, encoder, monkeypatch
+):
+    settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
+    model = bootstrap(settings, fresh_db).model
+    opened: dict[str, object] = {}
+    real_open = composition.open_pool
+
+    async def recording_pool(dsn, s):
+        opened["pool"] = pool = await real_open(dsn, s)
+        return pool
+
+    def recording_tenants(*args, **kwargs):
+        service, listener = tenant_service(*args, **kwargs)
+        opened["listener"] = listener
+        return service, listener
+
+    class Broken:
+        def __init__(self, *args, **kwargs) -> None:
+            raise RuntimeError("the document job worker could not start")
+
+    monkeypatch.setattr(composition, "open_pool", recording_pool)
+    monkeypatch.setattr(composition, "tenant_service", recording_tenants)
+    monkeypatch.setattr(composition, "DocumentJobWorker", Broken)
+    before = _others()
+    with pytest.raises(RuntimeError, match="could not start"):
+        await build_worker(settings, model, fresh_db, _embed_many(encoder))
+    assert opened["pool"].closed
+    await asyncio.sleep(0)
+    assert not {t for t in _others() - before if not t.done()}  # nothing left running

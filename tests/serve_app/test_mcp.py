@@ -137,9 +137,15 @@ async def test_search_shows_what_is_true_now_or_as_of(transport):
                 "valid_from": "2026-01-01T00:00:00Z",
             },
         )
-        lisbon = await http.post("/v1/memories", json={
-            "user_id": "vi", "content": "I live in Lisbon", "valid_from": "2026-06-01T00:00:00Z",
-            "supersedes": [porto.json()["id"]]})  # fmt: skip
+        lisbon = await http.post(
+            "/v1/memories",
+            json={
+                "user_id": "vi",
+                "content": "I live in Lisbon",
+                "valid_from": "2026-06-01T00:00:00Z",
+                "supersedes": [porto.json()["id"]],
+            },
+        )
         assert lisbon.status_code == 201, lisbon.text
         now = await call(s, "search_memories", query="where do I live", user_id="vi")
         assert [m["content"] for m in now["results"]] == ["I live in Lisbon"]

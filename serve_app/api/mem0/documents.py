@@ -166,6 +166,6 @@ def added(part: DocumentPart, ingested: DocumentOut) -> dict[str, Any]:
                 "source_url",
                 "content_type",
                 "chunk_count",
-            )  # fmt: skip
+            )
         },
     }

@@ -37,10 +37,13 @@ async def entities(caller: Caller, services: Svc):
     limit = services.settings.limits.entities_listed
     rows = await services.directory.entities(caller.tenant_id, mine, limit)
     results = [
-        {**{k: v for k, v in r.items() if k != "kind_total"}, "id": r["name"],
-         "owner": caller.tenant_id}
+        {
+            **{k: v for k, v in r.items() if k != "kind_total"},
+            "id": r["name"],
+            "owner": caller.tenant_id,
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
     total = dict.fromkeys(("user", "agent", "run"), 0)
     for r in rows:
         total[r["type"]] = int(r["kind_total"])

@@ -88,19 +88,13 @@ async def _add_documents(
     read (and refused) before anything is written, within the replica's byte budget, and
     the documents are written all or nothing (one transaction: a later one's refusal
     leaves none)."""
-    if services.documents is None or services.fetcher is None:
-        raise ApiError(503, "unavailable", "documents are not served by this replica")
     cap = services.settings.fetch.max_document_parts
     if len(parts) > cap:
         raise ApiError(413, "payload_too_large", f"at most {cap} document parts in one add")
     meta = body.metadata
     planned = [document_input(caller, scope, p, b"", meta) for p in parts]
     services.documents.authorize(caller, planned)
-    tenant = (
-        None
-        if services.tenants is None or caller.role == "admin"
-        else await services.tenants.effective(caller.tenant_id)
-    )
+    tenant = None if caller.role == "admin" else await services.tenants.effective(caller.tenant_id)
     user = planned[0].user_id  # one scope for the whole add
     services.auth.charge(caller, user, len(parts), tenant)  # a unit a document, up front
     async with services.fetcher.holding() as held:
@@ -136,8 +130,12 @@ async def _add_texts(
         wait_s = services.settings.extract.sync_wait_s
         job, outcome = await services.sessions.infer_now(owner, fields, wait_s)
         if outcome and outcome.get("error") is None and outcome.get("turns_extracted"):
-            return {"status": "SUCCEEDED", "event_id": job["job_id"], "message": "ok",
-                    "results": [m.from_event(e) for e in outcome.get("events", [])]}  # fmt: skip
+            return {
+                "status": "SUCCEEDED",
+                "event_id": job["job_id"],
+                "message": "ok",
+                "results": [m.from_event(e) for e in outcome.get("events", [])],
+            }
         return {"status": "PENDING", "event_id": job["job_id"], "message": QUEUED, "results": []}
     stored = [t for role, t in texts if role != "system"]
     if not stored:
@@ -219,9 +217,12 @@ async def get_all(
     if size > services.settings.limits.list_limit:
         raise bad(f"page_size must be at most {services.settings.limits.list_limit}")
     rows, count = await services.directory.page(  # one statement, whatever the page
-        owner, offset=(number - 1) * size, limit=size,
-        agent_id=scope.agent_id, session_id=scope.run_id,
-    )  # fmt: skip
+        owner,
+        offset=(number - 1) * size,
+        limit=size,
+        agent_id=scope.agent_id,
+        session_id=scope.run_id,
+    )
 
     def link(n: int) -> str:
         return str(request.url.include_query_params(page=n, page_size=size))
@@ -280,8 +281,12 @@ async def delete_all(
     """Forget the user (narrowed by agent_id/run_id when given), as ``DELETE /v1/memories``:
     memories, vectors, history, facts, turns and session state."""
     scope = Scope()
-    for key, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id),
-                       ("app_id", app_id)):  # fmt: skip
+    for key, value in (
+        ("user_id", user_id),
+        ("agent_id", agent_id),
+        ("run_id", run_id),
+        ("app_id", app_id),
+    ):
         scope.set_entity(key, value)
     owner = scope_owner(caller, scope)
     if owner.user_id is None:

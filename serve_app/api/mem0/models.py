@@ -148,8 +148,12 @@ class AddedMemory(BaseModel):
 
 def from_event(event: dict[str, Any]) -> dict[str, Any]:
     """An extraction event (``Outcome.events``) in mem0's add-result shape."""
-    out = {"id": event["id"], "event": event["event"], "memory": event["memory"],
-           "data": {"memory": event["memory"]}}  # fmt: skip
+    out = {
+        "id": event["id"],
+        "event": event["event"],
+        "memory": event["memory"],
+        "data": {"memory": event["memory"]},
+    }
     if event.get("previous_memory") is not None:
         out["previous_memory"] = event["previous_memory"]
     return out
@@ -238,9 +242,12 @@ def to_mem0(row: dict[str, Any]) -> dict[str, Any]:
 
 
 HISTORY_EVENTS = {
-    "ADD": "ADD", "UPDATE": "UPDATE", "DELETE": "DELETE", "MERGE": "UPDATE",
+    "ADD": "ADD",
+    "UPDATE": "UPDATE",
+    "DELETE": "DELETE",
+    "MERGE": "UPDATE",
     "INVALIDATE": "DELETE",  # retired (valid_until), kept for audits and as_of
-}  # fmt: skip
+}
 
 
 def to_history(event: dict[str, Any], user_id: str | None) -> dict[str, Any]:
@@ -256,7 +263,7 @@ def to_history(event: dict[str, Any], user_id: str | None) -> dict[str, Any]:
             "actor": event["actor"],
             "memserve_event": event["event"],
             **({"why": event["new_data"]} if event.get("new_data") else {}),
-        },  # fmt: skip
+        },
         "created_at": event["created_at"],
         "updated_at": event["created_at"],
     }

@@ -104,8 +104,9 @@ def _term(scope: Scope, key: str, value: Any) -> None:
             raise bad("categories are strings")
         scope.tags.extend(raw)
     else:
-        raise bad(f"filter {key!r} is not supported (entity ids, AND, metadata, created_at,"
-                  " categories)")  # fmt: skip
+        raise bad(
+            f"filter {key!r} is not supported (entity ids, AND, metadata, created_at, categories)"
+        )
 
 
 def parse_filters(filters: dict[str, Any], base: Scope | None = None) -> Scope:

@@ -41,8 +41,13 @@ def test_prefer_header_is_read_as_rfc_7240_preferences():
 async def test_202_then_done_and_job_reads_are_isolated(stack):
     c, _, worker = stack
     ann, bob = await user_key(c, ADMIN, "ann"), await user_key(c, ADMIN, "bob")
-    body = {"document_id": "guide", "text": GUIDE, "content_type": "text/markdown",
-            "scope": "user", "user_id": "ann"}  # fmt: skip
+    body = {
+        "document_id": "guide",
+        "text": GUIDE,
+        "content_type": "text/markdown",
+        "scope": "user",
+        "user_id": "ann",
+    }
     r = await c.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})
     assert r.status_code == 202, r.text
     job = r.json()
@@ -98,8 +103,13 @@ async def test_a_pdf_upload_asking_for_async_is_a_job(stack):
 async def test_cancel_a_job_writes_nothing_and_checks_who_asks(stack):
     c, _, worker = stack
     ann, bob = await user_key(c, ADMIN, "ann"), await user_key(c, ADMIN, "bob")
-    body = {"document_id": "mine", "text": GUIDE, "content_type": "text/markdown",
-            "scope": "user", "user_id": "ann"}  # fmt: skip
+    body = {
+        "document_id": "mine",
+        "text": GUIDE,
+        "content_type": "text/markdown",
+        "scope": "user",
+        "user_id": "ann",
+    }
     mine = await c.post("/v1/documents", json=body, headers={"Prefer": "respond-async"})
     org_body = {"document_id": "org", "text": GUIDE, "content_type": "text/markdown"}
     org = await c.post("/v1/documents", json=org_body, headers={"Prefer": "respond-async"})

@@ -61,22 +61,29 @@ async def test_feed_isolation_paging_and_content(api):
     await remember(svc, "alice", "likes tea", "lives in Oslo")
     await remember(svc, "bob", "plays chess")
     await remember(acme, "zed", "acme's user")
-    r = await svc.put("/v1/facts", json={"user_id": "bob", "category": "game", "key": "fav",
-                                         "value": "chess"})  # fmt: skip
+    r = await svc.put(
+        "/v1/facts", json={"user_id": "bob", "category": "game", "key": "fav", "value": "chess"}
+    )
     assert r.status_code == 200, r.text
 
     tenant = await read_all(svc)
     assert [(e["type"], e["user_id"]) for e in tenant] == [
-        ("memory.added", "alice"), ("memory.added", "alice"), ("memory.added", "bob"),
+        ("memory.added", "alice"),
+        ("memory.added", "alice"),
+        ("memory.added", "bob"),
         ("fact.set", "bob"),
-    ]  # fmt: skip
+    ]
     assert all(e["content"] is None for e in tenant)  # not asked for
     assert [e["user_id"] for e in await read_all(alice)] == ["alice", "alice"]
     assert [e["user_id"] for e in await read_all(svc, user_id="bob")] == ["bob", "bob"]
     assert [e["user_id"] for e in await read_all(acme)] == ["zed"]
     with_content = await read_all(svc, include_content="true", types="fact.set,memory.added")
-    assert [e["content"] for e in with_content] == ["likes tea", "lives in Oslo", "plays chess",
-                                                    "chess"]  # fmt: skip
+    assert [e["content"] for e in with_content] == [
+        "likes tea",
+        "lives in Oslo",
+        "plays chess",
+        "chess",
+    ]
     assert [e["type"] for e in await read_all(svc, types="fact.set")] == ["fact.set"]
 
     # A user key may not read another user's events; junk is a clear 4xx.
@@ -120,8 +127,9 @@ async def test_import_announces_once_and_forget_leaves_no_content(api):
     left = await read_all(svc, user_id="alice", include_content="true")
     assert [(e["type"], e["content"]) for e in left] == [("forget.completed", None)]
     everything = await read_all(svc, include_content="true")
-    assert not any("peanuts" in (e["content"] or "") and e["user_id"] == "alice"
-                   for e in everything)  # fmt: skip
+    assert not any(
+        "peanuts" in (e["content"] or "") and e["user_id"] == "alice" for e in everything
+    )
 
 
 async def test_python_client_reads_the_feed(api):

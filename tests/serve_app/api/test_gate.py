@@ -15,7 +15,8 @@ import time
 import httpx
 import pytest
 
-from serve_app.api.gate import PRINCIPAL, StrangerGate
+from serve_app.api.gate import StrangerGate
+from serve_app.auth import PRINCIPAL
 from serve_app.bootstrap import bootstrap
 from serve_app.db.pool import open_pool
 from serve_app.services.auth import authenticator, key_store

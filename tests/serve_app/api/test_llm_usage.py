@@ -37,8 +37,9 @@ async def api(fresh_db, encoder, llm):
         keys["acme_service"], _ = await services.keys.create("acme", "service")
         async with in_process_app(settings, services) as app:
             clients = {name: bearer_client(app, key) for name, key in keys.items()}
-            typed = AsyncMemserveClient("http://t", keys["acme_admin"],
-                                        transport=httpx.ASGITransport(app=app))  # fmt: skip
+            typed = AsyncMemserveClient(
+                "http://t", keys["acme_admin"], transport=httpx.ASGITransport(app=app)
+            )
             try:
                 yield clients, typed, services
             finally:
@@ -123,8 +124,9 @@ async def test_admin_usage_groups_pages_and_isolates(api, llm):
     assert [(r.calls, r.prompt_tokens, r.latency_ms) for r in whole.rows] == [(0, 0, 0.0)]
 
     # The CLI prints the same (through the same client).
-    args = argparse.Namespace(group_by="user", since=None, until=None, user=None, top=2,
-                              limit=100, all=True, json=False)  # fmt: skip
+    args = argparse.Namespace(
+        group_by="user", since=None, until=None, user=None, top=2, limit=100, all=True, json=False
+    )
     text = usage_cli.render(await usage_cli.fetch(typed, args), as_json=False)
     assert "ann\t3\t" in text and "top end users" in text and "zed" not in text
 

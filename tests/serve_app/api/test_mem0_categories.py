@@ -25,9 +25,13 @@ async def client(fresh_db, encoder):
 
 async def test_custom_categories_are_kept_with_the_memory(client):
     c = client
-    body = {"messages": [{"role": "user", "content": "I fly to Rome in May"}], "user_id": "ann",
-            "infer": False, "metadata": {"src": "app"},
-            "custom_categories": CATEGORIES}  # fmt: skip
+    body = {
+        "messages": [{"role": "user", "content": "I fly to Rome in May"}],
+        "user_id": "ann",
+        "infer": False,
+        "metadata": {"src": "app"},
+        "custom_categories": CATEGORIES,
+    }
     r = await c.post(ADD, json=body)
     assert r.status_code == 200, r.text
     [added] = r.json()["results"]
@@ -48,8 +52,12 @@ async def test_custom_categories_are_kept_with_the_memory(client):
 )
 async def test_malformed_custom_categories_are_a_422_that_stores_nothing(client, bad):
     c = client
-    body = {"messages": [{"role": "user", "content": "I like tea"}], "user_id": "bo",
-            "infer": False, "custom_categories": bad}  # fmt: skip
+    body = {
+        "messages": [{"role": "user", "content": "I like tea"}],
+        "user_id": "bo",
+        "infer": False,
+        "custom_categories": bad,
+    }
     r = await c.post(ADD, json=body)
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
     assert "custom_categories" in r.json()["error"]["message"]

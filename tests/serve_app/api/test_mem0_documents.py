@@ -57,8 +57,13 @@ async def documents(c, **params) -> list[dict]:
 
 async def test_pdf_and_markdown_by_url_become_the_users_documents(api, server):
     c, _ = api
-    body = {"user_id": "ann", "messages": [doc("pdf_url", server.url("/policy.pdf")),
-                                           doc("mdx_url", server.url("/guide.md"))]}  # fmt: skip
+    body = {
+        "user_id": "ann",
+        "messages": [
+            doc("pdf_url", server.url("/policy.pdf")),
+            doc("mdx_url", server.url("/guide.md")),
+        ],
+    }
     r = await c.post(ADD, json=body)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -92,18 +97,22 @@ async def test_inline_documents_and_mixed_messages(api):
         "messages": [
             {"role": "user", "content": "I prefer email to phone calls"},
             doc("mdx_url", b64),
-            {"role": "user", "content": [{"type": "text", "text": "and this file:"},
-                                         {"type": "pdf_url", "pdf_url": {"url": data_url}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "and this file:"},
+                    {"type": "pdf_url", "pdf_url": {"url": data_url}},
+                ],
+            },
             doc("txt_url", "data:,plain%20text%20notes"),
         ],
-    }  # fmt: skip
+    }
     r = await c.post(ADD, json=body)
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     kinds = [x["document"]["content_type"] if x.get("document") else "memory" for x in results]
     assert kinds == ["text/markdown", "application/pdf", "text/plain", "memory", "memory"]
-    assert [x["memory"] for x in results[3:]] == ["I prefer email to phone calls",
-                                                   "and this file:"]  # fmt: skip
+    assert [x["memory"] for x in results[3:]] == ["I prefer email to phone calls", "and this file:"]
     assert all(x["document"]["source_url"] is None for x in results[:3])
 
 
@@ -121,8 +130,11 @@ async def test_a_service_key_naming_an_agent_or_no_one_writes_shared_knowledge(a
 
 async def test_a_user_key_adds_to_its_own_scope_only(api):
     c, _ = api
-    r = await c.post("/v1/admin/keys", json={"role": "user", "user_id": "cy"},
-                     headers={"Authorization": f"Bearer {ADMIN}"})  # fmt: skip
+    r = await c.post(
+        "/v1/admin/keys",
+        json={"role": "user", "user_id": "cy"},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
     assert r.status_code == 201, r.text
     user = {"Authorization": f"Bearer {r.json()['key']}"}
     b64 = base64.b64encode(MD).decode()
@@ -177,9 +189,14 @@ async def test_images_are_a_clear_422_and_write_nothing(api):
     c, _ = api
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     for content in (image, [{"type": "text", "text": "look"}, image]):
-        body = {"user_id": "ann", "infer": False,
-                "messages": [doc("mdx_url", base64.b64encode(MD).decode()),
-                             {"role": "user", "content": content}]}  # fmt: skip
+        body = {
+            "user_id": "ann",
+            "infer": False,
+            "messages": [
+                doc("mdx_url", base64.b64encode(MD).decode()),
+                {"role": "user", "content": content},
+            ],
+        }
         r = await c.post(ADD, json=body)
         assert r.status_code == 422, r.text
         err = r.json()["error"]
@@ -196,9 +213,13 @@ async def test_images_are_a_clear_422_and_write_nothing(api):
 async def test_private_urls_are_refused_and_write_nothing(api, server):
     c, _ = api
     good = doc("mdx_url", server.url("/guide.md"))
-    for url in ("http://127.0.0.1:9/x", "http://169.254.169.254/latest/meta-data/",
-                "http://[::1]/", "http://2130706433/",
-                server.url("/redirect?to=http://169.254.169.254/")):  # fmt: skip
+    for url in (
+        "http://127.0.0.1:9/x",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/",
+        "http://2130706433/",
+        server.url("/redirect?to=http://169.254.169.254/"),
+    ):
         r = await c.post(ADD, json={"user_id": "ann", "messages": [good, doc("pdf_url", url)]})
         assert r.status_code == 422, r.text
         assert r.json()["error"]["code"] == "url_refused", r.text
@@ -254,17 +275,24 @@ async def test_documents_take_the_bulk_lane_and_memories_do_not(fresh_db, encode
     boot = bootstrap(settings, fresh_db)
     embedded: list[tuple[list[str], bool]] = []
     bulk: list[list[str]] = []
-    api = in_process_api(settings, boot.model, fresh_db, encoder, KEY, embedded=embedded,
-                         bulk_calls=bulk)  # fmt: skip
+    api = in_process_api(
+        settings, boot.model, fresh_db, encoder, KEY, embedded=embedded, bulk_calls=bulk
+    )
     async with api as (c, _):
-        body = {"user_id": "ann", "infer": False, "messages": [
-            {"role": "user", "content": "I prefer email to phone calls"},
-            doc("mdx_url", base64.b64encode(MD).decode()),
-        ]}  # fmt: skip
+        body = {
+            "user_id": "ann",
+            "infer": False,
+            "messages": [
+                {"role": "user", "content": "I prefer email to phone calls"},
+                doc("mdx_url", base64.b64encode(MD).decode()),
+            ],
+        }
         r = await c.post(ADD, json=body)
         assert r.status_code == 200, r.text
-        r = await c.post("/v1/documents", json={"text": "Opening hours: nine to five.",
-                                                "content_type": "text/plain"})  # fmt: skip
+        r = await c.post(
+            "/v1/documents",
+            json={"text": "Opening hours: nine to five.", "content_type": "text/plain"},
+        )
         assert r.status_code in (200, 201), r.text
     in_bulk = [t for call in bulk for t in call]
     assert any("Refunds take five working days." in t for t in in_bulk)

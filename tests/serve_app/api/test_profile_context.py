@@ -19,8 +19,9 @@ async def api(fresh_db, encoder):
     settings.retrieval.query_embed = "embedder"  # query texts reach ``embedded`` below
     boot = bootstrap(settings, fresh_db)
     embedded: list[tuple[list[str], bool]] = []
-    async with in_process_services(settings, boot.model, fresh_db, encoder,
-                                   embedded=embedded) as services:  # fmt: skip
+    async with in_process_services(
+        settings, boot.model, fresh_db, encoder, embedded=embedded
+    ) as services:
         alice, _ = await services.keys.create("default", "user", user_id="alice")
         async with in_process_app(settings, services) as app:
             pairs = (("service", SERVICE), ("alice", alice))
@@ -71,8 +72,9 @@ async def test_profile_isolation_and_validation(api):
     assert (await c["alice"].get("/v1/users/bob/profile")).status_code in (403, 404)
     assert (await c["alice"].get("/v1/users/alice/profile")).json()["memories"] == []
     assert (await c["service"].get("/v1/users/bad%20id/profile")).status_code == 422
-    r = await c["service"].post("/v1/memories", json={"user_id": "bob", "content": "x",
-                                                      "pinned": "maybe"})  # fmt: skip
+    r = await c["service"].post(
+        "/v1/memories", json={"user_id": "bob", "content": "x", "pinned": "maybe"}
+    )
     assert r.status_code == 422
 
 
@@ -87,12 +89,14 @@ async def test_pinned_forget_and_supersede_reach_the_next_block(api):
         return {p["id"] for p in (await context(svc, "carol", "Plan my weekend"))["profile"]}
 
     assert {nut["id"], course["id"], city["id"]} <= await profile()
-    r = await svc.patch(f"/v1/memories/{nut['id']}", params={"user_id": "carol"},
-                        json={"pinned": False})  # fmt: skip
+    r = await svc.patch(
+        f"/v1/memories/{nut['id']}", params={"user_id": "carol"}, json={"pinned": False}
+    )
     assert r.status_code == 200, r.text
     assert nut["id"] not in await profile()
-    r = await svc.patch(f"/v1/memories/{nut['id']}", params={"user_id": "carol"},
-                        json={"pinned": None})  # fmt: skip
+    r = await svc.patch(
+        f"/v1/memories/{nut['id']}", params={"user_id": "carol"}, json={"pinned": None}
+    )
     assert r.status_code == 200, r.text
     assert nut["id"] in await profile()  # automatic again: its class decides
     r = await svc.delete(f"/v1/memories/{course['id']}", params={"user_id": "carol"})

@@ -24,16 +24,36 @@ THESIS = "My thesis draft argues that tidal energy is underrated in northern Eur
 VAULT = "The vault code of the Acme basement is four seven one one."
 
 
-def chunk(text, document_id, *, scope="org", agent_id=None, index=0, title=None, tags=(),
-          heading=("Returns", "Damaged items")) -> NewMemory:  # fmt: skip
+def chunk(
+    text,
+    document_id,
+    *,
+    scope="org",
+    agent_id=None,
+    index=0,
+    title=None,
+    tags=(),
+    heading=("Returns", "Damaged items"),
+) -> NewMemory:
     return NewMemory(
-        content=text, type="document_chunk", source="document", scope=scope,
-        agent_id=agent_id, tags=list(tags), metadata={"team": "support"},
-        data={"document_id": document_id, "version": 1, "chunk_index": index,
-              "char_start": 0, "char_end": len(text), "heading_path": list(heading),
-              "title": title or document_id.title(),
-              "source_url": f"https://docs.example.com/{document_id}"},
-    )  # fmt: skip
+        content=text,
+        type="document_chunk",
+        source="document",
+        scope=scope,
+        agent_id=agent_id,
+        tags=list(tags),
+        metadata={"team": "support"},
+        data={
+            "document_id": document_id,
+            "version": 1,
+            "chunk_index": index,
+            "char_start": 0,
+            "char_end": len(text),
+            "heading_path": list(heading),
+            "title": title or document_id.title(),
+            "source_url": f"https://docs.example.com/{document_id}",
+        },
+    )
 
 
 @pytest.fixture
@@ -47,13 +67,22 @@ async def kb(fresh_db, encoder):
     ):
         add = services.memories.add
         shared = Owner("default", None)
-        await add(shared, [chunk(RETURNS, "returns", title="Returns policy"),
-                           chunk(SHIPPING, "shipping", tags=["shipping"],
-                                 heading=("Shipping",))], "test")  # fmt: skip
-        await add(shared, [chunk(ROUTER, "router-manual", scope="agent", agent_id="support",
-                                 heading=("Reset",))], "test")  # fmt: skip
-        await add(Owner("default", "alice"), [chunk(THESIS, "thesis", scope="user",
-                                                    heading=())], "test")  # fmt: skip
+        await add(
+            shared,
+            [
+                chunk(RETURNS, "returns", title="Returns policy"),
+                chunk(SHIPPING, "shipping", tags=["shipping"], heading=("Shipping",)),
+            ],
+            "test",
+        )
+        await add(
+            shared,
+            [chunk(ROUTER, "router-manual", scope="agent", agent_id="support", heading=("Reset",))],
+            "test",
+        )
+        await add(
+            Owner("default", "alice"), [chunk(THESIS, "thesis", scope="user", heading=())], "test"
+        )
         assert await services.tenants.store.create("acme")
         # the same document id in another tenant: ids are per tenant
         await add(Owner("acme", None), [chunk(VAULT, "returns", title="Acme vault")], "test")
@@ -61,11 +90,14 @@ async def kb(fresh_db, encoder):
         bob, _ = await services.keys.create("default", "user", user_id="bob")
         carol, _ = await services.keys.create("acme", "user", user_id="carol")
         async with (
-            bearer_client(app, alice) as a, bearer_client(app, bob) as b,
-            bearer_client(app, carol) as c, bearer_client(app, KEY) as svc,
-        ):  # fmt: skip
-            r = await a.post("/v1/memories", json={
-                "content": "Alice bought a kettle that arrived damaged"})  # fmt: skip
+            bearer_client(app, alice) as a,
+            bearer_client(app, bob) as b,
+            bearer_client(app, carol) as c,
+            bearer_client(app, KEY) as svc,
+        ):
+            r = await a.post(
+                "/v1/memories", json={"content": "Alice bought a kettle that arrived damaged"}
+            )
             assert r.status_code == 201, r.text
             yield a, b, c, svc
 
@@ -87,9 +119,13 @@ async def test_org_chunk_found_and_cited_by_users_of_the_tenant_only(kb):
         top = next(h for h in hits if h["content"] == RETURNS)
         assert top["type"] == "document_chunk" and top["scope"] == "org"
         assert top["citation"] == {
-            "document_id": "returns", "title": "Returns policy", "chunk_index": 0,
-            "heading_path": ["Returns", "Damaged items"], "version": 1,
-            "source_url": "https://docs.example.com/returns"}  # fmt: skip
+            "document_id": "returns",
+            "title": "Returns policy",
+            "chunk_index": 0,
+            "heading_path": ["Returns", "Damaged items"],
+            "version": 1,
+            "source_url": "https://docs.example.com/returns",
+        }
         assert VAULT not in contents(hits)
     mine = await search(alice, "damaged kettle refund")
     assert "Alice bought a kettle that arrived damaged" in contents(mine)  # next to it
@@ -116,8 +152,9 @@ async def test_a_users_own_documents_are_theirs(kb):
     alice, bob, *_ = kb
     hits = await search(alice, "tidal energy thesis")
     assert contents(hits)[0] == THESIS and hits[0]["citation"]["document_id"] == "thesis"
-    assert THESIS not in contents(await search(bob, "tidal energy thesis", threshold=-1.0,
-                                               top_k=50))  # fmt: skip
+    assert THESIS not in contents(
+        await search(bob, "tidal energy thesis", threshold=-1.0, top_k=50)
+    )
 
 
 async def test_one_ranking_over_the_users_memories_and_the_shared_knowledge(kb):
@@ -155,8 +192,12 @@ async def test_filters_by_document_tag_and_scope(kb):
     assert contents(agent) == [ROUTER]
     off = await search(alice, q, knowledge=False, **everything)
     assert not {RETURNS, SHIPPING, ROUTER} & set(contents(off))
-    for bad in ({"scopes": ["agent"]}, {"scopes": []}, {"scopes": ["galaxy"]},
-                {"document_ids": ["bad id!"]}):  # fmt: skip
+    for bad in (
+        {"scopes": ["agent"]},
+        {"scopes": []},
+        {"scopes": ["galaxy"]},
+        {"document_ids": ["bad id!"]},
+    ):
         r = await alice.post("/v1/search", json={"query": q, **bad})
         assert r.status_code == 422, (bad, r.text)
 
@@ -175,8 +216,10 @@ async def test_explain_says_why_a_chunk_was_chosen(kb):
 
 async def test_context_block_cites_the_knowledge_base(kb):
     alice, *_ = kb
-    r = await alice.post("/v1/context", json={
-        "query": "Can I return my damaged kettle for a refund?", "token_budget": 400})  # fmt: skip
+    r = await alice.post(
+        "/v1/context",
+        json={"query": "Can I return my damaged kettle for a refund?", "token_budget": 400},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert [k["content"] for k in body["knowledge"]] == [RETURNS]
@@ -203,12 +246,18 @@ async def test_mem0_search_includes_cited_org_chunks(kb):
 
 async def test_context_has_a_users_own_documents_and_the_agents_only_with_it(kb):
     alice, bob, *_ = kb
-    own = (await alice.post("/v1/context", json={"query": "What does my thesis argue about "
-                                                 "tidal energy?"})).json()  # fmt: skip
+    own = (
+        await alice.post(
+            "/v1/context", json={"query": "What does my thesis argue about tidal energy?"}
+        )
+    ).json()
     assert [k["content"] for k in own["knowledge"]] == [THESIS]
     assert own["knowledge"][0]["citation"]["document_id"] == "thesis"
-    other = (await bob.post("/v1/context", json={"query": "What does my thesis argue about "
-                                                 "tidal energy?"})).json()  # fmt: skip
+    other = (
+        await bob.post(
+            "/v1/context", json={"query": "What does my thesis argue about tidal energy?"}
+        )
+    ).json()
     assert THESIS not in other["context"] and other["knowledge"] == []
     q = {"query": "How do I reset the router?"}
     assert ROUTER not in (await alice.post("/v1/context", json=q)).json()["context"]
@@ -222,8 +271,9 @@ async def test_shared_memories_that_are_not_chunks_stay_out_of_a_users_search(kb
     a knowledge base changes no one's memory results but for the cited chunks (the e2e
     suite's user-only search assertions failed once org memories came along)."""
     alice, _, _, svc = kb
-    r = await svc.post("/v1/memories", json={"scope": "org", "content": "The damaged-goods desk "
-                                             "opens at nine"})  # fmt: skip
+    r = await svc.post(
+        "/v1/memories", json={"scope": "org", "content": "The damaged-goods desk opens at nine"}
+    )
     assert r.status_code == 201, r.text
     hits = await search(alice, "damaged goods desk opening time", threshold=-1.0, top_k=50)
     assert "The damaged-goods desk opens at nine" not in contents(hits)

@@ -156,8 +156,9 @@ async def test_rate_limits_follow_the_tenants_settings(api):
     for _ in range(5):
         assert (await c["service"].post("/v1/search", json=body)).status_code == 200
     # per key: the aggregate over all end users
-    await c["acme_admin"].patch(URL, json={"rate_limits": {"per_user_per_s": None,
-                                                           "per_key_per_s": 0.5}})  # fmt: skip
+    await c["acme_admin"].patch(
+        URL, json={"rate_limits": {"per_user_per_s": None, "per_key_per_s": 0.5}}
+    )
     codes = [
         (await c["acme_user"].post("/v1/search", json={"query": "x"})).status_code for _ in range(4)
     ]
@@ -169,13 +170,17 @@ async def test_quotas_and_retention_follow_the_tenants_settings(api):
     svc = c["acme_service"]
 
     async def add(client, user: str, content: str, **extra):
-        return await client.post("/v1/memories", json={"user_id": user, "content": content,
-                                                       **extra})  # fmt: skip
+        return await client.post(
+            "/v1/memories", json={"user_id": user, "content": content, **extra}
+        )
 
-    r = await c["acme_admin"].patch(URL, json={
-        "quotas": {"max_memories_per_user": 2, "max_facts_per_user": 1},
-        "retention": {"semantic": 600},
-    })  # fmt: skip
+    r = await c["acme_admin"].patch(
+        URL,
+        json={
+            "quotas": {"max_memories_per_user": 2, "max_facts_per_user": 1},
+            "retention": {"semantic": 600},
+        },
+    )
     assert r.status_code == 200, r.text
     first = await add(svc, "ann", "Ann likes tea")
     assert first.status_code == 201, first.text

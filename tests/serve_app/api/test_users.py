@@ -56,11 +56,13 @@ async def test_users_counts_pages_and_isolation(api):
     bob = await _remember(svc, "bob", "plays chess")
     await _remember(svc, "carol", "owns a cat")
     await _remember(clients["acme"], "zed", "acme's user")
-    r = await svc.patch(f"/v1/memories/{bob[0]['id']}", params={"user_id": "bob"},
-                        json={"status": "archived"})  # fmt: skip
+    r = await svc.patch(
+        f"/v1/memories/{bob[0]['id']}", params={"user_id": "bob"}, json={"status": "archived"}
+    )
     assert r.status_code == 200, r.text
-    r = await svc.put("/v1/facts", json={"user_id": "bob", "category": "profile", "key": "city",
-                                         "value": "Rome"})  # fmt: skip
+    r = await svc.put(
+        "/v1/facts", json={"user_id": "bob", "category": "profile", "key": "city", "value": "Rome"}
+    )
     assert r.status_code in (200, 201), r.text
 
     users = (await svc.get("/v1/users")).json()
@@ -95,8 +97,9 @@ async def test_sessions_show_pending_extracted_and_dead_turns(api):
     assert (s["turns"], s["extracted_turns"], s["pending_turns"], s["dead_turns"]) == (3, 1, 1, 1)
     assert s["ended"] is False
     users = (await clients["service"].get("/v1/users")).json()["users"]
-    assert users == [{**users[0], "user_id": "alice", "sessions": 1, "pending_turns": 1,
-                      "dead_turns": 1}]  # fmt: skip
+    assert users == [
+        {**users[0], "user_id": "alice", "sessions": 1, "pending_turns": 1, "dead_turns": 1}
+    ]
     assert (await clients["alice"].get("/v1/users/alice/sessions")).status_code == 200
     r = await clients["alice"].get("/v1/users/bob/sessions")
     assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"

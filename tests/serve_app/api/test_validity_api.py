@@ -134,9 +134,14 @@ async def test_facts_carry_their_interval(client):
     for value, since in (("vegan", "2024-01-01T00:00:00Z"), ("vegetarian", "2026-02-01T00:00:00Z")):
         r = await c.put(
             "/v1/facts",
-            json={**ANN, "category": "constraint", "key": "diet", "value": value,
-                  "valid_from": since},
-        )  # fmt: skip
+            json={
+                **ANN,
+                "category": "constraint",
+                "key": "diet",
+                "value": value,
+                "valid_from": since,
+            },
+        )
         assert r.status_code == 200, r.text
     assert r.json()["valid_from"] == "2026-02-01T00:00:00Z" and r.json()["valid_until"] is None
     hist = (await c.get("/v1/facts", params={**ANN, "include_inactive": "true"})).json()["facts"]
@@ -152,11 +157,18 @@ async def test_turns_take_occurred_at_and_refuse_the_future(client):
     c = client
     ok = await c.post(
         "/v1/sessions/s1/turns",
-        json={**ANN, "messages": [
-            {"role": "user", "content": "I met Ana last Tuesday",
-             "occurred_at": "2026-11-19T18:00:00"},  # naive: UTC
-            {"role": "assistant", "content": "Nice"}]},
-    )  # fmt: skip
+        json={
+            **ANN,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "I met Ana last Tuesday",
+                    "occurred_at": "2026-11-19T18:00:00",
+                },  # naive: UTC
+                {"role": "assistant", "content": "Nice"},
+            ],
+        },
+    )
     assert ok.status_code == 202, ok.text
     future = (datetime.now(UTC) + timedelta(days=3)).isoformat()
     bad = await c.post(
@@ -179,8 +191,9 @@ async def test_facts_list_is_paged_with_a_cursor(client):
     history of a much-corrected fact grew the response without bound)."""
     c = client
     for i in range(5):
-        r = await c.put("/v1/facts", json={**ANN, "category": "identity", "key": "city",
-                                            "value": f"City{i}"})  # fmt: skip
+        r = await c.put(
+            "/v1/facts", json={**ANN, "category": "identity", "key": "city", "value": f"City{i}"}
+        )
         assert r.status_code == 200, r.text
     values, cursor, pages = [], None, 0
     while True:

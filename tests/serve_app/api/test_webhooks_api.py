@@ -46,8 +46,9 @@ async def api(fresh_db, encoder):
 
 async def test_webhook_admin_lifecycle(api):
     admin, service, other, services, settings, receiver = api
-    made = await admin.create_webhook(receiver.url("/ok"), types=["memory.added"],
-                                      include_content=True)  # fmt: skip
+    made = await admin.create_webhook(
+        receiver.url("/ok"), types=["memory.added"], include_content=True
+    )
     assert made.secret.startswith("whsec_") and made.types == ["memory.added"]
     listed = (await admin.webhooks()).webhooks
     assert [w.id for w in listed] == [made.id]
@@ -57,9 +58,12 @@ async def test_webhook_admin_lifecycle(api):
         await other.get_webhook(made.id)
     with pytest.raises(Forbidden):
         await service.webhooks()
-    for bad in ({"url": "http://169.254.169.254/x"}, {"url": "http://10.1.2.3/"},
-                {"url": receiver.url("/ok"), "types": ["memory.eaten"]},
-                {"url": "file:///etc/passwd"}):  # fmt: skip
+    for bad in (
+        {"url": "http://169.254.169.254/x"},
+        {"url": "http://10.1.2.3/"},
+        {"url": receiver.url("/ok"), "types": ["memory.eaten"]},
+        {"url": "file:///etc/passwd"},
+    ):
         with pytest.raises(InvalidRequest):
             await admin.create_webhook(**bad)
     assert len((await admin.webhooks()).webhooks) == 1  # nothing made
@@ -81,7 +85,8 @@ async def test_webhook_admin_lifecycle(api):
     assert body["type"] == "memory.added" and body["data"]["content"] == "likes tea"
     log = (await admin.webhook_deliveries(made.id)).deliveries
     assert [(d.status, d.type, str(d.event_id)) for d in log] == [
-        ("delivered", "memory.added", got.headers["webhook-id"])]  # fmt: skip
+        ("delivered", "memory.added", got.headers["webhook-id"])
+    ]
     assert (await admin.replay_webhook(made.id)).replayed == 0
 
     off = await admin.update_webhook(made.id, enabled=False, types=[])

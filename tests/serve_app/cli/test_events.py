@@ -21,9 +21,20 @@ KEY = "msk_events_cli_test_key_0123456789"
 async def cli(url: str, *args: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSERVE_")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "serve_app", "events", "--url", url, "--key", KEY, *args,
-        cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "serve_app",
+        "events",
+        "--url",
+        url,
+        "--key",
+        KEY,
+        *args,
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     return proc.returncode or 0, out.decode(), err.decode()
 
@@ -36,8 +47,10 @@ async def test_events_cli_prints_the_feed_and_resumes(fresh_db, encoder):
         in_process_app(settings, services) as app,
     ):
         async with bearer_client(app, KEY) as c:
-            body = {"user_id": "alice", "items": [{"content": t, "infer": False}
-                                                  for t in ("a", "b", "c")]}  # fmt: skip
+            body = {
+                "user_id": "alice",
+                "items": [{"content": t, "infer": False} for t in ("a", "b", "c")],
+            }
             assert (await c.post("/v1/memories/batch", json=body)).status_code == 201
         config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
         server = uvicorn.Server(config)
@@ -51,7 +64,10 @@ async def test_events_cli_prints_the_feed_and_resumes(fresh_db, encoder):
             assert code == 0, err
             events = [json.loads(line) for line in out.splitlines()]
             assert [(e["type"], e["content"]) for e in events] == [
-                ("memory.added", "a"), ("memory.added", "b"), ("memory.added", "c")]  # fmt: skip
+                ("memory.added", "a"),
+                ("memory.added", "b"),
+                ("memory.added", "c"),
+            ]
             cursor = err.strip().rsplit(" ", 1)[-1]
             assert cursor == events[-1]["cursor"]
             code, out, err = await cli(url, "--after", cursor)

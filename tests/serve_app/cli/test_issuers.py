@@ -20,8 +20,12 @@ def issuers_cli(dsn: str, *args: str) -> subprocess.CompletedProcess:
     env["MEMSERVE_DATABASE_URL"] = dsn
     return subprocess.run(
         [sys.executable, "-m", "serve_app", "tenant", "issuers", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 async def test_issuers_are_added_listed_and_removed(fresh_db, encoder):

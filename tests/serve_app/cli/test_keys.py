@@ -20,8 +20,12 @@ def create_key(dsn: str, *args: str) -> subprocess.CompletedProcess:
     env["MEMSERVE_DATABASE_URL"] = dsn
     return subprocess.run(
         [sys.executable, "-m", "serve_app", "create-key", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def keys(dsn: str) -> list[tuple[str, str | None]]:

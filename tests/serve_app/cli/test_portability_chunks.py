@@ -28,8 +28,13 @@ EXPORT = [
 
 
 def test_groups_keep_a_memory_with_its_history_and_a_fact_with_its_versions():
-    got = [[json.loads(x).get("id") or json.loads(x).get("memory_id") or json.loads(x)["kind"]
-            for x in g] for g in groups(EXPORT)]  # fmt: skip
+    got = [
+        [
+            json.loads(x).get("id") or json.loads(x).get("memory_id") or json.loads(x)["kind"]
+            for x in g
+        ]
+        for g in groups(EXPORT)
+    ]
     assert got == [["header"], ["m1", "m1", "m1"], ["m2", "m2"], ["f1", "f2"], ["gone"], ["end"]]
 
 

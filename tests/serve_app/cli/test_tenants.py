@@ -20,8 +20,12 @@ def tenant_create(dsn: str, name: str) -> subprocess.CompletedProcess:
     env["MEMSERVE_DATABASE_URL"] = dsn
     return subprocess.run(
         [sys.executable, "-m", "serve_app", "tenant", "create", name],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 async def test_tenant_create_prints_a_working_admin_key_once(fresh_db, encoder):

@@ -79,8 +79,9 @@ async def test_sessions_facts_and_users_are_typed(clients):
     job = await m.add("I moved to Rome", user_id="ana", infer=True)  # 202: a job
     assert isinstance(job, QueuedJob) and job.status == "queued"
     assert (await m.session_status(job.job_id, user_id="ana")).turns == 1
-    batch = await m.add_batch([{"content": "I swim"}, {"content": "I ski", "infer": True}],
-                              user_id="ana")  # fmt: skip
+    batch = await m.add_batch(
+        [{"content": "I swim"}, {"content": "I ski", "infer": True}], user_id="ana"
+    )
     assert isinstance(batch, MemoryBatchResult) and [x.content for x in batch.memories] == [
         "I swim"
     ]

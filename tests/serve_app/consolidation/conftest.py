@@ -10,14 +10,14 @@ import pytest
 
 from serve_app.consolidation.job import Consolidator
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
+from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.vectors import ensure_table
-from tests.serve_app.extraction.conftest import encoder, fake_llm, fake_llm_server  # noqa: F401
+from tests.serve_app.extraction.conftest import encoder  # noqa: F401
 
 
 class Env:
@@ -32,9 +32,13 @@ class Env:
             owner, [NewMemory(content=text, **kw)], await self.embed([text], is_query=False)
         )
         if days_ago:
-            await self.sql("UPDATE memory_items SET created_at = now() - %s * interval '1 day',"
-                           " updated_at = now() - %s * interval '1 day' WHERE id = %s",
-                           days_ago, days_ago, row["id"])  # fmt: skip
+            await self.sql(
+                "UPDATE memory_items SET created_at = now() - %s * interval '1 day',"
+                " updated_at = now() - %s * interval '1 day' WHERE id = %s",
+                days_ago,
+                days_ago,
+                row["id"],
+            )
         return row
 
     async def sql(self, query: str, *params) -> list[dict]:
@@ -45,8 +49,9 @@ class Env:
     async def active(self, user: str) -> list[dict]:
         return await self.sql(
             "SELECT * FROM memory_items WHERE user_id = %s AND status = 'active'"
-            " ORDER BY created_at", user,
-        )  # fmt: skip
+            " ORDER BY created_at",
+            user,
+        )
 
 
 @pytest.fixture
@@ -62,9 +67,11 @@ async def make_env(fresh_db, encoder):  # noqa: F811
     ) -> Env:
         """``db``: pool settings (e.g. pool_max); ``spend``: LLM calls metered in the
         database (serve_app/spend/meter.py); ``overrides``: consolidation settings."""
-        settings = Settings().with_(llm={"base_url": llm_url, "timeout_s": 2.0,
-                                         "max_retries": 0}, consolidate=overrides,
-                                    db=db or {})  # fmt: skip
+        settings = Settings().with_(
+            llm={"base_url": llm_url, "timeout_s": 2.0, "max_retries": 0},
+            consolidate=overrides,
+            db=db or {},
+        )
         pool = await open_pool(fresh_db, settings, min_size=1)
         await pool.wait()
         pools.append(pool)

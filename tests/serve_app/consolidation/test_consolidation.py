@@ -91,10 +91,19 @@ async def test_five_duplicates_over_time_become_one_and_an_insight_keeps_its_sou
 ):
     env = await make_env(fake_llm.url, merge_similarity=0.85, cluster_similarity=0.35)
     for i, text in enumerate(DUPES):  # written weeks apart
-        await env.add(ALICE, text, days_ago=7 * (len(DUPES) - i), type="preference",
-                      importance=0.3 + 0.1 * i, tags=[f"t{i}"])  # fmt: skip
-    hiking = ["The user goes hiking every weekend", "The user bought new hiking boots",
-              "The user plans a hiking trip to the Alps"]  # fmt: skip
+        await env.add(
+            ALICE,
+            text,
+            days_ago=7 * (len(DUPES) - i),
+            type="preference",
+            importance=0.3 + 0.1 * i,
+            tags=[f"t{i}"],
+        )
+    hiking = [
+        "The user goes hiking every weekend",
+        "The user bought new hiking boots",
+        "The user plans a hiking trip to the Alps",
+    ]
     for text in hiking:
         await env.add(ALICE, text, type="fact")
     other = await env.add(Owner("t1", "bob"), DUPES[0], type="preference")
@@ -110,8 +119,7 @@ async def test_five_duplicates_over_time_become_one_and_an_insight_keeps_its_sou
     history = await env.sql("SELECT event FROM memory_history WHERE memory_id = %s", blue["id"])
     assert [h["event"] for h in history] == ["ADD", "MERGE"]
     archived = await env.sql("SELECT data FROM memory_items WHERE status = 'archived'")
-    assert len(archived) == 4 and all(a["data"]["merged_into"] == str(blue["id"])
-                                      for a in archived)  # fmt: skip
+    assert len(archived) == 4 and all(a["data"]["merged_into"] == str(blue["id"]) for a in archived)
     [insight] = [m for m in active if m["type"] == "insight"]
     hiking_ids = {str(m["id"]) for m in active if m["content"] in hiking}
     assert set(insight["data"]["sources"]) == hiking_ids
@@ -132,11 +140,12 @@ async def test_without_llm_merge_and_decay_still_run(make_env):
     env = await make_env(None, merge_similarity=0.85)
     for i, text in enumerate(DUPES[:3]):
         await env.add(ALICE, text, days_ago=10 - i, type="preference")
-    old = await env.add(ALICE, "The user once asked about tax forms", days_ago=90,
-                        importance=0.6)  # fmt: skip
+    old = await env.add(ALICE, "The user once asked about tax forms", days_ago=90, importance=0.6)
     used = await env.add(ALICE, "The user drives a red bicycle", days_ago=90, importance=0.6)
-    await env.sql("UPDATE memory_items SET access_count = 3, last_accessed_at = now()"
-                  " WHERE id = %s", used["id"])  # fmt: skip
+    await env.sql(
+        "UPDATE memory_items SET access_count = 3, last_accessed_at = now() WHERE id = %s",
+        used["id"],
+    )
     report = await env.job.run(ALICE)
     assert report["merged"] == 1 and report["insights"] == 0 and report["decayed"] == 1
     [row] = await env.sql("SELECT importance, version FROM memory_items WHERE id = %s", old["id"])
@@ -150,13 +159,15 @@ async def test_without_llm_merge_and_decay_still_run(make_env):
 
 async def test_old_episodes_are_digested_with_sources(make_env, fake_llm):
     env = await make_env(fake_llm.url, episodic_age_days=30, digest_batch=10, min_cluster=99)
-    fake_llm.add_rule("Lisbon", json.dumps({"summary": "The user travelled to Lisbon twice."}),
-                      kind="digest")  # fmt: skip
-    texts = ["The user booked a flight to Lisbon in March",
-             "The user asked for fado bars near the Alfama",
-             "The user compared hotel prices in central Lisbon"]  # fmt: skip
-    olds = [await env.add(ALICE, t, days_ago=60 + i, type="episodic")
-            for i, t in enumerate(texts)]  # fmt: skip
+    fake_llm.add_rule(
+        "Lisbon", json.dumps({"summary": "The user travelled to Lisbon twice."}), kind="digest"
+    )
+    texts = [
+        "The user booked a flight to Lisbon in March",
+        "The user asked for fado bars near the Alfama",
+        "The user compared hotel prices in central Lisbon",
+    ]
+    olds = [await env.add(ALICE, t, days_ago=60 + i, type="episodic") for i, t in enumerate(texts)]
     recent = await env.add(ALICE, "The user talked about Lisbon today", type="episodic")
     report = await env.job.run(ALICE)
     assert report["digests"] == 1

@@ -9,8 +9,11 @@ from serve_app.store.guarded import GuardedWriter
 from serve_app.store.quota import Quota
 
 ALICE = Owner("t1", "alice")
-HIKING = ["The user goes hiking every weekend", "The user bought new hiking boots",
-          "The user plans a hiking trip to the Alps"]  # fmt: skip
+HIKING = [
+    "The user goes hiking every weekend",
+    "The user bought new hiking boots",
+    "The user plans a hiking trip to the Alps",
+]
 
 
 async def test_a_full_quota_refuses_the_insight_and_the_run_counts_it(make_env, fake_llm):

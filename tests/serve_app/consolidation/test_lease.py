@@ -39,8 +39,10 @@ async def _until_llm_called(fake_llm, n: int = 1) -> None:
 async def _state(env, owner: Owner) -> dict:
     [row] = await env.sql(
         "SELECT claimed_until, claim_token, last_run_at FROM consolidation_state"
-        " WHERE tenant_id = %s AND user_id = %s", owner.tenant_id, owner.user_id,
-    )  # fmt: skip
+        " WHERE tenant_id = %s AND user_id = %s",
+        owner.tenant_id,
+        owner.user_id,
+    )
     return row
 
 
@@ -48,8 +50,9 @@ async def test_a_run_inside_an_llm_call_holds_no_connection_and_a_second_run_is_
     make_env, fake_llm
 ):
     # One pooled connection, a short pool timeout: a run holding it would starve the rest.
-    env = await make_env(fake_llm.url, db={"pool_max": 1, "pool_timeout_s": 0.5},
-                         cluster_similarity=0.35)  # fmt: skip
+    env = await make_env(
+        fake_llm.url, db={"pool_max": 1, "pool_timeout_s": 0.5}, cluster_similarity=0.35
+    )
     await _hiker(env)
     await env.add(BOB, "The user likes green tea", type="preference")
     fake_llm.set_mode("delay", 1.8)

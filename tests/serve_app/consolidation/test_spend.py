@@ -13,20 +13,27 @@ import pytest
 from serve_app.store import Owner
 
 ALICE = Owner("t1", "alice")
-HIKING = ["The user goes hiking every weekend", "The user bought new hiking boots",
-          "The user plans a hiking trip to the Alps"]  # fmt: skip
-LISBON = ["The user booked a flight to Lisbon in March",
-          "The user asked for fado bars near the Alfama",
-          "The user compared hotel prices in central Lisbon"]  # fmt: skip
+HIKING = [
+    "The user goes hiking every weekend",
+    "The user bought new hiking boots",
+    "The user plans a hiking trip to the Alps",
+]
+LISBON = [
+    "The user booked a flight to Lisbon in March",
+    "The user asked for fado bars near the Alfama",
+    "The user compared hotel prices in central Lisbon",
+]
 
 
 @pytest.mark.parametrize("reported", [True, False], ids=["usage", "estimated"])
 async def test_consolidate_totals_equal_what_the_llm_served(make_env, fake_llm, reported):
     fake_llm.set_usage(reported)
-    fake_llm.add_rule("Lisbon", json.dumps({"summary": "The user travelled to Lisbon."}),
-                      kind="digest")  # fmt: skip
-    env = await make_env(fake_llm.url, spend=True, cluster_similarity=0.35,
-                         episodic_age_days=30, digest_batch=10)  # fmt: skip
+    fake_llm.add_rule(
+        "Lisbon", json.dumps({"summary": "The user travelled to Lisbon."}), kind="digest"
+    )
+    env = await make_env(
+        fake_llm.url, spend=True, cluster_similarity=0.35, episodic_age_days=30, digest_batch=10
+    )
     for text in HIKING:
         await env.add(ALICE, text, type="fact")
     for i, text in enumerate(LISBON):

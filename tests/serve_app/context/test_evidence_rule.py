@@ -38,9 +38,11 @@ def test_margin_drops_what_lies_far_below_the_best_candidate():
     on = Evidence(strong=0.4, weak=0.2, margin=0.2, min_shared=2)
     off = Evidence(strong=0.4, weak=0.2, min_shared=2)
     msg = stems("How do I improve my tennis serve?")
-    cands = [(0.72, stems("Plays tennis twice a week")),
-             (0.45, stems("Signed up for a tennis tournament in June")),
-             (0.6, stems("Takes tennis lessons on Mondays"))]  # fmt: skip
+    cands = [
+        (0.72, stems("Plays tennis twice a week")),
+        (0.45, stems("Signed up for a tennis tournament in June")),
+        (0.6, stems("Takes tennis lessons on Mondays")),
+    ]
     assert [w is not None for w in on.admit(cands, msg)] == [True, False, True]
     assert all(w is not None for w in off.admit(cands, msg))
     # the margin is relative: the same cosine is admitted when it is this message's best
@@ -82,10 +84,14 @@ def test_builder_applies_the_rule_against_the_best_part_cosine():
 
 
 def test_settings_reach_the_rule():
-    s = ContextSettings(evidence_similarity=0.5, evidence_similarity_lexical=0.25,
-                        evidence_margin=0.3, evidence_min_shared=2,
-                        evidence_ignore_time_words=True,
-                        evidence_time_free=False)  # fmt: skip
+    s = ContextSettings(
+        evidence_similarity=0.5,
+        evidence_similarity_lexical=0.25,
+        evidence_margin=0.3,
+        evidence_min_shared=2,
+        evidence_ignore_time_words=True,
+        evidence_time_free=False,
+    )
     assert levers(s).evidence == Evidence(0.5, 0.25, 0.3, 2, True, False)
     assert levers(ContextSettings()).evidence.time_free  # the calibrated default
     d = levers(ContextSettings()).evidence
@@ -97,10 +103,17 @@ def test_a_profile_memory_over_the_cap_still_competes_as_retrieved():
     cap leaves out, retrieved on evidence, is in the block's memories (it was lost)."""
     msg = "When did Caroline go to the LGBTQ support group?"
     pad = " and" * 90  # ~100 tokens: one item fills the profile's cap (150 of 600)
-    first = mem("Caroline: identity note" + pad, None, profile_class="identity",
-                pinned=None, importance=0.9)  # fmt: skip
-    gold = mem("Caroline: I went to a LGBTQ support group yesterday" + pad, 0.82, 0.9,
-               profile_class="identity", pinned=None, importance=0.1)  # fmt: skip
+    first = mem(
+        "Caroline: identity note" + pad, None, profile_class="identity", pinned=None, importance=0.9
+    )
+    gold = mem(
+        "Caroline: I went to a LGBTQ support group yesterday" + pad,
+        0.82,
+        0.9,
+        profile_class="identity",
+        pinned=None,
+        importance=0.1,
+    )
     long_ids = [first]
     b = Backend(profile=[*long_ids, gold], by_text={msg: [gold]})
     r = build(b, msg, token_budget=600)

@@ -10,13 +10,21 @@ def fact(key: str, importance: float, value: str = "x") -> dict:
 
 
 def mem(i: int) -> dict:
-    return {"id": f"m{i}", "type": "fact", "scope": "user", "session_id": None,
-            "content": f"The user mentioned detail number {i} about their garden"}  # fmt: skip
+    return {
+        "id": f"m{i}",
+        "type": "fact",
+        "scope": "user",
+        "session_id": None,
+        "content": f"The user mentioned detail number {i} about their garden",
+    }
 
 
 def test_important_facts_win_the_budget_over_memories_and_minor_facts():
-    facts = [fact("trivia", 0.1, "likes trivia"), fact("name", 0.9, "Ada"),
-             fact("diet", 0.6, "vegan")]  # fmt: skip
+    facts = [
+        fact("trivia", 0.1, "likes trivia"),
+        fact("name", 0.9, "Ada"),
+        fact("diet", 0.6, "vegan"),
+    ]
     block = format_context(facts, [mem(i) for i in range(10)], token_budget=150)
     keys = [f["key"] for f in block.facts]
     assert keys[:2] == ["name", "diet"] and "trivia" not in keys

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 
 from serve_app.context.builder import dedupe, owners_for, visible_in_session
 from serve_app.context.format import format_context
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import CONTEXT_CLOSE, CONTEXT_OPEN, strip_context
+from serve_app.text import CONTEXT_CLOSE, CONTEXT_OPEN, count_tokens, strip_context
 
 NOW = datetime.now(UTC)
 

@@ -12,22 +12,44 @@ from serve_app.context import knowledge as kb
 from serve_app.context.builder import Levers
 from serve_app.context.evidence import Evidence
 from serve_app.context.format import Block, format_context
-from serve_app.context.tokens import count_tokens
+from serve_app.text import count_tokens
 
-LEVERS = Levers(profile=True, split=False, gate=True, evidence=Evidence(0.45, 0.25),
-                knowledge=True)  # fmt: skip
+LEVERS = Levers(profile=True, split=False, gate=True, evidence=Evidence(0.45, 0.25), knowledge=True)
 
 
 def mem(content, sim, score=0.5, **extra):
-    return {"id": uuid.uuid4(), "content": content, "type": "fact", "scope": "user",
-            "similarity": sim, "score": score, "session_id": None, **extra}  # fmt: skip
+    return {
+        "id": uuid.uuid4(),
+        "content": content,
+        "type": "fact",
+        "scope": "user",
+        "similarity": sim,
+        "score": score,
+        "session_id": None,
+        **extra,
+    }
 
 
-def chunk(content, sim, score=0.5, *, title="Returns policy", heading=("Returns", "Damaged"),
-          index=0, scope="org"):  # fmt: skip
-    data = {"document_id": "doc-1", "version": 2, "chunk_index": index, "char_start": 0,
-            "char_end": len(content), "heading_path": list(heading), "title": title,
-            "source_url": "https://example.com/returns"}  # fmt: skip
+def chunk(
+    content,
+    sim,
+    score=0.5,
+    *,
+    title="Returns policy",
+    heading=("Returns", "Damaged"),
+    index=0,
+    scope="org",
+):
+    data = {
+        "document_id": "doc-1",
+        "version": 2,
+        "chunk_index": index,
+        "char_start": 0,
+        "char_end": len(content),
+        "heading_path": list(heading),
+        "title": title,
+        "source_url": "https://example.com/returns",
+    }
     row = mem(content, sim, score, type="document_chunk", scope=scope)
     row["_data"] = data
     return row
@@ -42,8 +64,15 @@ class Backend:
 
     async def search(self, queries):
         self.queries.append(list(queries))
-        return [[dict(r) for r in (self.shared if "@org" in q.owners and q.user_id not in
-                                   q.owners else self.rows)] for q in queries]  # fmt: skip
+        return [
+            [
+                dict(r)
+                for r in (
+                    self.shared if "@org" in q.owners and q.user_id not in q.owners else self.rows
+                )
+            ]
+            for q in queries
+        ]
 
     async def facts(self, tenant, user, limit):
         return []
@@ -62,9 +91,14 @@ class Backend:
 
 def test_citation_and_label():
     c = kb.citation(chunk("x", 0.9)["_data"])
-    assert c == {"document_id": "doc-1", "title": "Returns policy", "chunk_index": 0,
-                 "heading_path": ["Returns", "Damaged"], "version": 2,
-                 "source_url": "https://example.com/returns"}  # fmt: skip
+    assert c == {
+        "document_id": "doc-1",
+        "title": "Returns policy",
+        "chunk_index": 0,
+        "heading_path": ["Returns", "Damaged"],
+        "version": 2,
+        "source_url": "https://example.com/returns",
+    }
     assert kb.label(c) == "[Returns policy › Damaged]"
     assert kb.label({"document_id": "d9", "heading_path": []}) == "[d9]"
     assert kb.label(kb.citation({})) == "[document]"  # a chunk without data still cites
@@ -149,8 +183,10 @@ def test_agent_knowledge_is_searched_only_with_the_agent():
 
 def test_profile_first_then_knowledge_under_one_budget():
     allergy = mem("I'm allergic to peanuts", None, profile_class="constraint", pinned=None)
-    chunks = [chunk(f"Menu item {i} contains peanuts and sesame oil " * 8, 0.7, index=i)
-              for i in range(10)]  # fmt: skip
+    chunks = [
+        chunk(f"Menu item {i} contains peanuts and sesame oil " * 8, 0.7, index=i)
+        for i in range(10)
+    ]
     b = Backend(shared=chunks, profile=[allergy])
     r = b.build("Which menu items contain peanuts?", token_budget=300)
     assert r.context.index("About the user") < r.context.index("From the knowledge base:")

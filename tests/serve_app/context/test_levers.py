@@ -16,13 +16,28 @@ ALL = Levers(profile=True, split=True, gate=True, evidence=Evidence(0.45, 0.25))
 
 
 def mem(content, sim, score=0.5, **extra):
-    return {"id": uuid.uuid4(), "content": content, "type": "fact", "scope": "user",
-            "similarity": sim, "score": score, "session_id": None, **extra}  # fmt: skip
+    return {
+        "id": uuid.uuid4(),
+        "content": content,
+        "type": "fact",
+        "scope": "user",
+        "similarity": sim,
+        "score": score,
+        "session_id": None,
+        **extra,
+    }
 
 
 def fact(category, key, value, importance=0.5):
-    return {"id": uuid.uuid4(), "category": category, "key": key, "value": value,
-            "confidence": 1.0, "importance": importance, "updated_at": NOW}  # fmt: skip
+    return {
+        "id": uuid.uuid4(),
+        "category": category,
+        "key": key,
+        "value": value,
+        "confidence": 1.0,
+        "importance": importance,
+        "updated_at": NOW,
+    }
 
 
 class Backend:
@@ -64,8 +79,10 @@ def test_profile_is_first_and_always_there():
 
 
 def test_profile_is_capped_by_its_share_of_the_budget():
-    many = [mem(f"Always do thing number {i} the way I like it", None,
-                profile_class="instruction") for i in range(50)]  # fmt: skip
+    many = [
+        mem(f"Always do thing number {i} the way I like it", None, profile_class="instruction")
+        for i in range(50)
+    ]
     r = build(Backend(profile=many), "Tell me a story", token_budget=400)
     assert r.profile_tokens <= 100 and 0 < len(r.profile) < 50
 
@@ -74,8 +91,13 @@ def test_parts_searched_in_one_call_and_fused():
     city = mem("Lives in Oslo", 0.6)
     bakery = mem("Favourite bakery is Apent", 0.5)
     msg = "What city am I in? Any good bakeries around?"
-    b = Backend(by_text={"What city am I in?": [city], "Any good bakeries around?": [bakery],
-                         msg: [dict(bakery, similarity=0.3)]})  # fmt: skip
+    b = Backend(
+        by_text={
+            "What city am I in?": [city],
+            "Any good bakeries around?": [bakery],
+            msg: [dict(bakery, similarity=0.3)],
+        }
+    )
     r = build(b, msg)
     assert len(b.calls) == 1 and len(b.calls[0]) == 3  # one backend call, three texts
     assert {m["content"] for m in r.memories} == {"Lives in Oslo", "Favourite bakery is Apent"}

@@ -80,8 +80,10 @@ def test_with_the_levers_off_every_text_is_encoded_on_its_own():
     b2 = Recording(by_text={})
     build(b2, MSG, levers=replace(ALL, evidence=RULE, pooled_time_free=True))
     probes = {q.text: q.view_of for q in b2.queries if q.mode == "dense"}
-    assert probes == {"What city am I in? Suggest a dinner menu for guests": MSG,
-                      "Suggest a dinner menu for guests": PART}  # fmt: skip
+    assert probes == {
+        "What city am I in? Suggest a dinner menu for guests": MSG,
+        "Suggest a dinner menu for guests": PART,
+    }
 
 
 def test_a_long_message_is_read_off_the_loop_and_keeps_the_first_parts():

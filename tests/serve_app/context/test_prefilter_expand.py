@@ -68,11 +68,31 @@ def test_history_terms_look_at_last_three_user_messages():
 
 @given(
     st.lists(
-        st.sampled_from(["good", "afternoon", "there", "thank", "you", "so", "much", "hi",
-                         "!", "?", ".", ",", " ", "see", "ya", "a", "lot", "okay"]),
+        st.sampled_from(
+            [
+                "good",
+                "afternoon",
+                "there",
+                "thank",
+                "you",
+                "so",
+                "much",
+                "hi",
+                "!",
+                "?",
+                ".",
+                ",",
+                " ",
+                "see",
+                "ya",
+                "a",
+                "lot",
+                "okay",
+            ]
+        ),
         max_size=8,
     )
-)  # fmt: skip
+)
 def test_the_length_shortcut_never_changes_the_answer(words):
     from serve_app.context.prefilter import _GREETINGS
 

@@ -72,17 +72,34 @@ def test_the_builder_finds_both_peoples_memories():
     anna = mem("Anna loves dark chocolate", 0.62, 0.9)
     ben = mem("Ben collects vinyl records", 0.58, 0.9)
     msg = "What do Anna and Ben like?"
-    b = Backend(by_text={msg: [dict(anna, similarity=0.4)], "What do Anna like?": [anna],
-                         "What do Ben like?": [ben]})  # fmt: skip
+    b = Backend(
+        by_text={
+            msg: [dict(anna, similarity=0.4)],
+            "What do Anna like?": [anna],
+            "What do Ben like?": [ben],
+        }
+    )
     r = build(b, msg)
     assert len(b.calls) == 1 and len(b.calls[0]) == 3  # one backend call, three texts
     assert {m["content"] for m in r.memories} == {anna["content"], ben["content"]}
 
 
 WORD = st.sampled_from(["apples", "rest", "the", "park", "3.5", "example.com", "it's"])
-ABBREV = st.sampled_from(["Dr. Smith", "Mr. Lee", "Mrs. Park", "Ms. Ode", "St. Louis",
-                          "e.g. pears", "i.e. figs", "9 a.m. sharp", "5 p.m. today",
-                          "J. K. Rowling", "apples, etc. and"])  # fmt: skip
+ABBREV = st.sampled_from(
+    [
+        "Dr. Smith",
+        "Mr. Lee",
+        "Mrs. Park",
+        "Ms. Ode",
+        "St. Louis",
+        "e.g. pears",
+        "i.e. figs",
+        "9 a.m. sharp",
+        "5 p.m. today",
+        "J. K. Rowling",
+        "apples, etc. and",
+    ]
+)
 
 
 @st.composite

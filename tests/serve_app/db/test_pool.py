@@ -64,8 +64,9 @@ async def test_datetimes_with_any_iso_offset_reach_postgres_as_the_same_instant(
     pool = await open_pool(fresh_db, Settings(), min_size=1)
     try:
         async with pool.connection() as conn:
-            cur = await conn.execute("SELECT %s::timestamptz[] AS a, %s::timestamptz AS e",
-                                     (values, edge))  # fmt: skip
+            cur = await conn.execute(
+                "SELECT %s::timestamptz[] AS a, %s::timestamptz AS e", (values, edge)
+            )
             row = await cur.fetchone()
         assert row["a"] == values  # the same instants
         assert row["e"] == datetime.min.replace(tzinfo=UTC)

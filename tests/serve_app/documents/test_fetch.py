@@ -66,14 +66,22 @@ async def test_an_allowed_network_is_read_and_other_private_targets_are_not(serv
         assert (await f.load(server.url("/a.pdf"))).data == PDF
         for url in (
             "http://169.254.169.254/latest/meta-data/",  # cloud metadata
-            "http://10.0.0.5/", "http://192.168.1.1/", "http://172.16.0.1/",
+            "http://10.0.0.5/",
+            "http://192.168.1.1/",
+            "http://172.16.0.1/",
             "http://100.64.0.1/",  # carrier-grade NAT
-            "http://0.0.0.0/", "http://224.0.0.1/", "http://240.0.0.1/",
-            "http://[::1]/", "http://[fe80::1]/", "http://[fc00::1]/", "http://[ff02::1]/",
-            "http://[::ffff:10.0.0.1]/", "http://[::ffff:169.254.169.254]/",
+            "http://0.0.0.0/",
+            "http://224.0.0.1/",
+            "http://240.0.0.1/",
+            "http://[::1]/",
+            "http://[fe80::1]/",
+            "http://[fc00::1]/",
+            "http://[ff02::1]/",
+            "http://[::ffff:10.0.0.1]/",
+            "http://[::ffff:169.254.169.254]/",
             "http://[2002:a00:1::]/",  # 6to4 carrying 10.0.0.1
             "http://127.0.0.2/",  # loopback outside the allowed /32
-        ):  # fmt: skip
+        ):
             await refused(f, url)
     finally:
         await f.aclose()

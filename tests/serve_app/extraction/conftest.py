@@ -10,14 +10,13 @@ import pytest
 
 from models import load_encoder
 from serve_app.db.pool import open_pool
-from serve_app.extraction.llm import LLMClient
 from serve_app.extraction.pipeline import ExtractionPipeline
+from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
 from serve_app.spend.meter import Budgets, SpendMeter
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
-from serve_app.testing.llm_server import FakeLLM
 
 MODEL = "all-minilm-l6-v2-int8"
 
@@ -25,22 +24,6 @@ MODEL = "all-minilm-l6-v2-int8"
 @pytest.fixture(scope="session")
 def encoder():
     return load_encoder(MODEL, threads=1)
-
-
-@pytest.fixture(scope="session")
-def fake_llm_server():
-    server = FakeLLM().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def fake_llm(fake_llm_server):
-    fake_llm_server.up()
-    fake_llm_server.reset()
-    yield fake_llm_server
-    fake_llm_server.up()
-    fake_llm_server.reset()
 
 
 def test_settings(

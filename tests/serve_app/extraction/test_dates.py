@@ -113,9 +113,22 @@ def test_partial_dates_take_the_first_day():
 
 @pytest.mark.parametrize(
     "text",
-    ["", "last spring", "yesterday", "Thu", "2026-02-30", "31/31/2026", "1850-01-01",
-     "3026-01-01", "April 2", "12-15", "Thu 2026-04-02 " + "x" * 80, None, 20260402],
-)  # fmt: skip
+    [
+        "",
+        "last spring",
+        "yesterday",
+        "Thu",
+        "2026-02-30",
+        "31/31/2026",
+        "1850-01-01",
+        "3026-01-01",
+        "April 2",
+        "12-15",
+        "Thu 2026-04-02 " + "x" * 80,
+        None,
+        20260402,
+    ],
+)
 def test_what_is_not_a_date_is_none(text):
     assert parse_when(text) is None
 
@@ -131,10 +144,18 @@ async def test_a_weekday_date_from_the_model_dates_the_memory(make_harness, fake
         **memory("The user started a pottery class", "episodic"),
         "valid_from": "Thu 2026-04-02",
     }
-    fake_llm.enqueue(extraction([dated], [{**fact("identity", "city", "Lyon"),
-                                           "valid_from": "Thursday, April 2, 2026"}]))  # fmt: skip
-    await h.turns.append(k, [("user", "I started pottery on Thursday; I live in Lyon")],
-                         agent_id=None, ttl_hours=1.0, occurred_at=[THU])  # fmt: skip
+    fake_llm.enqueue(
+        extraction(
+            [dated], [{**fact("identity", "city", "Lyon"), "valid_from": "Thursday, April 2, 2026"}]
+        )
+    )
+    await h.turns.append(
+        k,
+        [("user", "I started pottery on Thursday; I live in Lyon")],
+        agent_id=None,
+        ttl_hours=1.0,
+        occurred_at=[THU],
+    )
     out = await h.pipeline.process_session(k, force=True)
     assert out.error is None and out.saved == 1
     [m] = await h.memories("carol")

@@ -15,10 +15,10 @@ import pytest
 import snowballstemmer
 
 from serve_app.extraction.grounding import Limits, content_units, ungrounded, words
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.outcome import Outcome
 from serve_app.extraction.parser import ExtractedFact, ExtractedMemory
 from serve_app.extraction.reconcile import Known, Shown
+from serve_app.extraction.turn import Turn
 from serve_app.store.records import Owner
 from serve_app.store.turns import SessionKey
 from serve_app.testing.llm_server import extraction, fact, memory
@@ -42,8 +42,9 @@ def known(items: Sequence[str | tuple[str, str, str]] = KNOWN) -> Known:
     for n, item in enumerate(items, 1):
         if isinstance(item, tuple):
             category, key, value = item
-            k.items[f"f{n}"] = Shown(f"f{n}", "fact", uuid.uuid4(), value, 0, "alice",
-                                     category, key)  # fmt: skip
+            k.items[f"f{n}"] = Shown(
+                f"f{n}", "fact", uuid.uuid4(), value, 0, "alice", category, key
+            )
         else:
             k.items[f"m{n}"] = Shown(f"m{n}", "memory", uuid.uuid4(), item, 0, "alice")
     return k
@@ -123,15 +124,18 @@ async def test_a_resolved_relative_date_is_kept(embed):
 
 async def test_an_insight_built_on_the_turns_is_kept(embed):
     said = "Salad for lunch again, I jogged 5k this morning and did yoga in the evening."
-    kept = ["The user has a health-focused routine of running and yoga",
-            "The user values healthy eating and regular exercise"]  # fmt: skip
+    kept = [
+        "The user has a health-focused routine of running and yoga",
+        "The user values healthy eating and regular exercise",
+    ]
     assert await dropped(embed, said, kept) == []
 
 
 async def test_nothing_shown_nothing_checked(embed):
     turns = [Turn("user", "Hi", 1, THU)]
-    out = await ungrounded(turns, Known(Owner("t1", "a")), [mem("The user lives in Paris")], [],
-                           embed, Limits())  # fmt: skip
+    out = await ungrounded(
+        turns, Known(Owner("t1", "a")), [mem("The user lives in Paris")], [], embed, Limits()
+    )
     assert out == [] and embed.calls == []
 
 
@@ -145,8 +149,16 @@ async def test_only_flagged_items_reach_the_encoder(embed):
 
 def test_words_keep_names_and_numbers_whole_and_respect_the_cap():
     assert words("The user's budget is $10,000 for Berlin-1234; gluten-free, don't", 1000) == [
-        "the", "user", "budget", "is", "10000", "for", "berlin-1234", "gluten-free", "dont"
-    ]  # fmt: skip
+        "the",
+        "user",
+        "budget",
+        "is",
+        "10000",
+        "for",
+        "berlin-1234",
+        "gluten-free",
+        "dont",
+    ]
     assert words("word " * 100_000, 50) == ["word"] * 10
     assert content_units("The user lives in Berlin-1234 now", 1000) == ["live", "berlin-1234"]
 
@@ -161,21 +173,33 @@ async def _diet_change(h, fake_llm, user: str) -> tuple[Outcome, dict]:
         extraction(
             [memory("The user follows a vegetarian diet")],
             [fact("preference", "diet", "vegetarian")],
-        )  # fmt: skip
+        )
     )
-    await h.turns.append(SessionKey("t1", user, "s1"), [("user", "I'm vegetarian these days.")],
-                         agent_id=None, ttl_hours=1.0, occurred_at=[THU])  # fmt: skip
+    await h.turns.append(
+        SessionKey("t1", user, "s1"),
+        [("user", "I'm vegetarian these days.")],
+        agent_id=None,
+        ttl_hours=1.0,
+        occurred_at=[THU],
+    )
     assert (await h.pipeline.process_session(SessionKey("t1", user, "s1"))).error is None
     fake_llm.enqueue(
         extraction(
-            [memory("The user switched to a pescatarian diet"),
-             memory("The user is a vegetarian who follows a vegetarian diet")],
+            [
+                memory("The user switched to a pescatarian diet"),
+                memory("The user is a vegetarian who follows a vegetarian diet"),
+            ],
             [fact("preference", "diet", "pescatarian"), fact("preference", "diet", "vegetarian")],
         )
-    )  # fmt: skip
+    )
     k2 = SessionKey("t1", user, "s2")
-    await h.turns.append(k2, [("user", "Dr Lee agreed I switch: I'm pescatarian now.")],
-                         agent_id=None, ttl_hours=1.0, occurred_at=[THU])  # fmt: skip
+    await h.turns.append(
+        k2,
+        [("user", "Dr Lee agreed I switch: I'm pescatarian now.")],
+        agent_id=None,
+        ttl_hours=1.0,
+        occurred_at=[THU],
+    )
     out = await h.pipeline.process_session(k2)
     [call] = fake_llm.calls("extract")[-1:]
     assert "preference/diet = vegetarian" in call["messages"][-1]["content"]  # it was shown
@@ -196,8 +220,9 @@ async def test_the_pipeline_drops_and_counts_a_fact_copied_from_the_known_block(
     counts = h.pipeline.metrics.counts
     assert counts["ungrounded_fact"] == 1 and counts["ungrounded_memory"] == 1
     assert h.pipeline.metrics.ungrounded_items.totals == {
-        ("fact", "copied_known"): 1, ("memory", "copied_known"): 1
-    }  # fmt: skip
+        ("fact", "copied_known"): 1,
+        ("memory", "copied_known"): 1,
+    }
 
 
 async def test_without_the_check_the_stale_value_wins(make_harness, fake_llm):
@@ -221,8 +246,9 @@ def test_units_are_the_same_from_concurrent_threads():
                 return "zq" + letters + "ings"
 
     n = 4000
-    texts = [f"The user follows {word(3 * i)} {word(3 * i + 1)} {word(3 * i + 2)}"
-             for i in range(n)]  # fmt: skip
+    texts = [
+        f"The user follows {word(3 * i)} {word(3 * i + 1)} {word(3 * i + 2)}" for i in range(n)
+    ]
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda t: content_units(t, 1000), texts))
     fresh = snowballstemmer.stemmer("english")  # the reference: one thread, no cache

@@ -46,18 +46,28 @@ async def test_the_tenants_guidance_is_in_its_prompt_and_its_categories_are_the_
     h = harness
     fake_llm.add_rule(
         "Lisbon",
-        extraction([{**memory("The user flies to Lisbon on 2026-12-03"),
-                     "tags": ["TRAVEL", "food", "weekend"]}]),
-    )  # fmt: skip
+        extraction(
+            [
+                {
+                    **memory("The user flies to Lisbon on 2026-12-03"),
+                    "tags": ["TRAVEL", "food", "weekend"],
+                }
+            ]
+        ),
+    )
     k = SessionKey("acme", "ann", "s1")
     await h.say(k, ("user", "I fly to Lisbon on Dec 3rd"), ("assistant", "Have fun!"))
     out = await h.pipeline.process_session(k, force=True)
     assert out.saved == 1 and out.error is None, out
     prompt = system_prompt(fake_llm.calls("extract")[-1])
     assert prompt.startswith(EXTRACT_MARKER)  # the contract stays first
-    for text in ("Write every memory in the third person", "travel plans and dietary needs",
-                 "anything about the user's health", "- travel: trips, flights, hotels",
-                 "- Food: diet, restaurants"):  # fmt: skip
+    for text in (
+        "Write every memory in the third person",
+        "travel plans and dietary needs",
+        "anything about the user's health",
+        "- travel: trips, flights, hotels",
+        "- Food: diet, restaurants",
+    ):
         assert text in prompt, text
     assert "ENV-ONLY" not in prompt  # the tenant's instructions win over the environment's
     [m] = await h.memories("ann", "extraction")
@@ -111,10 +121,18 @@ async def test_extractions_writes_follow_the_tenants_quotas_and_retention(
     p = h.pipeline
     h.pipeline = ExtractionPipeline(h.pool, slug, p.embed, p.llm, settings, writer=writer)
     admin = Principal("6f9619ff-8b86-4d11-b42d-00c04fc964ff", "acme", "admin")
-    await tenants.replace("acme", {"quotas": {"max_memories_per_user": 1},
-                                   "retention": {"preference": 3600}}, admin)  # fmt: skip
-    fake_llm.add_rule("tea", extraction([memory("The user likes green tea", "preference"),
-                                         memory("The user lives in Oslo", "fact")]))  # fmt: skip
+    await tenants.replace(
+        "acme", {"quotas": {"max_memories_per_user": 1}, "retention": {"preference": 3600}}, admin
+    )
+    fake_llm.add_rule(
+        "tea",
+        extraction(
+            [
+                memory("The user likes green tea", "preference"),
+                memory("The user lives in Oslo", "fact"),
+            ]
+        ),
+    )
     k = SessionKey("acme", "dee", "s1")
     await h.say(k, ("user", "I like tea and I live in Oslo"))
     out = await h.pipeline.process_session(k)

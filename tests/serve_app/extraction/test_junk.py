@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.extraction.junk import (
-    CONTEXT_CLOSE,
-    CONTEXT_OPEN,
-    Turn,
-    clean_turns,
-    contained,
-    normal_forms,
-    restates,
-    strip_context,
-    wrap_context,
-)
+from serve_app.extraction.junk import clean_turns, contained, normal_forms, restates
+from serve_app.extraction.turn import Turn
+from serve_app.text import CONTEXT_CLOSE, CONTEXT_OPEN, strip_context, wrap_context
 
 
 def test_wrap_and_strip_roundtrip():

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serve_app.extraction.grounding import Limits
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.negation import clauses, negated, without_negated
 from serve_app.extraction.parser import ExtractedMemory
+from serve_app.extraction.turn import Turn
 from serve_app.store.turns import SessionKey
 from serve_app.testing.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
@@ -102,8 +102,13 @@ async def test_the_pipeline_drops_and_counts_a_negated_memory(make_harness, fake
         extraction([memory("The user loves fish"), memory("The user does not eat fish")])
     )
     key = SessionKey("t1", "fay", "s1")
-    await h.turns.append(key, [("user", "I love fish, especially salmon.")],
-                         agent_id=None, ttl_hours=1.0, occurred_at=[THU])  # fmt: skip
+    await h.turns.append(
+        key,
+        [("user", "I love fish, especially salmon.")],
+        agent_id=None,
+        ttl_hours=1.0,
+        occurred_at=[THU],
+    )
     out = await h.pipeline.process_session(key)
     assert out.error is None and out.ungrounded == 1
     contents = {m["content"] for m in await h.memories("fay")}
@@ -115,8 +120,9 @@ async def test_with_the_check_off_the_negated_memory_is_written(make_harness, fa
     h = await make_harness(settings_for(fake_llm.url, ground=False))
     fake_llm.enqueue(extraction([memory("The user does not eat fish")]))
     key = SessionKey("t1", "gus", "s1")
-    await h.turns.append(key, [("user", "I love fish.")], agent_id=None, ttl_hours=1.0,
-                         occurred_at=[THU])  # fmt: skip
+    await h.turns.append(
+        key, [("user", "I love fish.")], agent_id=None, ttl_hours=1.0, occurred_at=[THU]
+    )
     out = await h.pipeline.process_session(key)
     assert out.ungrounded == 0
     assert [m["content"] for m in await h.memories("gus")] == ["The user does not eat fish"]

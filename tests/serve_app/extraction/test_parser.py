@@ -15,11 +15,16 @@ from serve_app.extraction.parser import (
 
 GOOD = {
     "memories": [
-        {"type": "preference", "content": "The user prefers Python", "importance": 0.8,
-         "confidence": 0.9, "tags": ["lang"]}
+        {
+            "type": "preference",
+            "content": "The user prefers Python",
+            "importance": 0.8,
+            "confidence": 0.9,
+            "tags": ["lang"],
+        }
     ],
     "facts": [{"category": "identity", "key": "Name", "value": "Alex", "confidence": 1.0}],
-}  # fmt: skip
+}
 
 
 def test_plain_object():

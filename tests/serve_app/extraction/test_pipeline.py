@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from serve_app.extraction.junk import wrap_context
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.scheduler import SessionScheduler
 from serve_app.store.turns import SessionKey
 from serve_app.testing.llm_server import extraction, fact, memory
+from serve_app.text import wrap_context
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"
@@ -23,15 +23,24 @@ async def test_normal_extraction_stores_memories_and_facts(make_harness, fake_ll
     fake_llm.add_rule(
         "I'm Alex",
         extraction(
-            [memory("The user's name is Alex and they prefer Python for data work",
-                    "preference", 0.8, 0.95),
-             memory("small talk", "fact", 0.1, 0.9)],  # below min importance
+            [
+                memory(
+                    "The user's name is Alex and they prefer Python for data work",
+                    "preference",
+                    0.8,
+                    0.95,
+                ),
+                memory("small talk", "fact", 0.1, 0.9),
+            ],  # below min importance
             [fact("identity", "name", "Alex", 1.0), fact("preference", "language", "Python")],
         ),
-    )  # fmt: skip
+    )
     k = key("alice")
-    await h.say(k, ("user", "Hi, I'm Alex and I prefer Python for data work"),
-                ("assistant", "Nice to meet you!"))  # fmt: skip
+    await h.say(
+        k,
+        ("user", "Hi, I'm Alex and I prefer Python for data work"),
+        ("assistant", "Nice to meet you!"),
+    )
     out = await h.pipeline.process_session(k)
     assert out.saved == 1 and out.skipped == 1 and out.error is None
     assert out.facts == {"added": 2}
@@ -177,10 +186,13 @@ async def test_junk_never_reaches_extraction(make_harness, fake_llm):
         k,
         ("system", "You are a helpful assistant. SYSTEM-SECRET"),
         ("user", wrap_context("- The user lives in Lisbon with two cats") + " Any plans idea?"),
-        ("assistant", "Since you live in Lisbon with your two cats, stay local. "
-                      "How about a picnic in Monsanto park?"),
+        (
+            "assistant",
+            "Since you live in Lisbon with your two cats, stay local. "
+            "How about a picnic in Monsanto park?",
+        ),
         ("user", "Sounds good, I start a new job at Acme on Monday"),
-    )  # fmt: skip
+    )
     out = await h.pipeline.process_session(k)
     assert out.junk_dropped >= 3
     [call] = fake_llm.calls("extract")
@@ -223,8 +235,9 @@ async def test_episodic_compression_every_m_turns_and_on_end(make_harness, fake_
         settings_for(fake_llm.url, compress_every_m_turns=6, compress_keep_window=2)
     )
     k = key("ivy")
-    fake_llm.add_rule("Turns 1-4", '{"summary": "The user planned a trip to Kyoto in May."}',
-                      kind="summary")  # fmt: skip
+    fake_llm.add_rule(
+        "Turns 1-4", '{"summary": "The user planned a trip to Kyoto in May."}', kind="summary"
+    )
     for i in range(3):
         await h.say(k, ("user", f"Kyoto question {i}"), ("assistant", f"Kyoto answer {i}"))
     await h.pipeline.process_session(k)

@@ -8,8 +8,8 @@ import asyncio
 import json
 import uuid
 
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.reconcile import KNOWN_HEADER, Known, Shown
+from serve_app.extraction.turn import Turn
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.records import Owner
 from serve_app.store.turns import SessionKey
@@ -74,8 +74,12 @@ async def history(h, memory_id) -> list[dict]:
 async def test_update_retires_the_old_memory_and_links_the_new_one(make_harness, fake_llm):
     h = await make_harness(settings_for(fake_llm.url))
     [paris] = await seed(h, fake_llm, "ann", PARIS)
-    decide(fake_llm, lambda msgs: [decision("UPDATE", alias_of(msgs, PARIS), BERLIN,
-                                            "moved to Berlin", turns=[1])])  # fmt: skip
+    decide(
+        fake_llm,
+        lambda msgs: [
+            decision("UPDATE", alias_of(msgs, PARIS), BERLIN, "moved to Berlin", turns=[1])
+        ],
+    )
     k = key("ann", "s1")
     await h.say(k, ("user", "Big news: I moved to Berlin last month!"), ("assistant", "Wow."))
     out = await h.pipeline.process_session(k)
@@ -87,8 +91,15 @@ async def test_update_retires_the_old_memory_and_links_the_new_one(make_harness,
     old, new = rows[PARIS], rows[BERLIN]
     assert old["valid_until"] is not None and old["superseded_by"] == new["id"]  # kept
     assert new["supersedes"] == [old["id"]] and new["valid_until"] is None
-    assert out.events == [{"id": str(new["id"]), "memory": BERLIN, "event": "UPDATE",
-                           "previous_memory": PARIS, "previous_id": str(old["id"])}]  # fmt: skip
+    assert out.events == [
+        {
+            "id": str(new["id"]),
+            "memory": BERLIN,
+            "event": "UPDATE",
+            "previous_memory": PARIS,
+            "previous_id": str(old["id"]),
+        }
+    ]
     [added] = await history(h, new["id"])
     assert added["event"] == "ADD"
     why = {"decision": "UPDATE", "reason": "moved to Berlin", "turns": [1], "alias": "m1"}
@@ -98,8 +109,9 @@ async def test_update_retires_the_old_memory_and_links_the_new_one(make_harness,
     assert retired["new_data"]["reason"] == "moved to Berlin"
     assert retired["new_data"]["superseded_by"] == str(new["id"])
     # only the current value is valid now (what search, context and dedup see)
-    live = await h.rows("SELECT content FROM memory_items WHERE user_id = 'ann'"
-                        " AND valid_until IS NULL")  # fmt: skip
+    live = await h.rows(
+        "SELECT content FROM memory_items WHERE user_id = 'ann' AND valid_until IS NULL"
+    )
     assert [r["content"] for r in live] == [BERLIN]
 
 
@@ -107,8 +119,12 @@ async def test_invalidate_sets_valid_until_and_never_deletes(make_harness, fake_
     h = await make_harness(settings_for(fake_llm.url))
     trip = "The user plans a trip to Rome in May"
     [row] = await seed(h, fake_llm, "bo", trip)
-    decide(fake_llm, lambda msgs: [decision("INVALIDATE", alias_of(msgs, trip),
-                                            reason="trip cancelled", turns=[1, 2])])  # fmt: skip
+    decide(
+        fake_llm,
+        lambda msgs: [
+            decision("INVALIDATE", alias_of(msgs, trip), reason="trip cancelled", turns=[1, 2])
+        ],
+    )
     k = key("bo", "s1")
     await h.say(k, ("user", "We cancelled the Rome trip."), ("assistant", "Sorry to hear."))
     out = await h.pipeline.process_session(k)
@@ -118,19 +134,30 @@ async def test_invalidate_sets_valid_until_and_never_deletes(make_harness, fake_
     assert out.events == [{"id": str(row["id"]), "memory": trip, "event": "DELETE"}]
     last = (await history(h, row["id"]))[-1]
     assert last["event"] == "INVALIDATE"
-    assert last["new_data"] == {"decision": "INVALIDATE", "reason": "trip cancelled",
-                                "turns": [1, 2], "alias": "m1"}  # fmt: skip
+    assert last["new_data"] == {
+        "decision": "INVALIDATE",
+        "reason": "trip cancelled",
+        "turns": [1, 2],
+        "alias": "m1",
+    }
     assert h.pipeline.metrics.counts["reconcile_invalidated"] == 1
 
 
 async def test_noop_writes_nothing_and_add_is_annotated(make_harness, fake_llm):
     h = await make_harness(settings_for(fake_llm.url))
     [row] = await seed(h, fake_llm, "cy", PARIS)
-    decide(fake_llm, lambda msgs: [
-        decision("NOOP", alias_of(msgs, PARIS)),
-        {**memory("The user has a cat named Tom"), "event": "ADD", "reason": "new pet",
-         "turns": [1]},
-    ])  # fmt: skip
+    decide(
+        fake_llm,
+        lambda msgs: [
+            decision("NOOP", alias_of(msgs, PARIS)),
+            {
+                **memory("The user has a cat named Tom"),
+                "event": "ADD",
+                "reason": "new pet",
+                "turns": [1],
+            },
+        ],
+    )
     k = key("cy", "s1")
     await h.say(k, ("user", "Still in Paris, and we got a cat, Tom."), ("assistant", "Nice."))
     out = await h.pipeline.process_session(k)
@@ -140,7 +167,10 @@ async def test_noop_writes_nothing_and_add_is_annotated(make_harness, fake_llm):
     assert [e["event"] for e in out.events] == ["NONE", "ADD"]
     assert out.events[0] == {"id": str(row["id"]), "memory": PARIS, "event": "NONE"}
     assert (await history(h, cat["id"]))[0]["new_data"] == {
-        "decision": "ADD", "reason": "new pet", "turns": [1]}  # fmt: skip
+        "decision": "ADD",
+        "reason": "new pet",
+        "turns": [1],
+    }
     assert len(await history(h, row["id"])) == 1  # NOOP: no event on the known memory
 
 
@@ -148,11 +178,14 @@ async def test_invented_and_foreign_targets_are_ignored_and_counted(make_harness
     h = await make_harness(settings_for(fake_llm.url))
     [bobs] = await seed(h, fake_llm, "bob", "The user's locker code is 4711")
     [mine] = await seed(h, fake_llm, "dee", PARIS)
-    decide(fake_llm, lambda msgs: [
-        decision("INVALIDATE", "m42", reason="invented"),
-        decision("INVALIDATE", str(bobs["id"]), reason="a database id of another user"),
-        decision("UPDATE", "m77", BERLIN, "invented alias"),  # becomes a plain ADD
-    ])  # fmt: skip
+    decide(
+        fake_llm,
+        lambda msgs: [
+            decision("INVALIDATE", "m42", reason="invented"),
+            decision("INVALIDATE", str(bobs["id"]), reason="a database id of another user"),
+            decision("UPDATE", "m77", BERLIN, "invented alias"),  # becomes a plain ADD
+        ],
+    )
     k = key("dee", "s1")
     await h.say(k, ("user", "I moved to Berlin."), ("assistant", "OK."))
     out = await h.pipeline.process_session(k)
@@ -185,15 +218,22 @@ async def test_a_memory_edited_meanwhile_is_never_overwritten(make_harness, fake
     async def patch() -> None:  # what PATCH /v1/memories/{id} does: the guarded update
         for row in await h.memories("fay"):
             await h.pipeline.guarded.update(
-                Owner(T, "fay"), row["id"], {"content": edited}, None,
-                actor="api", expected_version=row["version"],
-            )  # fmt: skip
+                Owner(T, "fay"),
+                row["id"],
+                {"content": edited},
+                None,
+                actor="api",
+                expected_version=row["version"],
+            )
 
     while_the_model_thinks(fake_llm, patch)
-    decide(fake_llm, lambda msgs: [
-        decision("UPDATE", alias_of(msgs, PARIS), BERLIN, "moved"),
-        decision("INVALIDATE", alias_of(msgs, job), reason="quit"),
-    ])  # fmt: skip
+    decide(
+        fake_llm,
+        lambda msgs: [
+            decision("UPDATE", alias_of(msgs, PARIS), BERLIN, "moved"),
+            decision("INVALIDATE", alias_of(msgs, job), reason="quit"),
+        ],
+    )
     k = key("fay", "s1")
     await h.say(k, ("user", "I moved to Berlin and quit Acme."), ("assistant", "OK."))
     out = await h.pipeline.process_session(k)
@@ -216,11 +256,14 @@ async def test_a_forget_racing_the_reconcile_writes_nothing(make_harness, fake_l
         last_event.extend(r["n"] for r in await h.rows("SELECT max(id) AS n FROM memory_history"))
 
     while_the_model_thinks(fake_llm, forget)
-    decide(fake_llm, lambda msgs: [
-        decision("UPDATE", alias_of(msgs, PARIS), BERLIN, "moved"),
-        decision("INVALIDATE", "m2", reason="cancelled"),
-        memory("The user speaks German"),
-    ])  # fmt: skip
+    decide(
+        fake_llm,
+        lambda msgs: [
+            decision("UPDATE", alias_of(msgs, PARIS), BERLIN, "moved"),
+            decision("INVALIDATE", "m2", reason="cancelled"),
+            memory("The user speaks German"),
+        ],
+    )
     k = key("gus", "s1")
     await h.say(k, ("user", "Moved to Berlin, no Rome, learning German."), ("assistant", "OK"))
     out = await h.pipeline.process_session(k)
@@ -248,6 +291,7 @@ async def test_a_users_own_document_chunk_is_never_a_known_memory(make_harness, 
     turns = [Turn("user", "Big news: I moved away from Paris to Berlin last month!")]
     owner = Owner(T, "ann")
     assert await h.pipeline.reconciler.known(owner, turns)  # a memory: shown
-    await h.rows("UPDATE memory_items SET type = 'document_chunk' WHERE id = %s RETURNING id",
-                 paris["id"])  # fmt: skip
+    await h.rows(
+        "UPDATE memory_items SET type = 'document_chunk' WHERE id = %s RETURNING id", paris["id"]
+    )
     assert not await h.pipeline.reconciler.known(owner, turns)  # a chunk: never shown

@@ -3,9 +3,11 @@ dropping exactly what a per-sentence nearest-neighbour lookup drops."""
 
 from __future__ import annotations
 
-from serve_app.extraction.junk import Turn, contained, sentences
+from serve_app.extraction.junk import contained
+from serve_app.extraction.turn import Turn
 from serve_app.store import Owner
 from serve_app.store.records import NewMemory
+from serve_app.text import sentences
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 from tests.serve_app.statements import StatementCounter
 

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from serve_app.context.tokens import count_tokens
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.prompts import chunk_turns, truncate_tokens
+from serve_app.extraction.turn import Turn
 from serve_app.store.memory_index import VersionConflict
 from serve_app.store.turns import SessionKey
 from serve_app.testing.llm_server import extraction, fact, memory
+from serve_app.text import count_tokens
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"
@@ -145,8 +145,9 @@ def test_chunking_keeps_order_and_respects_the_cap():
     turns = [Turn("user", "word " * (50 * i), i) for i in range(1, 30)]
     chunks = chunk_turns(turns, 500, 200)
     assert [t.turn_index for c in chunks for t in c] == list(range(1, 30))
-    assert all(sum(count_tokens(f"[{t.turn_index}] user: {t.content}") for t in c) <= 500
-               for c in chunks)  # fmt: skip
+    assert all(
+        sum(count_tokens(f"[{t.turn_index}] user: {t.content}") for t in c) <= 500 for c in chunks
+    )
     assert truncate_tokens("short", 10) == "short"
     cut = truncate_tokens("x " * 5000, 100)
     assert count_tokens(cut) <= 100 and cut.endswith("[...]")
@@ -155,11 +156,25 @@ def test_chunking_keeps_order_and_respects_the_cap():
 async def test_nul_and_overlong_llm_values_are_sanitised(make_harness, fake_llm):
     h = await make_harness(settings_for(fake_llm.url))
     answer = {
-        "memories": [{"type": "fact", "content": "The user\x00 plays chess" + "!" * 5000,
-                      "importance": 0.8, "confidence": 0.9, "tags": ["ga\x00me", "t" * 500]}],
-        "facts": [{"category": "preference", "key": "ga\x00me", "value": "ch\x00ess",
-                   "confidence": 0.9, "importance": 0.9}],
-    }  # fmt: skip
+        "memories": [
+            {
+                "type": "fact",
+                "content": "The user\x00 plays chess" + "!" * 5000,
+                "importance": 0.8,
+                "confidence": 0.9,
+                "tags": ["ga\x00me", "t" * 500],
+            }
+        ],
+        "facts": [
+            {
+                "category": "preference",
+                "key": "ga\x00me",
+                "value": "ch\x00ess",
+                "confidence": 0.9,
+                "importance": 0.9,
+            }
+        ],
+    }
     fake_llm.enqueue(json.dumps(answer))
     k = key("nul")
     await h.say(k, ("user", "I play chess"))
@@ -208,15 +223,18 @@ async def test_merge_never_overwrites_a_concurrent_patch(make_harness, fake_llm,
     await h.pipeline.process_session(k)
     [m] = await h.memories("patchy")
     assert m["version"] == 1
-    patched = await h.pipeline.guarded.update(k.owner, m["id"], {"importance": 0.95}, None,
-                                            expected_version=1)  # fmt: skip
+    patched = await h.pipeline.guarded.update(
+        k.owner, m["id"], {"importance": 0.95}, None, expected_version=1
+    )
     assert patched["version"] == 2
     with pytest.raises(VersionConflict):  # a writer that read version 1 loses
-        await h.pipeline.guarded.update(k.owner, m["id"], {"content": "stale"}, None,
-                                      expected_version=1)  # fmt: skip
+        await h.pipeline.guarded.update(
+            k.owner, m["id"], {"content": "stale"}, None, expected_version=1
+        )
     # The extractor's merge re-reads the version and keeps the PATCHed importance.
-    fake_llm.enqueue(extraction([memory("Blue is the user's favourite colour", "preference",
-                                        importance=0.6)]))  # fmt: skip
+    fake_llm.enqueue(
+        extraction([memory("Blue is the user's favourite colour", "preference", importance=0.6)])
+    )
     await h.say(k, ("user", "blue, definitely"))
     out = await h.pipeline.process_session(k)
     assert out.merged == 1

@@ -3,9 +3,9 @@ memory a statement goes to."""
 
 from __future__ import annotations
 
-from serve_app.extraction.junk import Turn
 from serve_app.extraction.prompts import extraction_user_prompt
 from serve_app.extraction.speakers import Speakers
+from serve_app.extraction.turn import Turn
 from serve_app.store import Owner
 
 ANN = Owner("t1", "ann")

@@ -14,9 +14,9 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from serve_app.extraction.llm import LLMUnavailable
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.trigger import ExtractionTrigger
+from serve_app.llm.client import LLMUnavailable
 from serve_app.services.sessions import SessionService
 from serve_app.spend.estimate import request_tokens
 from serve_app.store.llm_spend import CallTag, Limits, OverBudget
@@ -54,14 +54,21 @@ async def test_per_purpose_totals_equal_what_the_llm_served(make_harness, fake_l
     settings = settings_for(fake_llm.url)
     a = await make_harness(settings, spend=True)  # two replicas on one database
     b = await make_harness(settings, spend=True)
-    keys = [SessionKey(t, f"u{i}", f"s{j}") for t in ("acme", "globex") for i in range(3)
-            for j in range(2)]  # fmt: skip
+    keys = [
+        SessionKey(t, f"u{i}", f"s{j}")
+        for t in ("acme", "globex")
+        for i in range(3)
+        for j in range(2)
+    ]
     keys.append(SessionKey("acme", "u0", f"{INFER_PREFIX}job1"))
     for k in keys:
-        await a.say(k, ("user", f"I play the violin, says {k.user_id}"), ("assistant", "Nice."),
-                    ("user", f"Also {k.session_id} is my favourite session"))  # fmt: skip
-    runs = [(a if i % 2 else b).pipeline.process_session(k, force=True)
-            for i, k in enumerate(keys)]  # fmt: skip
+        await a.say(
+            k,
+            ("user", f"I play the violin, says {k.user_id}"),
+            ("assistant", "Nice."),
+            ("user", f"Also {k.session_id} is my favourite session"),
+        )
+    runs = [(a if i % 2 else b).pipeline.process_session(k, force=True) for i, k in enumerate(keys)]
     outcomes = await asyncio.gather(*runs)
     assert all(o.error is None for o in outcomes) and sum(o.summaries for o in outcomes) > 0
 
@@ -144,9 +151,12 @@ async def test_over_budget_defers_then_extracts_after_a_raise(make_harness, fake
         " WHERE tenant_id = 'acme' AND user_id = 'u2'"
     )
     assert len(rows) == 2 and all(
-        r["extracted_at"] is None and r["dead_at"] is None and r["extract_attempts"] == 0
-        and r["claimed_until"] is None for r in rows
-    )  # fmt: skip
+        r["extracted_at"] is None
+        and r["dead_at"] is None
+        and r["extract_attempts"] == 0
+        and r["claimed_until"] is None
+        for r in rows
+    )
     # The session status says so, with when it resumes (the next UTC midnight).
     trigger = ExtractionTrigger(None, enabled=True, every_n=2)
     sessions = SessionService(h.turns, trigger, turn_ttl_hours=1, spend=h.pipeline.meter)
@@ -198,8 +208,11 @@ async def test_a_summary_held_back_by_the_budget_runs_after_a_raise(make_harness
 async def test_a_user_budget_defers_only_that_user(make_harness, fake_llm):
     budgets = {"acme": {"background": Limits(user_daily=1)}}
     h = await make_harness(settings_for(fake_llm.url), spend=fixed(budgets))
-    u1a, u1b, u2 = (SessionKey("acme", "u1", "a"), SessionKey("acme", "u1", "b"),
-                    SessionKey("acme", "u2", "a"))  # fmt: skip
+    u1a, u1b, u2 = (
+        SessionKey("acme", "u1", "a"),
+        SessionKey("acme", "u1", "b"),
+        SessionKey("acme", "u2", "a"),
+    )
     for k in (u1a, u1b, u2):
         await h.say(k, ("user", "I like tea"), ("user", "green tea"))
     assert (await h.pipeline.process_session(u1a)).turns_extracted == 2
@@ -218,9 +231,9 @@ async def test_concurrent_replicas_overshoot_by_at_most_one_call(make_harness, f
     keys = [SessionKey("acme", f"u{i}", "s") for i in range(40)]
     for k in keys:
         await replicas[0].say(k, ("user", f"I collect stamps number {k.user_id}"))
-    outcomes = await asyncio.gather(*[
-        replicas[i % 8].pipeline.process_session(k) for i, k in enumerate(keys)
-    ])  # fmt: skip
+    outcomes = await asyncio.gather(
+        *[replicas[i % 8].pipeline.process_session(k) for i, k in enumerate(keys)]
+    )
     done = sum(o.turns_extracted for o in outcomes)
     assert 0 < done < len(keys) and sum(o.deferred is not None for o in outcomes) > 0
     [row] = await replicas[0].rows(
@@ -228,8 +241,10 @@ async def test_concurrent_replicas_overshoot_by_at_most_one_call(make_harness, f
         " max(reserved)::int AS one_call FROM llm_calls"
     )
     assert row["used"] <= budget + row["one_call"], row
-    print(f"\nbudget {budget}: used {row['used']} (overshoot {max(0, row['used'] - budget)},"
-          f" bound {row['one_call']}), {done}/{len(keys)} extracted")  # fmt: skip
+    print(
+        f"\nbudget {budget}: used {row['used']} (overshoot {max(0, row['used'] - budget)},"
+        f" bound {row['one_call']}), {done}/{len(keys)} extracted"
+    )
 
 
 async def test_soft_threshold_alerts_once_per_window(make_harness, fake_llm, caplog):
@@ -345,8 +360,9 @@ async def test_a_retry_over_budget_is_not_sent(make_harness, fake_llm):
     llm = h.pipeline.llm
     fake_llm.set_mode("delay", delay_s=0.6)
     with pytest.raises(OverBudget):
-        await llm.complete_json("system", "user text", tag=CallTag("acme", "u1", "extract"),
-                                max_tokens=50)  # fmt: skip
+        await llm.complete_json(
+            "system", "user text", tag=CallTag("acme", "u1", "extract"), max_tokens=50
+        )
     while fake_llm.served()["calls"] < 1:  # let the abandoned request finish
         await asyncio.sleep(0.05)
     rows = await h.rows("SELECT outcome FROM llm_calls ORDER BY id")

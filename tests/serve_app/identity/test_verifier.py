@@ -10,10 +10,11 @@ from collections.abc import Sequence
 import jwt
 import pytest
 
+from serve_app.identity.issuers import Issuer
 from serve_app.identity.jwks import JwksCache, JwksFetcher
 from serve_app.identity.verifier import Refused, TokenVerifier
 from serve_app.settings import IdentitySettings
-from serve_app.tenancy import Effective, resolve
+from serve_app.tenancy import resolve
 from serve_app.testing.jwt_issuer import LocalIssuer
 
 
@@ -39,20 +40,32 @@ def issuer():
 @pytest.fixture
 def verifier(issuer):
     entries = {
-        "acme": [{"issuer": issuer.issuer, "audiences": ["acme"], "jwks": issuer.jwks(),
-                  "max_lifetime_s": 3600},
-                 {"issuer": issuer.issuer, "audiences": ["acme-ro"], "jwks": issuer.jwks(),
-                  "scope_claim": "scope", "write_scopes": ["w"], "read_scopes": ["r"]}],
+        "acme": [
+            {
+                "issuer": issuer.issuer,
+                "audiences": ["acme"],
+                "jwks": issuer.jwks(),
+                "max_lifetime_s": 3600,
+            },
+            {
+                "issuer": issuer.issuer,
+                "audiences": ["acme-ro"],
+                "jwks": issuer.jwks(),
+                "scope_claim": "scope",
+                "write_scopes": ["w"],
+                "read_scopes": ["r"],
+            },
+        ],
         "beta": [{"issuer": issuer.issuer, "audiences": ["beta"], "jwks": issuer.jwks()}],
-    }  # fmt: skip
+    }
     settings = {t: resolve({"identity": {"issuers": e}}, {}) for t, e in entries.items()}
 
-    async def effective(tenant: str) -> Effective:
-        return settings[tenant]
+    async def issuers(tenant: str) -> tuple[Issuer, ...]:
+        return settings[tenant].issuers
 
     pairs = {(issuer.issuer, a): t for t, e in entries.items() for i in e for a in i["audiences"]}
     s = IdentitySettings()
-    return TokenVerifier(Index(pairs), effective, JwksCache(JwksFetcher(s), s), s)
+    return TokenVerifier(Index(pairs), issuers, JwksCache(JwksFetcher(s), s), s)
 
 
 def _nothing() -> None:
@@ -129,12 +142,12 @@ async def test_a_second_issuer_names_users_of_its_own(issuer):
     ]
     settings = resolve({"identity": {"issuers": entries}}, {})
 
-    async def effective(tenant: str) -> Effective:
-        return settings
+    async def issuers(tenant: str) -> tuple[Issuer, ...]:
+        return settings.issuers
 
     pairs = {(e["issuer"], "acme"): "acme" for e in entries}
     s = IdentitySettings()
-    v = TokenVerifier(Index(pairs), effective, JwksCache(JwksFetcher(s), s), s)
+    v = TokenVerifier(Index(pairs), issuers, JwksCache(JwksFetcher(s), s), s)
     own = await v.verify(issuer.token("alice", "acme"), _nothing)
     theirs = await v.verify(partner.token("alice", "acme"), _nothing)
     shared = await v.verify(mapped.token("alice", "acme"), _nothing)

@@ -15,8 +15,18 @@ PATHS = {
     "hot-rrf": {"retrieval": {"fusion": "rrf"}},
     "cold": {"cache": {"budget_mb": 0}},
 }
-KEYS = {"similarity", "lexical", "entity", "time", "neighbour", "expansion", "relevance",
-        "importance", "recency", "final"}  # fmt: skip
+KEYS = {
+    "similarity",
+    "lexical",
+    "entity",
+    "time",
+    "neighbour",
+    "expansion",
+    "relevance",
+    "importance",
+    "recency",
+    "final",
+}
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from serve_app.extraction.llm import LLMClient
+from serve_app.llm.client import LLMClient
 from serve_app.retrieval.rerank import (
     RERANK_MARKER,
     CrossEncoder,

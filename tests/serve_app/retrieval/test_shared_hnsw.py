@@ -127,9 +127,12 @@ async def widths(pool) -> None:
     pg = PgVectorSearch(pool, SLUG, ef_search=40, shared_ef_search=300)
     wide = PgVectorSearch(pool, SLUG, ef_search=40, shared_ef_search=5000)
     for search, limit, shared, want in (
-        (pg, 100, True, "300"), (pg, 100, False, "100"), (pg, 10, False, "40"),
-        (pg, 500, True, "500"), (wide, 100, True, "1000"),
-    ):  # fmt: skip
+        (pg, 100, True, "300"),
+        (pg, 100, False, "100"),
+        (pg, 10, False, "40"),
+        (pg, 500, True, "500"),
+        (wide, 100, True, "1000"),
+    ):
         async with pool.connection() as conn, conn.transaction():
             await search.set_hnsw(conn, limit, shared=shared)
             got = await (await conn.execute("SHOW hnsw.ef_search")).fetchone()

@@ -61,9 +61,13 @@ async def test_the_cap_is_the_default_limit_and_usage_shows_at_once(fresh_db, en
         assert "chat.completion.chunk" in await ask(c, stream=True)
         assert upstream_limits(llm) == {"max_tokens": CAP}
         r = await c.post(
-            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                          "user": "ann", "max_tokens": CAP + 1}
-        )  # fmt: skip
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "x"}],
+                "user": "ann",
+                "max_tokens": CAP + 1,
+            },
+        )
         assert r.status_code == 422
 
         assert services.chat.usage.flushes == 0 and services.chat.usage.pending == 1

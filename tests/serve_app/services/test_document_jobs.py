@@ -13,9 +13,10 @@ import pytest
 
 from serve_app.db.pool import open_pool
 from serve_app.documents.chunking import load_tokenizer, sizes_for
+from serve_app.documents.jobs import JobLost
 from serve_app.errors import ApiError
 from serve_app.schemas.documents import DocumentInput, DocumentJob, DocumentOut
-from serve_app.services.document_jobs import DocumentJobWorker, JobLost
+from serve_app.services.document_jobs import DocumentJobWorker
 from serve_app.services.documents import DocumentService
 from serve_app.settings import DocumentSettings, Settings, get_settings
 from serve_app.store import Owner, quota
@@ -47,9 +48,13 @@ def documents(pool, writer=None, embedder=embed, **settings) -> DocumentService:
     s = DocumentSettings(**{"embed_batch": 2, "sync_chunks": 4, **settings})
     model = get_settings().embed.model
     return DocumentService(
-        pool, writer or GuardedWriter(pool, "test"), embedder, lambda: load_tokenizer(model),
-        s, sizes_for(256, 512, 50, 8000),
-    )  # fmt: skip
+        pool,
+        writer or GuardedWriter(pool, "test"),
+        embedder,
+        lambda: load_tokenizer(model),
+        s,
+        sizes_for(256, 512, 50, 8000),
+    )
 
 
 def worker(docs: DocumentService) -> DocumentJobWorker:
@@ -64,8 +69,14 @@ async def run_jobs(w: DocumentJobWorker) -> int:
 
 def notes(user: str = "alice", **kw) -> DocumentInput:
     body = "\n\n".join(f"## Day {i}\n\n" + f"note {i} " * 150 for i in range(6))
-    return DocumentInput(document_id=f"{user}-notes", text=body, content_type="text/markdown",
-                         scope="user", user_id=user, **kw)  # fmt: skip
+    return DocumentInput(
+        document_id=f"{user}-notes",
+        text=body,
+        content_type="text/markdown",
+        scope="user",
+        user_id=user,
+        **kw,
+    )
 
 
 async def job_rows(pool) -> list[dict]:
@@ -162,8 +173,9 @@ async def test_a_dead_workers_job_is_taken_again_and_its_late_write_is_refused(p
     head = {**dead["head"], "chunk_count": len(chunks)}
     vectors = await embed([c.text for c in chunks], is_query=False)
     with pytest.raises(JobLost):  # the dead worker wakes up and tries to write
-        await docs._swap(SERVICE, Owner("t1", None), head, chunks, vectors,
-                         job=(dead["id"], dead["claim_token"]))  # fmt: skip
+        await docs._swap(
+            SERVICE, Owner("t1", None), head, chunks, vectors, job=(dead["id"], dead["claim_token"])
+        )
     rows = await chunk_rows(pool)
     assert {r["data"]["version"] for r in rows} == {1} and "zombie" not in rows[0]["content"]
 
@@ -227,8 +239,13 @@ async def test_delete_of_a_document_or_of_an_agents_set_drops_open_jobs(pool):
     await docs.ingest(SERVICE, handbook("v1", paragraphs=2))
     job = await docs.ingest(SERVICE, handbook("v2"))  # a re-post, queued
     assert (await docs.delete(SERVICE, "handbook"))["deleted"]
-    agent = DocumentInput(document_id="manual", text=handbook("a").text, scope="agent",
-                          agent_id="helper", content_type="text/markdown")  # fmt: skip
+    agent = DocumentInput(
+        document_id="manual",
+        text=handbook("a").text,
+        scope="agent",
+        agent_id="helper",
+        content_type="text/markdown",
+    )
     agents = await docs.ingest(SERVICE, agent)
     await docs.writer.delete_scope(Owner("t1", None), agent_id="helper")
     assert await run_jobs(worker(docs)) == 0

@@ -42,8 +42,11 @@ async def test_uploads_bounds_and_listings(stack):
         "billing",
         "policy",
     ]
-    md = await c.post("/v1/documents", files={"file": ("notes.md", NOTES.encode(), "text/plain")},
-                      data={"scope": "user", "user_id": "ann"})  # fmt: skip
+    md = await c.post(
+        "/v1/documents",
+        files={"file": ("notes.md", NOTES.encode(), "text/plain")},
+        data={"scope": "user", "user_id": "ann"},
+    )
     assert md.status_code == 201, md.text
     assert md.json()["content_type"] == "text/markdown" and md.json()["chunk_count"] == 2
     too_big = await c.post("/v1/documents", files={"file": ("big.txt", b"x " * 4000, "text/plain")})
@@ -66,9 +69,17 @@ async def test_uploads_bounds_and_listings(stack):
 
 async def test_export_import_carries_a_users_documents(stack):
     c, _ = stack
-    r = await c.post("/v1/documents", json={"document_id": "trip", "text": NOTES,
-                                            "content_type": "text/markdown", "scope": "user",
-                                            "user_id": "ann", "tags": ["travel"]})  # fmt: skip
+    r = await c.post(
+        "/v1/documents",
+        json={
+            "document_id": "trip",
+            "text": NOTES,
+            "content_type": "text/markdown",
+            "scope": "user",
+            "user_id": "ann",
+            "tags": ["travel"],
+        },
+    )
     assert r.status_code == 201, r.text
     await c.post("/v1/documents", json={"document_id": "org-doc", "text": "Shared."})
     export = await c.get("/v1/export", params={"user_id": "ann"})

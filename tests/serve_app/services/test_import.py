@@ -103,18 +103,38 @@ async def test_a_fact_quota_refusal_rolls_back_the_memories(make_stack):
 async def test_scope_expiry_status_timestamps_and_history_are_kept(make_stack):
     c, _ = await make_stack()
     body = jsonl(
-        mem("a session note", id="m1", scope="session", session_id="s1", expires_at=None,
-            status="archived", created_at="2024-03-01T10:00:00+00:00",
-            updated_at="2024-03-02T10:00:00+00:00", confidence=0.7),
-        {"kind": "history", "memory_id": "m1", "event": "ADD", "new_content": "a session nte",
-         "actor": "api:abc", "created_at": "2024-03-01T10:00:00+00:00"},
-        {"kind": "history", "memory_id": "m1", "event": "UPDATE", "old_content": "a session nte",
-         "new_content": "a session note", "actor": "api:abc",
-         "created_at": "2024-03-02T10:00:00+00:00",
-         "new_data": {"decision": "UPDATE", "reason": "typo", "turns": [3]}},
+        mem(
+            "a session note",
+            id="m1",
+            scope="session",
+            session_id="s1",
+            expires_at=None,
+            status="archived",
+            created_at="2024-03-01T10:00:00+00:00",
+            updated_at="2024-03-02T10:00:00+00:00",
+            confidence=0.7,
+        ),
+        {
+            "kind": "history",
+            "memory_id": "m1",
+            "event": "ADD",
+            "new_content": "a session nte",
+            "actor": "api:abc",
+            "created_at": "2024-03-01T10:00:00+00:00",
+        },
+        {
+            "kind": "history",
+            "memory_id": "m1",
+            "event": "UPDATE",
+            "old_content": "a session nte",
+            "new_content": "a session note",
+            "actor": "api:abc",
+            "created_at": "2024-03-02T10:00:00+00:00",
+            "new_data": {"decision": "UPDATE", "reason": "typo", "turns": [3]},
+        },
         {"kind": "history", "memory_id": "gone", "event": "DELETE", "actor": "api:abc"},
         {"memory": "ran at the gym", "run_id": "r9", "created_at": "2024-05-05T08:00:00Z"},
-    )  # fmt: skip
+    )
     r = await post(c, body, user="bea")
     assert r.status_code == 200, r.text
     assert r.json()["imported"]["history"] == 2  # the deleted memory's event is dropped
@@ -129,28 +149,40 @@ async def test_scope_expiry_status_timestamps_and_history_are_kept(make_stack):
     # a mem0 run id is a session, not a 24 h expiry
     assert (gym["scope"], gym["session_id"], gym["expires_at"]) == ("session", "r9", None)
     assert gym["created_at"].startswith("2024-05-05")
-    events = (await c.get(f"/v1/memories/{note['id']}/history",
-                          params={"user_id": "bea"})).json()  # fmt: skip
+    events = (await c.get(f"/v1/memories/{note['id']}/history", params={"user_id": "bea"})).json()
     events = events.get("events", events) if isinstance(events, dict) else events
     assert [(e["event"], e["new_content"]) for e in events] == [
-        ("ADD", "a session nte"), ("UPDATE", "a session note")]  # fmt: skip
+        ("ADD", "a session nte"),
+        ("UPDATE", "a session note"),
+    ]
     assert events[1]["new_data"] == {"decision": "UPDATE", "reason": "typo", "turns": [3]}
 
 
 async def test_fact_versions_keep_their_chain(make_stack):
     c, _ = await make_stack()
     body = jsonl(
-        {**FACT, "id": "f1", "value": "York", "active": False, "superseded_by": "f2",
-         "created_at": "2023-01-01T00:00:00+00:00", "superseded_at": "2024-01-01T00:00:00+00:00"},
+        {
+            **FACT,
+            "id": "f1",
+            "value": "York",
+            "active": False,
+            "superseded_by": "f2",
+            "created_at": "2023-01-01T00:00:00+00:00",
+            "superseded_at": "2024-01-01T00:00:00+00:00",
+        },
         {**FACT, "id": "f2", "created_at": "2024-01-01T00:00:00+00:00", "source": "user"},
-    )  # fmt: skip
+    )
     r = await post(c, body, user="cy")
     assert r.status_code == 200, r.text
     assert r.json()["imported"]["fact_versions"] == 1
     facts = await c.get("/v1/facts", params={"user_id": "cy", "include_inactive": "true"})
     old, new = facts.json()["facts"]
     assert (old["value"], old["active"], new["value"], new["active"]) == (
-        "York", False, "Leeds", True)  # fmt: skip
+        "York",
+        False,
+        "Leeds",
+        True,
+    )
     assert old["superseded_by"] == new["id"] and new["source"] == "user"
     assert new["created_at"].startswith("2024-01-01")
 
@@ -200,10 +232,11 @@ async def test_writes_during_a_running_forget_are_409_and_retryable(make_stack):
         running = await Erasure.start(conn, "default", "eve", lease_s=60)
     for r in (
         await c.post("/v1/memories", json={"user_id": "eve", "content": "hello"}),
-        await c.put("/v1/facts", json={"user_id": "eve", "category": "a", "key": "b",
-                                       "value": "c"}),
+        await c.put(
+            "/v1/facts", json={"user_id": "eve", "category": "a", "key": "b", "value": "c"}
+        ),
         await post(c, jsonl(mem("imported"), FACT), user="eve"),
-    ):  # fmt: skip
+    ):
         assert r.status_code == 409, r.text
         assert r.json()["error"]["code"] == "forget_in_progress" and r.headers["retry-after"]
     assert await counts(services) == (0, 0, 0)
@@ -216,11 +249,20 @@ async def test_writes_during_a_running_forget_are_409_and_retryable(make_stack):
 async def test_validity_and_the_supersession_chain_are_kept(make_stack):
     c, _ = await make_stack()
     body = jsonl(
-        mem("lives in Paris", id="m1", valid_from="2020-01-01T00:00:00+00:00",
-            valid_until="2024-06-01T00:00:00+00:00", superseded_by="m2"),
-        mem("lives in Berlin", id="m2", valid_from="2024-06-01T00:00:00+00:00",
-            supersedes=["m1", "not-imported"]),
-    )  # fmt: skip
+        mem(
+            "lives in Paris",
+            id="m1",
+            valid_from="2020-01-01T00:00:00+00:00",
+            valid_until="2024-06-01T00:00:00+00:00",
+            superseded_by="m2",
+        ),
+        mem(
+            "lives in Berlin",
+            id="m2",
+            valid_from="2024-06-01T00:00:00+00:00",
+            supersedes=["m1", "not-imported"],
+        ),
+    )
     r = await post(c, body, user="fay")
     assert r.status_code == 200, r.text
     rows = await c.get("/v1/memories", params={"user_id": "fay", "include_invalidated": "true"})
@@ -236,15 +278,22 @@ async def test_validity_and_the_supersession_chain_are_kept(make_stack):
     ("records", "says"),
     [
         # two replaced versions with one id: a primary key violation (was a 500)
-        ([{**FACT, "id": "f1", "value": "York", "active": False},
-          {**FACT, "id": "f1", "value": "Hull", "active": False}, {**FACT, "id": "f2"}],
-         "line 3: fact id 'f1' repeats the id of line 2"),
+        (
+            [
+                {**FACT, "id": "f1", "value": "York", "active": False},
+                {**FACT, "id": "f1", "value": "Hull", "active": False},
+                {**FACT, "id": "f2"},
+            ],
+            "line 3: fact id 'f1' repeats the id of line 2",
+        ),
         # the active fact and a replaced version with one id (was a 500 too)
-        ([{**FACT, "id": "f1"}, {**FACT, "id": "f1", "value": "York", "active": False}],
-         "line 3: fact id 'f1' repeats the id of line 2"),
+        (
+            [{**FACT, "id": "f1"}, {**FACT, "id": "f1", "value": "York", "active": False}],
+            "line 3: fact id 'f1' repeats the id of line 2",
+        ),
         ([mem("one", id="m1"), mem("two", id="m1")], "line 3: memory id 'm1' repeats"),
     ],
-)  # fmt: skip
+)
 async def test_two_records_with_one_id_are_a_422_that_writes_nothing(make_stack, records, says):
     c, services = await make_stack()
     r = await post(c, jsonl(mem("a fine memory first"), *records))
@@ -315,8 +364,10 @@ async def test_an_imports_memories_are_embedded_in_the_bulk_lane(fresh_db, encod
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
     boot = bootstrap(settings, fresh_db)
     bulk: list[list[str]] = []
-    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY,
-                              bulk_calls=bulk) as (c, _):  # fmt: skip
+    async with in_process_api(settings, boot.model, fresh_db, encoder, KEY, bulk_calls=bulk) as (
+        c,
+        _,
+    ):
         r = await post(c, jsonl(mem("imported one"), mem("imported two")))
         assert r.status_code == 200, r.text
         r = await c.post("/v1/memories", json={"user_id": "ann", "content": "a live write"})

@@ -157,8 +157,21 @@ async def counted(pool) -> dict[str, int]:
     return counts
 
 
-SAME = ("agent_id", "session_id", "scope", "type", "content", "tags", "metadata", "importance",
-        "status", "version", "valid_from", "valid", "events")  # fmt: skip
+SAME = (
+    "agent_id",
+    "session_id",
+    "scope",
+    "type",
+    "content",
+    "tags",
+    "metadata",
+    "importance",
+    "status",
+    "version",
+    "valid_from",
+    "valid",
+    "events",
+)
 
 
 async def test_pipelined_rows_equal_the_single_statements_in_input_order(make, pool):

@@ -37,8 +37,10 @@ async def test_quota_ttl_archive_access_and_forget(client):
     assert add.status_code == 201, add.text
     cats, parked = add.json()["memories"]
     assert parked["expires_at"] is not None and cats["expires_at"] is None
-    over = await c.post("/v1/memories/batch", json={"user_id": "ann", "items": [
-        {"content": "one"}, {"content": "two"}]})  # fmt: skip
+    over = await c.post(
+        "/v1/memories/batch",
+        json={"user_id": "ann", "items": [{"content": "one"}, {"content": "two"}]},
+    )
     assert over.status_code == 403 and over.json()["error"]["code"] == "quota_exceeded"
     assert len((await c.get("/v1/memories", params={"user_id": "ann"})).json()["memories"]) == 2
 
@@ -47,14 +49,18 @@ async def test_quota_ttl_archive_access_and_forget(client):
     got = (await c.get(f"/v1/memories/{cats['id']}", params={"user_id": "ann"})).json()
     assert got["access_count"] >= 1 and got["last_accessed_at"] is not None
 
-    r = await c.patch(f"/v1/memories/{cats['id']}", params={"user_id": "ann"},
-                      json={"status": "archived"})  # fmt: skip
+    r = await c.patch(
+        f"/v1/memories/{cats['id']}", params={"user_id": "ann"}, json={"status": "archived"}
+    )
     assert r.status_code == 200 and r.json()["status"] == "archived"
     assert "Ann is allergic to cats" not in await search(c, "which allergies?")
     assert "Ann is allergic to cats" in await search(c, "which allergies?", include_archived=True)
 
-    r = await c.patch(f"/v1/memories/{parked['id']}", params={"user_id": "ann"},
-                      json={"expires_at": "2000-01-01T00:00:00Z"})  # fmt: skip
+    r = await c.patch(
+        f"/v1/memories/{parked['id']}",
+        params={"user_id": "ann"},
+        json={"expires_at": "2000-01-01T00:00:00Z"},
+    )
     assert r.status_code == 200, r.text
     assert (
         await c.get(f"/v1/memories/{parked['id']}", params={"user_id": "ann"})

@@ -36,8 +36,9 @@ async def stack(fresh_db, encoder):
 
 
 async def seed(c: httpx.AsyncClient, user: str) -> None:
-    items = [{"content": t, "tags": ["seed"], "importance": 0.4 + i / 10} for i, t in
-             enumerate(TEXTS)]  # fmt: skip
+    items = [
+        {"content": t, "tags": ["seed"], "importance": 0.4 + i / 10} for i, t in enumerate(TEXTS)
+    ]
     items[1] |= {"session_id": "s1", "metadata": {"source": "chat"}}
     r = await c.post("/v1/memories/batch", json={"user_id": user, "items": items})
     assert r.status_code == 201, r.text
@@ -67,8 +68,11 @@ async def test_export_then_import_gives_the_same_search_results(stack):
     await services.facts.writer.upsert_fact(alice, "profile", "city", "Leeds", 0.9)
     # an UPDATE leaves history and changes what the import must carry
     first = (await c.get("/v1/memories", params={"user_id": "alice"})).json()["memories"][-1]
-    r = await c.patch(f"/v1/memories/{first['id']}", params={"user_id": "alice"},
-                      json={"content": "Alice is allergic to peanuts and shellfish"})  # fmt: skip
+    r = await c.patch(
+        f"/v1/memories/{first['id']}",
+        params={"user_id": "alice"},
+        json={"content": "Alice is allergic to peanuts and shellfish"},
+    )
     assert r.status_code == 200
 
     r = await c.get("/v1/export", params={"user_id": "alice"})
@@ -84,8 +88,13 @@ async def test_export_then_import_gives_the_same_search_results(stack):
     r = await c.post("/v1/import", params={"user_id": "alice2"}, content=r.text)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["imported"] == {"memories": 5, "facts": 1, "fact_versions": 0, "history": 6,
-                                "documents": 0}  # fmt: skip
+    assert body["imported"] == {
+        "memories": 5,
+        "facts": 1,
+        "fact_versions": 0,
+        "history": 6,
+        "documents": 0,
+    }
     assert body["skipped"] == {"header": 1, "end": 1}
     heads = {q: await ranked(c, "alice", q) for q in QUERIES}
     assert sum(bool(h) for h in heads.values()) >= 2  # not vacuous: clear answers exist
@@ -93,10 +102,16 @@ async def test_export_then_import_gives_the_same_search_results(stack):
         assert await ranked(c, "alice2", q) == heads[q], q
     again = lines((await c.get("/v1/export", params={"user_id": "alice2"})).text)
     strip = ("id", "user_id", "source", "version", "last_accessed_at", "access_count")
-    mine = sorted(json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
-                  for x in records if x["kind"] == "memory")  # fmt: skip
-    theirs = sorted(json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
-                    for x in again if x["kind"] == "memory")  # fmt: skip
+    mine = sorted(
+        json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
+        for x in records
+        if x["kind"] == "memory"
+    )
+    theirs = sorted(
+        json.dumps({k: v for k, v in x.items() if k not in strip}, sort_keys=True)
+        for x in again
+        if x["kind"] == "memory"
+    )
     assert mine == theirs  # type, tags, metadata, importance, session, timestamps travel
     keep = ("event", "old_content", "new_content", "actor", "created_at")
     events = [tuple(x[k] for k in keep) for x in records if x["kind"] == "history"]
@@ -107,12 +122,20 @@ async def test_export_then_import_gives_the_same_search_results(stack):
 
 async def test_import_reads_mem0_get_all_output(stack):
     c, _ = stack
-    mem0 = {"results": [
-        {"id": "m1", "memory": "Likes to play cricket on weekends", "user_id": "x",
-         "metadata": {"category": "hobbies"}, "categories": ["hobbies"],
-         "created_at": "2024-07-26T10:29:36-07:00", "run_id": "r9"},
-        {"id": "m2", "memory": "Moved to Austin last month", "user_id": "x"},
-    ]}  # fmt: skip
+    mem0 = {
+        "results": [
+            {
+                "id": "m1",
+                "memory": "Likes to play cricket on weekends",
+                "user_id": "x",
+                "metadata": {"category": "hobbies"},
+                "categories": ["hobbies"],
+                "created_at": "2024-07-26T10:29:36-07:00",
+                "run_id": "r9",
+            },
+            {"id": "m2", "memory": "Moved to Austin last month", "user_id": "x"},
+        ]
+    }
     r = await c.post("/v1/import", params={"user_id": "carol"}, content=json.dumps(mem0))
     assert r.status_code == 200, r.text
     assert r.json()["imported"]["memories"] == 2
@@ -149,11 +172,20 @@ async def test_isolation_of_export_and_import(stack):
 
 
 def test_parse_keeps_every_fact_version_and_names_the_bad_line():
-    text = "\n".join(json.dumps(x) for x in [
-        {"kind": "fact", "category": "profile", "key": "city", "value": "York", "active": False},
-        {"kind": "fact", "category": "profile", "key": "city", "value": "Leeds"},
-        {"kind": "memory", "content": "x", "type": "preference", "expires_at": None},
-    ])  # fmt: skip
+    text = "\n".join(
+        json.dumps(x)
+        for x in [
+            {
+                "kind": "fact",
+                "category": "profile",
+                "key": "city",
+                "value": "York",
+                "active": False,
+            },
+            {"kind": "fact", "category": "profile", "key": "city", "value": "Leeds"},
+            {"kind": "memory", "content": "x", "type": "preference", "expires_at": None},
+        ]
+    )
     batch = parse(text, 10)
     assert [(f.value, f.active) for f in batch.facts] == [("York", False), ("Leeds", True)]
     assert batch.memories[0].item.type == "preference" and batch.records == 3

@@ -145,14 +145,15 @@ async def test_migration_0016_drops_rates_stored_below_the_floor(pool):
     svc = TenantService(TenantStore(pool), ENV)
     got = {t: await svc.read(t) for t in ("t_bad", "t_mixed", "t_fine")}
     assert got["t_bad"]["settings"] == {} and got["t_bad"]["version"] == 4
-    assert got["t_mixed"]["settings"] == {"rate_limits": {"per_user_per_s": 2.0},
-                                          "chat_models": ["m"]}  # fmt: skip
+    assert got["t_mixed"]["settings"] == {
+        "rate_limits": {"per_user_per_s": 2.0},
+        "chat_models": ["m"],
+    }
     assert got["t_fine"]["settings"] == fine and got["t_fine"]["version"] == 3
     assert (await svc.effective("t_bad")).rate_per_key == ENV.auth.key_rate_limit_per_s
     [change] = await svc.history("t_mixed", limit=5)
     assert change["actor"] == "migration:0016" and change["version"] == 4
-    assert change["changes"] == [{"field": "rate_limits.per_key_per_s", "old": 0.0005,
-                                  "new": None}]  # fmt: skip
+    assert change["changes"] == [{"field": "rate_limits.per_key_per_s", "old": 0.0005, "new": None}]
     assert await svc.history("t_fine", limit=5) == []
 
 
@@ -167,8 +168,12 @@ async def test_version_conflict_is_409(pool):
 
 async def test_concurrent_patches_lose_nothing(pool):
     svc = TenantService(TenantStore(pool), ENV)
-    fields = ["max_memories_per_user", "max_memories_per_tenant", "max_facts_per_user",
-              "max_facts_per_tenant"]  # fmt: skip
+    fields = [
+        "max_memories_per_user",
+        "max_memories_per_tenant",
+        "max_facts_per_user",
+        "max_facts_per_tenant",
+    ]
     await asyncio.gather(
         *(svc.patch("acme", {"quotas": {f: i + 1}}, ADMIN) for i, f in enumerate(fields))
     )

@@ -45,9 +45,13 @@ async def embed(texts, *, is_query: bool, bulk: bool = False) -> np.ndarray:
 def service(pool, writer, **settings) -> DocumentService:
     model = get_settings().embed.model
     return DocumentService(
-        pool, writer, embed, lambda: load_tokenizer(model),
-        DocumentSettings(**settings), sizes_for(256, 512, 50, 8000),
-    )  # fmt: skip
+        pool,
+        writer,
+        embed,
+        lambda: load_tokenizer(model),
+        DocumentSettings(**settings),
+        sizes_for(256, 512, 50, 8000),
+    )
 
 
 @pytest.fixture
@@ -66,9 +70,14 @@ def handbook(version: str, paragraphs: int = 6, **kw) -> DocumentInput:
         f"## Part {i}\n\n{version} rule {i}: " + "words " * 120 for i in range(paragraphs)
     )
     return DocumentInput(
-        document_id="handbook", title="Handbook", text=f"# Handbook\n\n{body}",
-        content_type="text/markdown", tags=["hr"], metadata={"dept": "hr"}, **kw,
-    )  # fmt: skip
+        document_id="handbook",
+        title="Handbook",
+        text=f"# Handbook\n\n{body}",
+        content_type="text/markdown",
+        tags=["hr"],
+        metadata={"dept": "hr"},
+        **kw,
+    )
 
 
 async def chunk_rows(pool, tenant="t1", document_id="handbook"):
@@ -288,10 +297,20 @@ async def test_a_restored_document_is_embedded_in_the_bulk_lane(pool, writer):
     await docs.ingest(SERVICE, handbook("v1"))
     assert len(lanes) >= 2 and all(lanes)  # embed_batch 3 of >= 6 chunks: >= 2 calls
     lanes.clear()
-    exported = ExportedDocument.model_validate({
-        "document_id": "restored", "title": "Notes",
-        "chunks": [{"chunk_index": i, "content": f"note {i}", "char_start": 7 * i,
-                    "char_end": 7 * i + 6} for i in range(4)],
-    })  # fmt: skip
+    exported = ExportedDocument.model_validate(
+        {
+            "document_id": "restored",
+            "title": "Notes",
+            "chunks": [
+                {
+                    "chunk_index": i,
+                    "content": f"note {i}",
+                    "char_start": 7 * i,
+                    "char_end": 7 * i + 6,
+                }
+                for i in range(4)
+            ],
+        }
+    )
     out = await docs.restore(Owner("t1", "alice"), exported, "import")
     assert out.document_id == "restored" and lanes and all(lanes)

@@ -64,8 +64,16 @@ async def test_each_committed_change_yields_one_event(db):
     assert len({e["event_id"] for e in got}) == len(got)
     assert all(e["user_id"] == "alice" and e["occurred_at"] is not None for e in got)
     # A deleted memory's events lose their content, as its history does; facts likewise.
-    assert [e["content"] for e in got] == [None, "lives in Oslo", None, "lives in Oslo",
-                                           None, None, None, None]  # fmt: skip
+    assert [e["content"] for e in got] == [
+        None,
+        "lives in Oslo",
+        None,
+        "lives in Oslo",
+        None,
+        None,
+        None,
+        None,
+    ]
     assert got[1]["version"] == 1 and got[3]["version"] == 2
     assert got[7]["data"]["category"] == "food" and got[7]["data"]["key"] == "drink"
     # Content only on request.
@@ -142,8 +150,9 @@ async def test_forget_leaves_one_notice_without_content(db):
 async def test_expiry_emits_one_memory_deleted_per_memory_and_blanks_content(db):
     writer, events, forget = GuardedWriter(db, "test"), EventStore(db), ForgetStore(db, "test")
     past, later = datetime.now(UTC) - timedelta(seconds=1), datetime.now(UTC) + timedelta(hours=1)
-    old = await writer.add(A, [NewMemory(f"alice old {i}", expires_at=past) for i in range(3)],
-                           vecs(3))  # fmt: skip
+    old = await writer.add(
+        A, [NewMemory(f"alice old {i}", expires_at=past) for i in range(3)], vecs(3)
+    )
     (kept,) = await writer.add(A, [NewMemory("alice kept", expires_at=later)], vecs(1))
     (bob,) = await writer.add(Owner("t2", "bob"), [NewMemory("bob old", expires_at=past)], vecs(1))
     assert await forget.purge_expired(batch=2, max_batches=5) == 4  # chunks of 2, two tenants
@@ -152,8 +161,13 @@ async def test_expiry_emits_one_memory_deleted_per_memory_and_blanks_content(db)
     got = await feed(events, include_content=True)
     deleted = [e for e in got if e["type"] == "memory.deleted"]
     assert sorted(e["memory_id"] for e in deleted) == sorted(r["id"] for r in old)
-    assert all(e["data"] == {"reason": "expired"} and e["actor"] == "expiry"
-               and e["user_id"] == "alice" and e["content"] is None for e in deleted)  # fmt: skip
+    assert all(
+        e["data"] == {"reason": "expired"}
+        and e["actor"] == "expiry"
+        and e["user_id"] == "alice"
+        and e["content"] is None
+        for e in deleted
+    )
     added = {e["memory_id"]: e["content"] for e in got if e["type"] == "memory.added"}
     assert added == {**{r["id"]: None for r in old}, kept["id"]: "alice kept"}  # blanked
     (bob_event,) = [e for e in await feed(events, "t2") if e["type"] == "memory.deleted"]
@@ -210,10 +224,12 @@ async def test_extraction_outcomes_are_events_one_per_session(db):
             return [r["id"] for r in await cur.fetchall()]
 
     assert await turns.mark_extracted(await ids(done)) == 2
-    await turns.fail(await ids(tried), claim=None, error="LLM 503", max_attempts=3,
-                     retry_after_s=30)  # fmt: skip
-    await turns.fail(await ids(dead), claim=None, error="bad JSON", max_attempts=1,
-                     retry_after_s=30)  # fmt: skip
+    await turns.fail(
+        await ids(tried), claim=None, error="LLM 503", max_attempts=3, retry_after_s=30
+    )
+    await turns.fail(
+        await ids(dead), claim=None, error="bad JSON", max_attempts=1, retry_after_s=30
+    )
     await turns.release(await ids(tried))  # a release changes no outcome: no event
     got = [(e["type"], e["session_id"], e["data"]["turns"]) for e in await feed(events)]
     assert got == [

@@ -131,8 +131,12 @@ async def test_expired_memories_are_invisible_and_purged_in_batches(db):
     assert await forget.purge_expired(batch=2, max_batches=2) == 4  # bounded
     assert await forget.purge_expired(batch=2, max_batches=2) == 1
     assert await scalar(db, "SELECT count(*) FROM memory_items") == 1
-    assert await scalar(db, "SELECT count(*) FROM memory_history WHERE memory_id = %(i)s",
-                        i=gone[0]["id"]) == 0  # fmt: skip
+    assert (
+        await scalar(
+            db, "SELECT count(*) FROM memory_history WHERE memory_id = %(i)s", i=gone[0]["id"]
+        )
+        == 0
+    )
 
 
 async def test_quota_per_user_and_tenant_writes_nothing_over_it(db):

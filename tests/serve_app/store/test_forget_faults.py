@@ -26,8 +26,6 @@ from serve_app.testing.llm_server import extraction, memory
 from tests.conftest import REPO
 from tests.serve_app.extraction.conftest import (  # noqa: F401
     encoder,
-    fake_llm,
-    fake_llm_server,
     make_harness,
 )
 from tests.serve_app.extraction.conftest import test_settings as settings_for
@@ -161,8 +159,9 @@ async def test_a_running_forget_renews_its_lease_between_chunks(
     store = ForgetStore(h.pool, encoder.spec.table_slug, batch=3, lease_s=1.0)
     task = asyncio.create_task(store.forget(ALICE))
     await asyncio.sleep(1.6)  # past the first lease: only renewals keep it live
-    live = await run(h.pool, "SELECT finished_at IS NULL AND lease_until > now() AS live"
-                             " FROM memory_erasures")  # fmt: skip
+    live = await run(
+        h.pool, "SELECT finished_at IS NULL AND lease_until > now() AS live FROM memory_erasures"
+    )
     counts = await task
     assert live == [{"live": True}]  # still blocking new work: the forget is running
     assert counts["memories"] == 18
@@ -190,9 +189,14 @@ asyncio.run(main())
 
 async def kill_a_forget_mid_chunk(h, fresh_db: str, slug: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _FORGET_PROCESS, fresh_db, slug, str(LEASE_S),
+        sys.executable,
+        "-c",
+        _FORGET_PROCESS,
+        fresh_db,
+        slug,
+        str(LEASE_S),
         env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    )
     try:
         pid = await sleeping_backend(h)
     finally:

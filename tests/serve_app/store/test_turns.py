@@ -76,7 +76,7 @@ async def test_twenty_concurrent_appends_to_one_session_all_land_in_order(fresh_
                         [("user", f"r{round_} m{i} a"), ("assistant", "b")],
                         agent_id=None,
                         ttl_hours=1,
-                    )  # fmt: skip
+                    )
                     for i in range(20)
                 )
             )
@@ -84,8 +84,9 @@ async def test_twenty_concurrent_appends_to_one_session_all_land_in_order(fresh_
             base = 40 * round_
             assert spans == [(base + 2 * i + 1, base + 2 * i + 2) for i in range(20)]
         assert await turns.status(K) == TurnCounts(turns=120, pending=120, failed=0, compressed=0)
-        other = await turns.append(SessionKey("t1", "bob", "s1"), [("user", "x")], agent_id=None,
-                                   ttl_hours=1)  # fmt: skip
+        other = await turns.append(
+            SessionKey("t1", "bob", "s1"), [("user", "x")], agent_id=None, ttl_hours=1
+        )
         assert other.first_index == 1  # another session's indexes are its own
     finally:
         await pool.close()

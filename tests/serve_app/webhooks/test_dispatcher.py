@@ -36,8 +36,13 @@ LOOPBACK = ["127.0.0.1/32"]
 
 
 def settings(**kw) -> WebhookSettings:
-    base = {"interval_s": 0, "timeout_s": 1.0, "backoff_s": 0.05, "max_backoff_s": 0.2,
-            "allowed_networks": LOOPBACK}  # fmt: skip
+    base = {
+        "interval_s": 0,
+        "timeout_s": 1.0,
+        "backoff_s": 0.05,
+        "max_backoff_s": 0.2,
+        "allowed_networks": LOOPBACK,
+    }
     return WebhookSettings(**{**base, **kw})
 
 
@@ -55,8 +60,11 @@ def receiver():
 
 
 def dispatcher(pool, s: WebhookSettings) -> Dispatcher:
-    sender = Sender(TargetGuard(s.allowed_networks), timeout_s=s.timeout_s,
-                    max_response_bytes=s.max_response_bytes)  # fmt: skip
+    sender = Sender(
+        TargetGuard(s.allowed_networks),
+        timeout_s=s.timeout_s,
+        max_response_bytes=s.max_response_bytes,
+    )
     return Dispatcher(WebhookStore(pool), sender, s, jitter=lambda: 0.5)
 
 
@@ -147,7 +155,9 @@ async def test_stopped_mid_send_is_sent_again_with_the_same_id(db, receiver):
     ids = [r.headers["webhook-id"] for r in receiver.at("/hang")]
     assert ids[0] == ids[1]
     assert [b["data"]["content"] for b in verified(receiver.at("/hang"), sub["secret"])] == [
-        "once", "once"]  # fmt: skip
+        "once",
+        "once",
+    ]
     log = await WebhookStore(db).deliveries("t1", sub["id"], status=None, limit=10)
     assert [(x["status"], x["attempts"]) for x in log] == [("delivered", 1)]
 
@@ -201,10 +211,19 @@ async def test_dead_letters_replay(db, receiver):
 
 async def test_ssrf_targets_are_refused():
     guard = TargetGuard()
-    for url in ("http://127.0.0.1/x", "http://localhost:8000/", "http://10.0.0.5/",
-                "http://169.254.169.254/latest/meta-data", "http://[::1]/", "http://0.0.0.0/",
-                "http://192.168.1.1/", "file:///etc/passwd", "ftp://example.com/",
-                "http://user:pw@example.com/", "http:///nohost"):  # fmt: skip
+    for url in (
+        "http://127.0.0.1/x",
+        "http://localhost:8000/",
+        "http://10.0.0.5/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]/",
+        "http://0.0.0.0/",
+        "http://192.168.1.1/",
+        "file:///etc/passwd",
+        "ftp://example.com/",
+        "http://user:pw@example.com/",
+        "http:///nohost",
+    ):
         with pytest.raises(Refused):
             await guard.check(url)
     await TargetGuard(LOOPBACK).check("http://127.0.0.1:9/x")  # the operator allowed it
@@ -249,9 +268,15 @@ async def test_forget_drops_the_owners_pending_deliveries(db, receiver):
 
 def event_row(url: str) -> dict:
     """A claimed delivery as the sender gets it (store/webhooks.py's claim)."""
-    return {"event_id": uuid.uuid4(), "type": "memory.added", "occurred_at": datetime.now(UTC),
-            "secret": "whsec_" + base64.b64encode(b"k" * 24).decode(), "url": url,
-            "include_content": True, "content": "c"} | dict.fromkeys(PAYLOAD_FIELDS)  # fmt: skip
+    return {
+        "event_id": uuid.uuid4(),
+        "type": "memory.added",
+        "occurred_at": datetime.now(UTC),
+        "secret": "whsec_" + base64.b64encode(b"k" * 24).decode(),
+        "url": url,
+        "include_content": True,
+        "content": "c",
+    } | dict.fromkeys(PAYLOAD_FIELDS)
 
 
 async def test_a_name_is_resolved_through_the_guard_on_connect(receiver):
@@ -264,8 +289,9 @@ async def test_a_name_is_resolved_through_the_guard_on_connect(receiver):
     finally:
         await refusing.aclose()
     assert not answer.ok and answer.error.startswith("refused:") and receiver.received == []
-    allowing = Sender(TargetGuard(["127.0.0.1/32", "::1/128"]), timeout_s=2.0,
-                      max_response_bytes=1024)  # fmt: skip
+    allowing = Sender(
+        TargetGuard(["127.0.0.1/32", "::1/128"]), timeout_s=2.0, max_response_bytes=1024
+    )
     try:
         rows = [event_row(url), event_row(url)]
         answers = [await allowing.send(r) for r in rows]
@@ -273,7 +299,8 @@ async def test_a_name_is_resolved_through_the_guard_on_connect(receiver):
         await allowing.aclose()
     assert [a.status for a in answers] == [204, 204]
     assert [r.headers["webhook-id"] for r in receiver.at("/ok")] == [
-        str(r["event_id"]) for r in rows]  # fmt: skip
+        str(r["event_id"]) for r in rows
+    ]
     assert verified(receiver.at("/ok"), rows[0]["secret"])[0]["data"]["content"] == "c"
 
 
@@ -295,8 +322,11 @@ async def test_a_short_claim_is_not_repeated_every_round(db, receiver):
     now = [0.0]
     s = settings(timeout_s=5.0)
     store = CountingStore(db)
-    sender = Sender(TargetGuard(s.allowed_networks), timeout_s=s.timeout_s,
-                    max_response_bytes=s.max_response_bytes)  # fmt: skip
+    sender = Sender(
+        TargetGuard(s.allowed_networks),
+        timeout_s=s.timeout_s,
+        max_response_bytes=s.max_response_bytes,
+    )
     d = Dispatcher(store, sender, s, jitter=lambda: 0.5, clock=lambda: now[0])
     try:
         assert await d.run_once() == 1  # queued 2, claimed alice's first: short of 8

@@ -48,8 +48,10 @@ def receiver():
 def spawn(dsn: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "serve_app.testing.dispatcher_process", dsn],
-        env={**os.environ, **ENV}, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env={**os.environ, **ENV},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
 

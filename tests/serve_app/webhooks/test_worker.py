@@ -27,8 +27,9 @@ def nice_of(tid: int) -> int:
 async def test_thread_delivers_at_a_lower_priority_and_stops(fresh_db, pool):
     ensure_table(fresh_db, "test", DIM)
     receiver = Receiver().start()
-    s = Settings(webhooks=WebhookSettings(interval_s=0.05, allowed_networks=["127.0.0.1/32"],
-                                          nice=7))  # fmt: skip
+    s = Settings(
+        webhooks=WebhookSettings(interval_s=0.05, allowed_networks=["127.0.0.1/32"], nice=7)
+    )
     before = thread_nice()
     worker = DispatcherThread(fresh_db, s).start()
     try:

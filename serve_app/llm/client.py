@@ -1,7 +1,7 @@
 """Async client for any OpenAI-compatible chat-completions endpoint.
 
 Asks for JSON output: a strict ``json_schema`` response format when the caller gives
-the answer's schema (serve_app/extraction/answer_schema.py) and the settings allow it,
+the answer's schema (serve_app/llm/answer_schema.py) and the settings allow it,
 else ``json_object``. An endpoint that refuses the strict format (HTTP 400/422) is asked
 once more in ``json_object`` and remembered, per endpoint and model, as one that
 refuses it. Every call is bounded by
@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from serve_app.extraction.answer_schema import ResponseSchema
-from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
+from serve_app.llm.answer_schema import ResponseSchema
+from serve_app.llm.breaker import CircuitBreaker, CircuitOpen
 from serve_app.settings import LLMSettings
 from serve_app.spend.estimate import request_tokens
 from serve_app.spend.meter import SpendMeter, Ticket, spent_from

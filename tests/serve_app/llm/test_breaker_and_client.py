@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from serve_app.extraction.breaker import CircuitBreaker, CircuitOpen
-from serve_app.extraction.llm import LLMClient, LLMUnavailable
 from serve_app.extraction.parser import SUMMARY_SCHEMA
+from serve_app.llm.breaker import CircuitBreaker, CircuitOpen
+from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.settings import LLMSettings
 
 
@@ -90,7 +90,7 @@ async def test_an_upstream_error_text_is_logged_not_carried(fake_llm, caplog):
     fake_llm.add_rule("x", "", kind="chat", status=401, message=leak)
     llm = client(fake_llm, max_retries=0)
     with (
-        caplog.at_level(logging.WARNING, logger="serve_app.extraction.llm"),
+        caplog.at_level(logging.WARNING, logger="serve_app.llm.client"),
         pytest.raises(LLMUnavailable) as err,
     ):
         await llm.complete_json("sys", "x")

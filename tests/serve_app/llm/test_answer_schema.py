@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 
 from serve_app.consolidation.prompts import INSIGHT_SCHEMA
-from serve_app.extraction.answer_schema import ResponseSchema
 from serve_app.extraction.parser import (
     EXTRACTION_SCHEMA,
     RECONCILE_FIELDS,
@@ -19,6 +18,7 @@ from serve_app.extraction.parser import (
     parse_extraction,
     parse_summary,
 )
+from serve_app.llm.answer_schema import ResponseSchema
 
 ALL = [EXTRACTION_SCHEMA, RECONCILE_SCHEMA, SUMMARY_SCHEMA, INSIGHT_SCHEMA]
 
