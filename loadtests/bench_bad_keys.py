@@ -21,8 +21,9 @@ from collections import Counter
 
 import httpx
 
-from loadtests.bench_search_http import load, pct
+from loadtests.bench_search_http import load
 from loadtests.harness import fresh_service, write_json
+from loadtests.stats import percentile
 from loadtests.synthetic import question
 
 
@@ -69,8 +70,8 @@ async def flood(host: str, total: int, concurrency: int) -> tuple[Counter[int], 
 def summary(latencies: list[float]) -> dict:
     return {
         "n": len(latencies),
-        "p50_ms": round(pct(latencies, 50), 2),
-        "p95_ms": round(pct(latencies, 95), 2),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p95_ms": round(percentile(latencies, 95), 2),
     }
 
 

@@ -28,7 +28,7 @@ from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
 from serve_app.store import MemoryStore, NewMemory, Owner
 from serve_app.store.vectors import ensure_table
-from tests.fakes.llm_server import FakeLLM
+from serve_app.testing.llm_server import FakeLLM
 
 DIM, SLUG = 384, "bench"
 

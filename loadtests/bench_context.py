@@ -13,11 +13,12 @@ the calibration half (the evidence thresholds were tuned there), odd ones held o
 
 Sources (each its own users in the same service): ``typed`` (API adds with the type a
 platform knows), ``untyped`` (the same adds as ``semantic``), ``llm`` (each memory said
-in a session turn and extracted by the scripted LLM of tests/fakes/llm_server.py).
+in a session turn and extracted by the scripted LLM of serve_app/testing/llm_server.py).
 
-Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings): ``search`` (plain
-/v1/search top-k, on the baseline service), ``baseline`` (today's block: every lever
-off), ``profile``, ``split``, ``gate`` (one lever each), ``all`` (the defaults),
+Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings: the presets of
+``serve_app.settings.CONTEXT_PRESETS``): ``search`` (plain /v1/search top-k, on the
+baseline service), ``baseline`` (today's block: every lever off), ``profile``,
+``split``, ``gate`` (one lever each), ``all`` (the defaults),
 ``nogate`` (the gate off: its calibration data), ``timewords`` (the defaults with
 the gate's time-free lever off), ``encoded`` (parts, time-free texts encoded alone).
 Per variant and source: needed recall, unneeded share (profile material excluded),
@@ -58,7 +59,9 @@ from loadtests.context_metrics import (  # noqa: E402
     summarise,
 )
 from loadtests.harness import write_json  # noqa: E402
-from tests.fakes.llm_server import FakeLLM, extraction  # noqa: E402
+from loadtests.stats import percentile  # noqa: E402
+from serve_app.settings import CONTEXT_PRESETS, ContextSettings  # noqa: E402
+from serve_app.testing.llm_server import FakeLLM, extraction  # noqa: E402
 
 DATA = ROOT / "loadtests" / "data" / "context_bench.json"
 # ../shared from the main checkout, ../../shared from a worktree under /work/wt
@@ -71,20 +74,6 @@ LOCOMO = next(
     ROOT.parent / "shared" / "data" / "locomo-dev.json",
 )
 SOURCES = ("typed", "untyped", "llm")
-OFF = {"PROFILE": "false", "SPLIT_PARTS": "false", "RELEVANCE_GATE": "false"}
-VARIANTS: dict[str, dict[str, str]] = {
-    "baseline": OFF,
-    "profile": {**OFF, "PROFILE": "true"},
-    "split": {**OFF, "SPLIT_PARTS": "true"},
-    "gate": {**OFF, "RELEVANCE_GATE": "true"},
-    "all": {},
-    # gate off, the rest on: what the gate is calibrated on (--calibrate)
-    "nogate": {"RELEVANCE_GATE": "false"},
-    # the defaults but the gate's similarity path counts time words (before the
-    # time-free lever): the same run's before/after for that lever
-    "timewords": {"EVIDENCE_TIME_FREE": "false"},
-    "encoded": {"POOLED_TIME_FREE": "false", "POOLED_PARTS": "false"},  # views off
-}
 ENV = {
     "MEMSERVE_RATE_LIMIT_PER_S": "0",
     "MEMSERVE_LLM_MODEL": "scripted",
@@ -94,7 +83,10 @@ ENV = {
 
 
 def settings_for(variant: str, extra: dict[str, str]) -> dict[str, str]:
-    levers = {f"MEMSERVE_CONTEXT_{k}": v for k, v in VARIANTS[variant].items()}
+    """The service's environment for ``variant`` (a preset of serve_app.settings)."""
+    prefix = ContextSettings.model_config["env_prefix"]
+    preset = CONTEXT_PRESETS[variant]
+    levers = {f"{prefix}{k.upper()}": str(v).lower() for k, v in preset.items()}
     return {**ENV, **levers, **extra}
 
 
@@ -227,7 +219,7 @@ async def run_variant(
                         prof, other, cost = await ask(c, mode, uid, msg["text"], args.top_k)
                         times.append(cost["latency_ms"])
                         calls += 1
-                    cost["latency_ms"] = sorted(times)[len(times) // 2]
+                    cost["latency_ms"] = percentile(times, 50)
                     o = outcome(lab, msg["needs"], prof, other, **cost)
                     outs.append((i, msg["user"], o))
                     if variant == "nogate" and mode == "context":

@@ -43,7 +43,7 @@ DIM = 384
 
 def _receive_main(ports: Any, stop: Any) -> None:
     """Child process: two real receivers (their CPU is theirs, not the dispatcher's)."""
-    from tests.fakes.webhook_receiver import Receiver
+    from serve_app.testing.webhook_receiver import Receiver
 
     receivers = [Receiver().start(), Receiver().start()]
     ports.put([r.port for r in receivers])

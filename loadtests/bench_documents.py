@@ -40,8 +40,9 @@ from typing import Any
 import httpx
 
 from loadtests.harness import fresh_service
+from loadtests.stats import percentile
 from loadtests.synthetic import memory
-from tests.fakes.pdfs import text_pdf
+from serve_app.testing.pdfs import text_pdf
 
 RESULTS = Path(__file__).with_name("results")
 WORDS = [
@@ -50,13 +51,6 @@ WORDS = [
     *("freight", "manifest", "label", "return", "window", "holiday", "overtime", "safety"),
     *("inspection", "forklift", "dock", "quota", "region", "manager"),
 ]
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def make_pdf(pages: int, words: int, seed: int = 7) -> bytes:
@@ -103,8 +97,8 @@ class Writer:
         return {
             "writes": len(got),
             "failed": sum(1 for _, ok in got if not ok),
-            "p50_ms": pct(lat, 50),
-            "p95_ms": pct(lat, 95),
+            "p50_ms": percentile(lat, 50),
+            "p95_ms": percentile(lat, 95),
             "mean_ms": statistics.fmean(lat) if lat else float("nan"),
         }
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from loadtests.stats import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = " ".join(f"word{i} policy refund shipping" for i in range(60))  # 256 tokens (MiniLM)
@@ -42,15 +43,12 @@ def embedder() -> Any:
 
 
 def summary(latencies_ms: list[float]) -> dict[str, float]:
-    """p50 / p95 / max of the writes (nearest rank), and how many."""
-    xs = sorted(latencies_ms)
-    if not xs:
-        return {"writes": 0, "p50_ms": 0.0, "p95_ms": 0.0, "max_ms": 0.0}
+    """p50 / p95 / max of the writes (loadtests.stats; nan without writes), and how many."""
     return {
-        "writes": len(xs),
-        "p50_ms": statistics.median(xs),
-        "p95_ms": xs[min(len(xs) - 1, int(0.95 * len(xs)))],
-        "max_ms": xs[-1],
+        "writes": len(latencies_ms),
+        "p50_ms": percentile(latencies_ms, 50),
+        "p95_ms": percentile(latencies_ms, 95),
+        "max_ms": percentile(latencies_ms, 100),
     }
 
 

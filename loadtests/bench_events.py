@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.procstat import process_cpu_s, snapshot
+from loadtests.stats import percentile
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
@@ -47,8 +48,8 @@ from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
+from serve_app.testing.webhook_receiver import Receiver
 from serve_app.webhooks.worker import DispatcherThread
-from tests.fakes.webhook_receiver import Receiver
 
 RESULTS = Path(__file__).with_name("results")
 DIM = 384
@@ -244,16 +245,15 @@ def lag_ms(received: list[list[tuple[float, dict]]]) -> dict[str, Any]:
             else:
                 dupes += 1
         counts.append(len(seen))
-    lags.sort()
 
-    def pick(q: float) -> float | None:
-        return round(1000 * lags[min(int(len(lags) * q), len(lags) - 1)], 1) if lags else None
+    def pick(p: float) -> float | None:
+        return round(1000 * percentile(lags, p), 1) if lags else None
 
     return {
         "deliveries_received": counts,
         "duplicates": dupes,
-        "lag_ms_p50": pick(0.5),
-        "lag_ms_p95": pick(0.95),
+        "lag_ms_p50": pick(50),
+        "lag_ms_p95": pick(95),
     }
 
 

@@ -36,9 +36,9 @@ from typing import Any
 
 import httpx
 
-from loadtests.bench_documents import pct
 from loadtests.bench_events import lag_ms, receive_main
 from loadtests.harness import fresh_service, write_json
+from loadtests.stats import percentile
 from loadtests.synthetic import memory
 
 
@@ -68,8 +68,8 @@ async def arm(client: httpx.AsyncClient, concurrency: int, seconds: float, tag: 
         "writes_per_s": round(len(lat) / took, 2),
         "writes": len(lat),
         "failed": failed,
-        "p50_ms": round(pct(lat, 50), 1),
-        "p95_ms": round(pct(lat, 95), 1),
+        "p50_ms": round(percentile(lat, 50), 1),
+        "p95_ms": round(percentile(lat, 95), 1),
     }
 
 

@@ -1,7 +1,7 @@
 """Extraction benchmark: turn ingest stays fast while the LLM is slow.
 
 Starts the real service (``python -m serve_app run``, as the e2e tests do) with
-the scripted LLM from ``tests/fakes/llm_server.py`` answering every call after a
+the scripted LLM from ``serve_app/testing/llm_server.py`` answering every call after a
 fixed delay (default 2 s), then measures over HTTP:
 
 1. ``POST /v1/sessions/{sid}/turns`` latency (p50/p95/p99) under ``--concurrency``
@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import secrets
-import statistics
 import sys
 import tempfile
 import time
@@ -38,15 +37,11 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.service import ServiceProcess  # noqa: E402
-from tests.fakes.llm_server import FakeLLM, extraction, memory  # noqa: E402
+from loadtests.stats import percentile  # noqa: E402
+from serve_app.testing.llm_server import FakeLLM, extraction, memory  # noqa: E402
+from serve_app.testing.service import ServiceProcess  # noqa: E402
 
 EVERY_N = 4
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 async def ingest(client: httpx.AsyncClient, n: int, concurrency: int) -> list[float]:
@@ -123,19 +118,19 @@ async def measure(svc: ServiceProcess, fake: FakeLLM, args) -> dict:
         lat = await ingest(client, args.turns, args.concurrency)
         llm_calls = len(fake.calls("extract")) - calls_before
     return {
-        "healthz_ms": {"p50": statistics.median(floor), "p95": pct(floor, 95)},
+        "healthz_ms": {"p50": percentile(floor, 50), "p95": percentile(floor, 95)},
         "turn_ingest_ms": {
             "n": len(lat),
-            "p50": statistics.median(lat),
-            "p95": pct(lat, 95),
-            "p99": pct(lat, 99),
+            "p50": percentile(lat, 50),
+            "p95": percentile(lat, 95),
+            "p99": percentile(lat, 99),
             "max": max(lat),
         },
         "llm_calls_during_ingest": llm_calls,
         "end_to_end_searchable_ms": {
             "n": len(e2e),
-            "p50": statistics.median(e2e),
-            "p95": pct(e2e, 95),
+            "p50": percentile(e2e, 50),
+            "p95": percentile(e2e, 95),
             "min": min(e2e),
             "max": max(e2e),
         },

@@ -66,7 +66,7 @@ from serve_app.settings import Settings
 from serve_app.store.records import live, valid
 from serve_app.store.turns import SessionKey, TurnStore
 from serve_app.store.vectors import ensure_table
-from tests.fakes.llm_server import FakeLLM
+from serve_app.testing.llm_server import FakeLLM
 
 TENANT = "bench"
 SLUG = "all-minilm-l6-v2-int8"  # the default encoder, as the extraction tests load it

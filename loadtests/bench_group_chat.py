@@ -54,7 +54,7 @@ from serve_app.llm.client import LLMClient  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from serve_app.store.turns import SessionKey, Speaker, TurnStore  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402
-from tests.fakes.llm_server import FakeLLM  # noqa: E402
+from serve_app.testing.llm_server import FakeLLM  # noqa: E402
 
 SLUG = "all-minilm-l6-v2-int8"
 TENANT = "bench"

@@ -36,11 +36,11 @@ from loadtests.bench_retrieval import (
     db_dsn,
     load,
     measure,
-    pct,
     user_id,
     user_sizes,
     user_vectors,
 )
+from loadtests.stats import percentile
 from serve_app.store.vectors import table_name
 
 SLUG = "bench384"
@@ -108,8 +108,8 @@ def insert_batches(dsn: str, sizes: np.ndarray, batches: int, seed: int) -> dict
             conn.rollback()
     return {
         "batches": batches,
-        "p50_ms": round(statistics.median(lat), 2),
-        "p95_ms": round(pct(lat, 95), 2),
+        "p50_ms": round(percentile(lat, 50), 2),
+        "p95_ms": round(percentile(lat, 95), 2),
         "mean_ms": round(statistics.fmean(lat), 2),
     }
 

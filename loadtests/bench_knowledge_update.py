@@ -45,8 +45,8 @@ from loadtests.harness import fresh_service, write_json
 from loadtests.knowledge_scenarios import DATES, QUESTIONS, ScriptedModel, User, make_user
 from serve_app.extraction.prompts import EXTRACT_SYSTEM
 from serve_app.extraction.reconcile import KNOWN_HEADER, RECONCILE_RULES
+from serve_app.testing.llm_server import FakeLLM, PrefixCache
 from serve_app.text import count_tokens
-from tests.fakes.llm_server import FakeLLM, PrefixCache
 
 COHORTS = ("good", "sloppy", "today")
 ENV = {

@@ -41,6 +41,7 @@ from psycopg import sql
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from loadtests.stats import percentile  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.store.vectors import ensure_table, table_name  # noqa: E402
 
@@ -196,10 +197,6 @@ def load(admin_dsn: str, sizes: np.ndarray, *, m: int, ef_construction: int) -> 
 # ---------------------------------------------------------------- measure
 
 
-def pct(xs: list[float], p: float) -> float:
-    return float(np.percentile(np.asarray(xs), p)) if xs else float("nan")
-
-
 def exact_top(vecs: np.ndarray, ids: list, qv: np.ndarray, k: int) -> set:
     sims = vecs @ qv
     order = np.argsort(-sims)[:k]
@@ -268,9 +265,9 @@ async def measure(
                 recalls.append(len({r["id"] for r in res} & truth) / max(len(truth), 1))
             out[f"{label}_{gname}"] = {
                 "queries": len(cases),
-                "p50_ms": round(pct(lat, 50), 3),
-                "p95_ms": round(pct(lat, 95), 3),
-                "p99_ms": round(pct(lat, 99), 3),
+                "p50_ms": round(percentile(lat, 50), 3),
+                "p95_ms": round(percentile(lat, 95), 3),
+                "p99_ms": round(percentile(lat, 99), 3),
                 "recall_at_10": round(float(np.mean(recalls)), 4),
             }
         out[f"hot_{gname}"]["cache"] = hot.cache.stats()

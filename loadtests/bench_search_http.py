@@ -13,21 +13,16 @@ import asyncio
 import json
 import random
 import secrets
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
+from loadtests.stats import percentile
 from loadtests.synthetic import memory, question
 
 RESULTS = Path(__file__).with_name("results")
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 async def load(client: httpx.AsyncClient, user: str, n: int, rng: random.Random) -> None:
@@ -73,8 +68,8 @@ async def run(host: str, key: str, memories: int, searches: int) -> dict:
                 {
                     "concurrency": concurrency,
                     "requests": len(lat),
-                    "p50_ms": round(statistics.median(lat), 2),
-                    "p95_ms": round(pct(lat, 95), 2),
+                    "p50_ms": round(percentile(lat, 50), 2),
+                    "p95_ms": round(percentile(lat, 95), 2),
                     "rps": round(rps, 1),
                 }
             )
@@ -93,7 +88,7 @@ def main() -> None:
     if args.host:
         host, key = args.host, args.key
     else:
-        from tests.e2e.service import ServiceProcess
+        from serve_app.testing.service import ServiceProcess
 
         key = "msk_bench_" + secrets.token_hex(8)
         service = ServiceProcess(Path(tempfile.mkdtemp(prefix="memserve-bench-")), key)

@@ -43,7 +43,7 @@ from serve_app.db.pool import open_pool  # noqa: E402
 from serve_app.services.auth import authenticator, key_store  # noqa: E402
 from serve_app.services.tenant_settings import tenant_service  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
-from tests.fakes.jwt_issuer import LocalIssuer  # noqa: E402
+from serve_app.testing.jwt_issuer import LocalIssuer  # noqa: E402
 
 TARGET_MS = 0.3
 

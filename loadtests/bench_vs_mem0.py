@@ -52,9 +52,9 @@ from pathlib import Path
 import httpx
 
 from loadtests import procstat
-from loadtests.bench_search_http import pct
 from loadtests.bench_servers import Server, mem0_server, memserve_server
 from loadtests.harness import write_json
+from loadtests.stats import percentile
 from loadtests.synthetic import memory, question
 
 HOT = "search_c8"  # the workload whose per-role CPU is the hot-path profile
@@ -163,8 +163,8 @@ def summarise(w: Workload, res: dict, cpu_s: dict[str, float]) -> dict:
         "ok": len(lat),
         "errors": res["errors"],
         "req_per_s": len(lat) / wall,
-        "p50_ms": statistics.median(lat) if lat else float("nan"),
-        "p95_ms": pct(lat, 95) if lat else float("nan"),
+        "p50_ms": percentile(lat, 50),
+        "p95_ms": percentile(lat, 95),
         "cpu_ms_per_req": sum(cpu_s.values()) * 1000 / ok,
         "cpu_ms_per_req_by_role": {k: v * 1000 / ok for k, v in sorted(cpu_s.items())},
     }

@@ -17,6 +17,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from loadtests.stats import percentile
+
 PROFILE_CLASSES = ("instruction", "constraint", "identity")
 
 
@@ -55,13 +57,6 @@ def outcome(
     return Outcome(frozenset(needed), frozenset(prof | other), frozenset(other), **cost)  # type: ignore[arg-type]
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
 def summarise(outs: Sequence[Outcome], labels_profile: set[str]) -> dict[str, float]:
     """Micro-averaged figures over ``outs``; ``labels_profile``: keys (user-qualified)
     that are profile material by label."""
@@ -87,8 +82,8 @@ def summarise(outs: Sequence[Outcome], labels_profile: set[str]) -> dict[str, fl
         if outs
         else 0.0,
         "tokens_mean": round(statistics.fmean([o.tokens for o in outs]), 1) if outs else 0.0,
-        "p50_ms": round(pct(lat, 0.5), 2),
-        "p95_ms": round(pct(lat, 0.95), 2),
+        "p50_ms": round(percentile(lat, 50), 2),
+        "p95_ms": round(percentile(lat, 95), 2),
     }
 
 

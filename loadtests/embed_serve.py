@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.procstat import process_cpu_s
+from loadtests.stats import percentile
 from serve_app.settings import get_settings
 
 CLIENTS = (1, 8, 32)
@@ -46,19 +47,18 @@ async def _clients(handle: Any, texts: Sequence[str], clients: int, seconds: flo
     elapsed = time.perf_counter() - start
     replica_cpu, driver_cpu = process_cpu_s(info["pid"]), time.process_time()
     after = await handle.model_info.remote()
-    lat = sorted(latencies)
     batches = max(after["batches_run"] - info["batches_run"], 1)
     return {
         "clients": clients,
-        "requests": len(lat),
-        "sps": len(lat) / elapsed,
-        "p50_ms": 1000 * lat[len(lat) // 2],
-        "p95_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.95))],
-        "mean_ms": 1000 * statistics.fmean(lat),
+        "requests": len(latencies),
+        "sps": len(latencies) / elapsed,
+        "p50_ms": 1000 * percentile(latencies, 50),
+        "p95_ms": 1000 * percentile(latencies, 95),
+        "mean_ms": 1000 * statistics.fmean(latencies),
         "mean_batch": (after["texts_embedded"] - info["texts_embedded"]) / batches,
         # CPU per request: the replica (encode + Serve) and this process (clients + router).
-        "replica_cpu_ms": 1000 * (replica_cpu - replica_cpu0) / max(len(lat), 1),
-        "client_cpu_ms": 1000 * (driver_cpu - driver_cpu0) / max(len(lat), 1),
+        "replica_cpu_ms": 1000 * (replica_cpu - replica_cpu0) / max(len(latencies), 1),
+        "client_cpu_ms": 1000 * (driver_cpu - driver_cpu0) / max(len(latencies), 1),
         "info": after,
     }
 

@@ -40,6 +40,7 @@ from loadtests.eval_retrieval import (  # noqa: E402
     read_jsonl,
     read_qrels,
 )
+from loadtests.stats import percentile  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.db.pool import open_pool  # noqa: E402
@@ -215,8 +216,7 @@ def main() -> None:
         finally:
             pg.stop()
     report["overrides"], report["elapsed_s"] = args.set, round(time.perf_counter() - t0, 1)
-    lat = np.asarray(LATENCY_MS)
-    report["search_ms"] = {f"p{p}": round(float(np.percentile(lat, p)), 3) for p in (50, 95, 99)}
+    report["search_ms"] = {f"p{p}": round(percentile(LATENCY_MS, p), 3) for p in (50, 95, 99)}
     print("hot search ms (in process):", report["search_ms"])
     print_tables(report)
     if args.out:

@@ -8,7 +8,7 @@ dataset, via ``/v1/memories/batch``), runs every query in each search mode
   "Speaker: text" with its dia_id in metadata; recall = share of evidence ids retrieved);
 - BEIR sets: nDCG@10, recall@10 and recall@100.
 
-Without ``--host`` it starts the real service (``tests/e2e/service.py``) in a temporary
+Without ``--host`` it starts the real service (``serve_app/testing/service.py``) in a temporary
 data directory with rate limiting off; with ``--host URL --key KEY`` it uses a running
 one (a service key; mind its rate limit). Writes ``loadtests/results/eval_retrieval.json``.
 
@@ -278,7 +278,7 @@ def main() -> None:
             ap.error("--key is required with --host")
         base, key = args.host, args.key
     else:
-        from tests.e2e.service import ServiceProcess
+        from serve_app.testing.service import ServiceProcess
 
         key = "msk_eval_" + secrets.token_hex(8)
         svc = ServiceProcess(

@@ -1,6 +1,6 @@
 """Shared by smoke.py and soak.py: start a fresh service, run Locust headless, read its CSV.
 
-The service is the real one (`python -m serve_app run` via tests/e2e/service.py's
+The service is the real one (`python -m serve_app run` via serve_app/testing/service.py's
 ServiceProcess) in a throw-away data directory, stopped at the end.
 """
 
@@ -23,7 +23,7 @@ RESULTS = ROOT / "loadtests" / "results"
 LOCUSTFILE = ROOT / "loadtests" / "locustfile.py"
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.service import ServiceProcess  # noqa: E402
+from serve_app.testing.service import ServiceProcess  # noqa: E402
 
 
 @contextmanager

@@ -8,13 +8,12 @@ import time
 import numpy as np
 import psutil
 
-
-def pct(xs: list[float], p: float) -> float:
-    return round(float(np.percentile(np.asarray(xs), p)), 2) if xs else float("nan")
+from loadtests.stats import percentile
 
 
 def stats(lat: list[float]) -> dict:
-    return {"n": len(lat), "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95), "max_ms": pct(lat, 100)}
+    at = {"p50_ms": 50, "p95_ms": 95, "max_ms": 100}
+    return {"n": len(lat)} | {k: round(percentile(lat, p), 2) for k, p in at.items()}
 
 
 def faiss_alt(org: np.ndarray, qs: np.ndarray, args: argparse.Namespace) -> dict:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.fakes.llm_server import shown
+from serve_app.testing.llm_server import shown
 
 DATES = [datetime(2026, m, d, 10, tzinfo=UTC) for m, d in ((1, 12), (3, 16), (6, 22), (9, 28))]
 CITIES = ["Paris", "Berlin", "Lisbon", "Oslo", "Vienna", "Prague", "Madrid", "Dublin"]

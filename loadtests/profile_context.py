@@ -3,10 +3,11 @@
 bench_context.py measures the service (Ray, HTTP, one replica per role) on a shared
 box where wall time is noise; this script runs the same builder through the
 composition root in one process (real embedded PostgreSQL, the real int8 encoder and
-retriever; no Ray, no HTTP: ``tests/serve_app/inprocess.py``), so CPU seconds per call
-can be read exactly and profiled. Per variant (``MEMSERVE_CONTEXT_*`` levers, as in
-bench_context): the users of ``loadtests/data/context_bench.json`` added (typed or
-untyped), every message asked ``--repeat`` times after one warm-up pass, and
+retriever; no Ray, no HTTP: ``serve_app/testing/inprocess.py``), so CPU seconds per
+call can be read exactly and profiled. Per variant (a preset of the ``MEMSERVE_CONTEXT_*``
+levers, ``serve_app.settings.CONTEXT_PRESETS``, as in bench_context): the users of
+``loadtests/data/context_bench.json`` added (typed or untyped), every message asked
+``--repeat`` times after one warm-up pass, and
 
 - ``cpu_ms_per_call``: this process's CPU (the app's and the encoder's work) plus
   PostgreSQL's backends (found by the data directory), per call;
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests import procstat  # noqa: E402
-from loadtests.bench_context import DATA, LOCOMO, VARIANTS  # noqa: E402
+from loadtests.bench_context import DATA, LOCOMO  # noqa: E402
 from loadtests.context_inprocess import (  # noqa: E402
     EncodeMeter,
     block_outcome,
@@ -56,25 +57,17 @@ from models import load_encoder  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.embedding_model import ModelFacts  # noqa: E402
-from serve_app.settings import Settings  # noqa: E402
+from serve_app.settings import CONTEXT_PRESETS, Settings  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402
-from tests.serve_app.inprocess import in_process_services  # noqa: E402
+from serve_app.testing.inprocess import in_process_services  # noqa: E402
 
 SLUG = "all-minilm-l6-v2-int8"
 TENANT = "t1"
-_LEVERS = {
-    "PROFILE": "profile",
-    "SPLIT_PARTS": "split_parts",
-    "RELEVANCE_GATE": "relevance_gate",
-    "EVIDENCE_TIME_FREE": "evidence_time_free",
-    "POOLED_TIME_FREE": "pooled_time_free",
-    "POOLED_PARTS": "pooled_parts",
-}
 
 
 def context_fields(variant: str) -> dict[str, bool]:
-    """bench_context's variant as ContextSettings fields."""
-    return {_LEVERS[k]: v == "true" for k, v in VARIANTS[variant].items()}
+    """The variant (a preset of serve_app.settings) as ContextSettings fields."""
+    return dict(CONTEXT_PRESETS[variant])
 
 
 def pg_cpu(data_dir: str) -> float:

@@ -31,6 +31,7 @@ from serve_app.settings.jobs import (
 )
 from serve_app.settings.rerank import RerankSettings
 from serve_app.settings.retrieval import (
+    CONTEXT_PRESETS,
     CacheSettings,
     ContextSettings,
     EmbedSettings,
@@ -49,6 +50,7 @@ from serve_app.settings.serving import (
 from serve_app.settings.spend import SpendSettings
 
 __all__ = [
+    "CONTEXT_PRESETS",
     "AuthSettings",
     "CacheSettings",
     "ChatSettings",

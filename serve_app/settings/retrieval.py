@@ -201,3 +201,25 @@ class ContextSettings(BaseSettings):
     knowledge_share: float = Field(0.3, gt=0, le=1)
     knowledge_top_k: int = Field(5, ge=1, le=50)  # chunks at most in one block
     knowledge_chunk_tokens: int = Field(120, ge=16, le=1000)  # a longer chunk is shortened
+
+
+_CONTEXT_LEVERS_OFF = {"profile": False, "split_parts": False, "relevance_gate": False}
+CONTEXT_PRESETS: dict[str, dict[str, bool]] = {
+    "baseline": _CONTEXT_LEVERS_OFF,  # every lever off: the block as before issue 29
+    "profile": {**_CONTEXT_LEVERS_OFF, "profile": True},
+    "split": {**_CONTEXT_LEVERS_OFF, "split_parts": True},
+    "gate": {**_CONTEXT_LEVERS_OFF, "relevance_gate": True},
+    "all": {},  # the defaults
+    # the gate off, the rest on: what the gate is calibrated on (bench_context --calibrate)
+    "nogate": {"relevance_gate": False},
+    # the defaults but the gate's similarity path counts time words (before the time-free
+    # lever): the same run's before/after for that lever
+    "timewords": {"evidence_time_free": False},
+    # the parts and time-free texts encoded on their own, not pooled from the message's run
+    "encoded": {"pooled_time_free": False, "pooled_parts": False},
+}
+"""Named presets of issue 29's context levers: ``ContextSettings`` fields and their
+values, every other field at its default (``Settings().with_(context=preset)``, or as
+``MEMSERVE_CONTEXT_<FIELD>=true|false`` in a service's environment). The variants that
+loadtests/bench_context.py and loadtests/profile_context.py compare; not read by the
+service itself."""

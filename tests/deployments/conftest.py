@@ -14,7 +14,7 @@ import pytest
 from serve_app.db.pool import open_pool
 from serve_app.settings import Settings
 from serve_app.store.turns import TurnStore
-from tests.fakes.llm_server import FakeLLM
+from serve_app.testing.llm_server import FakeLLM
 
 
 @pytest.fixture(scope="package")

@@ -105,7 +105,7 @@ def _bare_embedder(monkeypatch, batch_wait_s: float = 0.001, slice_texts: int = 
     from models.encoder_set import EncoderSet
     from models.lanes import EncoderLanes
     from serve_app.metrics import EmbedMetrics, Flusher
-    from tests.fakes.metrics_sink import Recorder
+    from serve_app.testing.metrics_sink import Recorder
 
     # Outside a replica there is no max_ongoing_requests to compare max_batch_size with.
     monkeypatch.setattr(

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from serve_app.store.turns import SessionKey
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.deployments.extractor_app import extractor_db, serve_extractor
-from tests.fakes.llm_server import extraction, fact, memory
 
 APP = "extractor-test"
 

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from serve_app.store.turns import SessionKey
+from serve_app.testing.llm_server import extraction, memory
 from tests.deployments.extractor_app import extractor_db, serve_extractor
-from tests.fakes.llm_server import extraction, memory
 
 APP = "extractor-fault"
 DEPLOYMENT = "ExtractorUnderFault"

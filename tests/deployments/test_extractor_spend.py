@@ -35,8 +35,8 @@ import pytest
 
 from serve_app.store.llm_spend import SpendStore
 from serve_app.store.turns import INFER_PREFIX, SessionKey
+from serve_app.testing.llm_server import FakeLLM, extraction, memory
 from tests.deployments.extractor_app import extractor_db, serve_extractor
-from tests.fakes.llm_server import FakeLLM, extraction, memory
 
 APP = "extractor-spend"
 DEPLOYMENT = "ExtractorSpend"

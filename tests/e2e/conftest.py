@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.e2e.service import ServiceProcess
-from tests.fakes.llm_server import FakeLLM
+from serve_app.testing.llm_server import FakeLLM
+from serve_app.testing.service import ServiceProcess
 
 
 @dataclass

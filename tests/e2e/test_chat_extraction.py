@@ -12,8 +12,8 @@ import time
 import openai
 import pytest
 
+from serve_app.testing.llm_server import DEFAULT_CHAT_ANSWER, extraction, fact, memory
 from serve_app.text import CONTEXT_OPEN
-from tests.fakes.llm_server import DEFAULT_CHAT_ANSWER, extraction, fact, memory
 
 pytestmark = pytest.mark.e2e
 

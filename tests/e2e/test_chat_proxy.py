@@ -1,6 +1,6 @@
 """The OpenAI-compatible chat proxy, driven with the official `openai` client.
 
-The upstream is the scripted fake LLM (tests/fakes/llm_server.py) the e2e
+The upstream is the scripted fake LLM (serve_app/testing/llm_server.py) the e2e
 service is configured with (MEMSERVE_LLM_BASE_URL); it is scripted and
 inspected in-process (the ``fake_llm`` fixture).
 """

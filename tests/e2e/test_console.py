@@ -11,9 +11,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from serve_app.testing.llm_server import extraction, memory
 from tests.e2e.browser import Shots, chromium_browser
 from tests.e2e.conftest import client_for
-from tests.fakes.llm_server import extraction, memory
 
 pytestmark = pytest.mark.e2e
 XSS = (
@@ -415,7 +415,7 @@ def test_the_first_settings_change_of_a_new_tenant(browser, service, shots):
 def test_a_sign_in_token_opens_its_users_console_and_admin_sees_the_issuers(
     browser, service, shots
 ):
-    from tests.fakes.jwt_issuer import LocalIssuer
+    from serve_app.testing.jwt_issuer import LocalIssuer
 
     issuer = LocalIssuer().start()
     try:
@@ -450,7 +450,7 @@ def test_a_sign_in_token_opens_its_users_console_and_admin_sees_the_issuers(
 def test_events_and_webhooks_view(browser, service, api, admin, shots):
     """Admin · Events: subscriptions with their delivery state and log, the tenant's
     recent events newest first and paged; no content, nothing of a forgotten user."""
-    from tests.fakes.webhook_receiver import Receiver
+    from serve_app.testing.webhook_receiver import Receiver
 
     uid, gone = "ev_" + secrets.token_hex(4), "evgone_" + secrets.token_hex(4)
     receiver = Receiver().start()

@@ -11,8 +11,8 @@ import pytest
 
 from serve_app.client import MemserveClient
 from serve_app.schemas.documents import DocumentJob
+from serve_app.testing.pdfs import text_pdf
 from tests.e2e.conftest import client_for
-from tests.fakes.pdfs import text_pdf
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.fakes.llm_server import extraction, fact, memory
+from serve_app.testing.llm_server import extraction, fact, memory
 
 pytestmark = pytest.mark.e2e
 

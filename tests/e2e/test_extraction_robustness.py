@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from serve_app.testing.llm_server import extraction, memory
 from tests.e2e.conftest import client_for
-from tests.fakes.llm_server import extraction, memory
 
 pytestmark = pytest.mark.e2e
 POISONED = 30

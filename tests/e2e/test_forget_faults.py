@@ -21,9 +21,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from serve_app.testing.llm_server import extraction, memory
 from tests.e2e.conftest import E2E_LLM_ENV
 from tests.e2e.test_extraction import memories, turns, wait_for
-from tests.fakes.llm_server import extraction, memory
 from tests.ops.conftest import replica_pids
 
 pytestmark = pytest.mark.e2e

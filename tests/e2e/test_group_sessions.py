@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.e2e.conftest import client_for
 from tests.e2e.test_extraction import memories, wait_for
-from tests.fakes.llm_server import extraction, fact, memory
 
 pytestmark = pytest.mark.e2e
 

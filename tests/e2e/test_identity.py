@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from serve_app.client import Forbidden, MemserveClient
+from serve_app.testing.jwt_issuer import LocalIssuer
 from tests.e2e.conftest import client_for
-from tests.fakes.jwt_issuer import LocalIssuer
 from tests.mcp_session import call, mcp_over_http, tool_error
 
 pytestmark = pytest.mark.e2e

@@ -7,8 +7,8 @@ import time
 import psycopg
 import pytest
 
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.e2e.test_extraction import memories, turns, wait_for
-from tests.fakes.llm_server import extraction, fact, memory
 
 pytestmark = pytest.mark.e2e
 

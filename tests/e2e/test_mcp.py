@@ -12,7 +12,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from serve_app.mcp.stdio import KEY_ENV
-from tests.e2e.service import REPO
+from serve_app.testing.service import REPO
 from tests.mcp_session import call, mcp_over_http, tool_error
 
 pytestmark = pytest.mark.e2e

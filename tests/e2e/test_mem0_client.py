@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from tests.fakes.document_server import DocumentServer
-from tests.fakes.llm_server import decision, extraction, memory, shown
-from tests.fakes.pdfs import text_pdf
+from serve_app.testing.document_server import DocumentServer
+from serve_app.testing.llm_server import decision, extraction, memory, shown
+from serve_app.testing.pdfs import text_pdf
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,8 @@ import secrets
 
 import pytest
 
+from serve_app.testing.llm_server import extraction, memory
 from tests.e2e.conftest import client_for
-from tests.fakes.llm_server import extraction, memory
 
 pytestmark = pytest.mark.e2e
 URL = "/v1/admin/tenant/settings"

@@ -11,8 +11,8 @@ import uuid
 import httpx
 import pytest
 
+from serve_app.testing.llm_server import extraction, memory
 from tests.e2e.conftest import client_for
-from tests.fakes.llm_server import extraction, memory
 
 pytestmark = pytest.mark.e2e
 

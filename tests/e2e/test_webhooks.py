@@ -10,8 +10,8 @@ import time
 import pytest
 from standardwebhooks import Webhook
 
+from serve_app.testing.webhook_receiver import Receiver
 from tests.e2e.conftest import client_for
-from tests.fakes.webhook_receiver import Receiver
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.e2e.service import ServiceProcess, free_port
+from serve_app.ports import free_port
+from serve_app.testing.service import ServiceProcess
 
 
 def start_service(data_dir: Path, **extra_env: str) -> ServiceProcess:

@@ -24,7 +24,7 @@ import yaml
 from serve_app.application import DEFAULT_CONFIG
 from serve_app.db.resolve import stop_embedded
 from serve_app.ingress_proxy import ray_env
-from tests.e2e.service import free_port
+from serve_app.ports import free_port
 from tests.ops.conftest import listener, listeners
 
 REPO = Path(__file__).resolve().parents[2]

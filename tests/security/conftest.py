@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from serve_app.testing.llm_server import FakeLLM
+from serve_app.testing.service import ServiceProcess
 from tests.e2e.conftest import E2E_LLM_ENV
-from tests.e2e.service import ServiceProcess
-from tests.fakes.llm_server import FakeLLM
 
 CASES: Counter[str] = Counter()
 FINDINGS: list[str] = []  # anything else a suite found wrong (schemathesis' other checks)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from tests.fakes.pdfs import shared_stream_bomb, xobject_bomb
+from serve_app.testing.pdfs import shared_stream_bomb, xobject_bomb
 from tests.hostile_input import SAMPLE, Schema
 
 TEXT_CHARS = 1000  # n for text fields; 4n <= MEMSERVE_MAX_CONTENT_CHARS (8000)

@@ -19,8 +19,14 @@ import time
 
 import pytest
 
-from tests.fakes.document_server import DocumentServer
-from tests.fakes.pdfs import page_bomb, shared_stream_bomb, stream_bomb, text_pdf, xobject_bomb
+from serve_app.testing.document_server import DocumentServer
+from serve_app.testing.pdfs import (
+    page_bomb,
+    shared_stream_bomb,
+    stream_bomb,
+    text_pdf,
+    xobject_bomb,
+)
 from tests.security.conftest import CASES, LEAKS, SERVER_ERRORS, http
 
 pytestmark = pytest.mark.e2e

@@ -26,7 +26,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.fakes.jwt_issuer import LocalIssuer, public_jwk
+from serve_app.testing.jwt_issuer import LocalIssuer, public_jwk
 from tests.security.conftest import CASES, LEAKS, SERVER_ERRORS, http
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""Fixtures of the in-process API tests (see tests/serve_app/inprocess.py)."""
+"""Fixtures of the in-process API tests (see serve_app/testing/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from models import load_encoder
 from models.encoder import Encoder
-from tests.fakes.llm_server import FakeLLM
+from serve_app.testing.llm_server import FakeLLM
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +17,7 @@ def encoder() -> Encoder:
 
 @pytest.fixture
 def llm():
-    """The scripted OpenAI-compatible fake LLM (tests/fakes/llm_server.py), started."""
+    """The scripted OpenAI-compatible fake LLM (serve_app/testing/llm_server.py), started."""
     fake = FakeLLM().start()
     yield fake
     fake.stop()

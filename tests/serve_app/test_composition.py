@@ -19,7 +19,7 @@ from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.composition import build_worker
 from serve_app.services.tenant_settings import tenant_service
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_api, running
+from serve_app.testing.inprocess import in_process_api, running
 
 KEY = "msk_composition_test_key_0123456789"
 

@@ -13,8 +13,8 @@ import pytest
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.store.keys import seed_key
+from serve_app.testing.inprocess import in_process_app, in_process_services
 from tests.mcp_session import call, mcp_over_http, tool_error
-from tests.serve_app.inprocess import in_process_app, in_process_services
 
 KEY = "msk_mcp_service_key_0123456789abcdef"
 ALICE = "msk_mcp_alice_user_key_0123456789ab"

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from serve_app import metrics as m
 from serve_app.retrieval.cache import HotCache
-from tests.fakes.metrics_sink import Recorder
+from serve_app.testing.metrics_sink import Recorder
 
 
 def test_every_metric_is_defined_once_with_the_exported_names() -> None:

@@ -11,7 +11,7 @@ from serve_app.bootstrap import bootstrap
 from serve_app.client import AsyncMemserveClient
 from serve_app.client.errors import InvalidRequest
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_context_explain_service_key_012345"
 QUERY = "Which winter tires fit my red Tesla Model 3?"

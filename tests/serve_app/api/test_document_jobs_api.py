@@ -10,8 +10,8 @@ from serve_app.api.documents import prefers_async
 from serve_app.bootstrap import bootstrap
 from serve_app.services.document_jobs import DocumentJobWorker
 from serve_app.settings import Settings
-from tests.fakes.pdfs import text_pdf
-from tests.serve_app.inprocess import in_process_api, user_key
+from serve_app.testing.inprocess import in_process_api, user_key
+from serve_app.testing.pdfs import text_pdf
 
 KEY = "msk_document_jobs_test_key_0123456789"
 ADMIN = "msk_document_jobs_admin_key_0123456789"

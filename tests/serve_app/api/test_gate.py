@@ -22,7 +22,7 @@ from serve_app.db.pool import open_pool
 from serve_app.services.auth import authenticator, key_store
 from serve_app.settings import AuthSettings, Settings
 from serve_app.store.keys import seed_key
-from tests.serve_app.inprocess import in_process_app, in_process_services
+from serve_app.testing.inprocess import in_process_app, in_process_services
 
 KEY = "msk_gate_service_key_0123456789abcdef"
 DELAY = 0.2

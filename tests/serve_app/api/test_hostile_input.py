@@ -16,8 +16,8 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
+from serve_app.testing.inprocess import in_process_app, in_process_services
 from tests.hostile_input import Case, cases, row_counts, verdict
-from tests.serve_app.inprocess import in_process_app, in_process_services
 
 KEY = "msk_hostile_service_key_0123456789ab"
 ADMIN = "msk_hostile_admin_key_0123456789abcd"

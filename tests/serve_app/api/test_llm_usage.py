@@ -18,7 +18,7 @@ from serve_app.client import AsyncMemserveClient
 from serve_app.metrics import SpendMetrics
 from serve_app.settings import Settings
 from serve_app.store.llm_spend import CallTag, Limits, Spent
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_llm_usage_service_key_0123456789"
 ADMIN = "msk_llm_usage_admin_key_0123456789ab"

@@ -12,9 +12,9 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.fakes.document_server import DocumentServer
-from tests.fakes.pdfs import text_pdf
-from tests.serve_app.inprocess import in_process_api, user_key
+from serve_app.testing.document_server import DocumentServer
+from serve_app.testing.inprocess import in_process_api, user_key
+from serve_app.testing.pdfs import text_pdf
 
 KEY = "msk_mem0_documents_service_0123456789"
 ADMIN = "msk_mem0_documents_admin_0123456789"

@@ -9,7 +9,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 
 KEY = "msk_mem0_entities_key_0123456789ab"
 DELETE = "/mem0/v2/entities/agent/helper/"

@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_profile_api_service_key_0123456789"
 

@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_api
+from serve_app.testing.inprocess import in_process_api
 
 KEY = "msk_reference_date_key_0123456789ab"
 ANN = {"user_id": "ann"}

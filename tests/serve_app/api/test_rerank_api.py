@@ -13,8 +13,8 @@ import pytest
 from serve_app.bootstrap import bootstrap
 from serve_app.retrieval.rerank import RERANK_MARKER, CrossEncoder
 from serve_app.settings import Settings
-from tests.fakes.cross_encoder import build_cross_encoder
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.cross_encoder import build_cross_encoder
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 
 SERVICE = "msk_rerank_api_service_key_0123456789"
 ADMIN = "msk_rerank_api_admin_key_0123456789ab"

@@ -14,7 +14,7 @@ import pytest
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.store import NewMemory, Owner
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 
 KEY = "msk_knowledge_search_key_0123456789"
 RETURNS = "Damaged items can be returned within 30 days for a full refund of the price."

@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_api, user_key
+from serve_app.testing.inprocess import in_process_api, user_key
 
 KEY = "msk_speakers_api_test_key_0123456789"
 ADMIN = "msk_speakers_api_admin_key_0123456789"

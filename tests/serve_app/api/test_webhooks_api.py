@@ -15,9 +15,9 @@ from serve_app.bootstrap import bootstrap
 from serve_app.client import AsyncMemserveClient, Forbidden, InvalidRequest, NotFound
 from serve_app.settings import Settings
 from serve_app.store.webhooks import WebhookStore
+from serve_app.testing.inprocess import in_process_app, in_process_services
+from serve_app.testing.webhook_receiver import Receiver
 from serve_app.webhooks.dispatcher import Dispatcher
-from tests.fakes.webhook_receiver import Receiver
-from tests.serve_app.inprocess import in_process_app, in_process_services
 
 SERVICE = "msk_webhooks_api_service_key_0123456789"
 

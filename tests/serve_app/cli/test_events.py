@@ -12,8 +12,8 @@ import uvicorn
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 from tests.conftest import REPO
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 KEY = "msk_events_cli_test_key_0123456789"
 

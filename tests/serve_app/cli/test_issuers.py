@@ -10,9 +10,9 @@ import sys
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.jwt_issuer import LocalIssuer
 from tests.conftest import REPO
-from tests.fakes.jwt_issuer import LocalIssuer
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 
 def issuers_cli(dsn: str, *args: str) -> subprocess.CompletedProcess:

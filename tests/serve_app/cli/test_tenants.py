@@ -11,8 +11,8 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
 from tests.conftest import REPO
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
 
 
 def tenant_create(dsn: str, name: str) -> subprocess.CompletedProcess:

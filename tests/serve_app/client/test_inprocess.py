@@ -32,7 +32,7 @@ from serve_app.responses import (
 )
 from serve_app.schemas import DeletedCount, Memory
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_app, in_process_services
+from serve_app.testing.inprocess import in_process_app, in_process_services
 
 SERVICE = "msk_client_inproc_service_key_0123456"
 ADMIN = "msk_client_inproc_admin_key_0123456789"

@@ -17,7 +17,7 @@ import pytest
 
 from serve_app.documents.fetch import DocumentFetcher, FetchError
 from serve_app.settings import FetchSettings
-from tests.fakes.document_server import DocumentServer
+from serve_app.testing.document_server import DocumentServer
 
 PDF = b"%PDF-1.4 fake bytes for the fetcher (not parsed here)"
 MD = b"# Title\n\nSome *markdown* text.\n"

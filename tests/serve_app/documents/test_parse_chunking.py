@@ -165,7 +165,7 @@ def test_a_declared_page_bomb_is_413_before_the_page_tree_is_walked():
     """A few-kB PDF whose page tree declares 2**20 pages is refused from its root's
     ``/Count`` (the walk behind ``len(reader.pages)`` took 4 s of CPU); the message says
     what the file declared."""
-    from tests.fakes.pdfs import page_bomb
+    from serve_app.testing.pdfs import page_bomb
 
     data = page_bomb()
     assert len(data) < 8192

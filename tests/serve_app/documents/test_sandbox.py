@@ -14,7 +14,13 @@ import pytest
 
 from serve_app.documents.parse import DocumentRefused, Limits, parse, parse_html
 from serve_app.documents.sandbox import Box, Refused, parse_bounded, units
-from tests.fakes.pdfs import shared_stream_bomb, stream_bomb, surrogate_pdf, text_pdf, xobject_bomb
+from serve_app.testing.pdfs import (
+    shared_stream_bomb,
+    stream_bomb,
+    surrogate_pdf,
+    text_pdf,
+    xobject_bomb,
+)
 
 LIMITS = Limits()
 PDF = "application/pdf"

@@ -11,7 +11,7 @@ import pytest
 from serve_app.extraction.dates import parse_when
 from serve_app.extraction.prompts import EXTRACT_SYSTEM
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, fact, memory
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 MON = datetime(2026, 11, 16, 9, 30, tzinfo=UTC)

@@ -10,7 +10,7 @@ import asyncio
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, memory
+from serve_app.testing.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"

@@ -21,7 +21,7 @@ from serve_app.extraction.reconcile import Known, Shown
 from serve_app.extraction.turn import Turn
 from serve_app.store.records import Owner
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, fact, memory
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 THU = datetime(2026, 4, 2, 18, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ from serve_app.db.pool import open_pool
 from serve_app.extraction.speakers import SPEAKER_RULES
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.turns import SessionKey, Speaker
-from tests.fakes.llm_server import extraction, fact, memory
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"

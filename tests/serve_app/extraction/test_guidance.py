@@ -14,7 +14,7 @@ from serve_app.store.guarded import GuardedWriter
 from serve_app.store.tenant_settings import TenantStore
 from serve_app.store.turns import SessionKey
 from serve_app.tenant_settings import ExtractionGuidance
-from tests.fakes.llm_server import extraction, memory
+from serve_app.testing.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 GUIDANCE = {

@@ -15,7 +15,7 @@ from serve_app.extraction.negation import clauses, negated, without_negated
 from serve_app.extraction.parser import ExtractedMemory
 from serve_app.extraction.turn import Turn
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, memory
+from serve_app.testing.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 THU = datetime(2026, 4, 2, 18, 0, tzinfo=UTC)

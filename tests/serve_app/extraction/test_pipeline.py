@@ -7,8 +7,8 @@ import asyncio
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.extraction.scheduler import SessionScheduler
 from serve_app.store.turns import SessionKey
+from serve_app.testing.llm_server import extraction, fact, memory
 from serve_app.text import wrap_context
-from tests.fakes.llm_server import extraction, fact, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"

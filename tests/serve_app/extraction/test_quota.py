@@ -6,7 +6,7 @@ from __future__ import annotations
 from serve_app.extraction.pipeline import INFER_PREFIX
 from serve_app.store import NewMemory
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, fact, memory
+from serve_app.testing.llm_server import extraction, fact, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 FULL = {"max_memories_per_user": 1, "max_facts_per_user": 1}

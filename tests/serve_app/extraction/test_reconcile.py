@@ -13,7 +13,7 @@ from serve_app.extraction.turn import Turn
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.records import Owner
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import decision, extraction, memory, shown
+from serve_app.testing.llm_server import decision, extraction, memory, shown
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"

@@ -13,8 +13,8 @@ from serve_app.extraction.prompts import chunk_turns, truncate_tokens
 from serve_app.extraction.turn import Turn
 from serve_app.store.memory_index import VersionConflict
 from serve_app.store.turns import SessionKey
+from serve_app.testing.llm_server import extraction, fact, memory
 from serve_app.text import count_tokens
-from tests.fakes.llm_server import extraction, fact, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 T = "t1"

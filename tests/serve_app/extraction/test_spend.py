@@ -21,7 +21,7 @@ from serve_app.services.sessions import SessionService
 from serve_app.spend.estimate import request_tokens
 from serve_app.store.llm_spend import CallTag, Limits, OverBudget
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, memory
+from serve_app.testing.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 

@@ -9,7 +9,7 @@ from serve_app.extraction.junk import substantive
 from serve_app.extraction.prompts import EXTRACT_SYSTEM
 from serve_app.extraction.reconcile import RECONCILE_RULES
 from serve_app.store.turns import SessionKey
-from tests.fakes.llm_server import extraction, memory
+from serve_app.testing.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import test_settings as settings_for
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from serve_app.identity.jwks import FetchRefused, JwksCache, JwksFetcher, parse_jwks
 from serve_app.settings import IdentitySettings
-from tests.fakes.jwt_issuer import LocalIssuer
+from serve_app.testing.jwt_issuer import LocalIssuer
 
 
 @pytest.fixture

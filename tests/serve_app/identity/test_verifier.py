@@ -15,7 +15,7 @@ from serve_app.identity.jwks import JwksCache, JwksFetcher
 from serve_app.identity.verifier import Refused, TokenVerifier
 from serve_app.settings import IdentitySettings
 from serve_app.tenant_settings import resolve
-from tests.fakes.jwt_issuer import LocalIssuer
+from serve_app.testing.jwt_issuer import LocalIssuer
 
 
 class Index:

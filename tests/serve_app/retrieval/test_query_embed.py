@@ -22,7 +22,7 @@ from serve_app.retrieval.query import SearchQuery
 from serve_app.retrieval.query_embed import QueryEmbedder, search_texts
 from serve_app.retrieval.retriever import Retriever
 from serve_app.settings import Settings
-from tests.serve_app.inprocess import in_process_api
+from serve_app.testing.inprocess import in_process_api
 
 KEY = "msk_query_embed_test_key_0123456789"
 FACTS = [

@@ -21,7 +21,7 @@ from serve_app.retrieval.rerank import (
 from serve_app.settings import LLMSettings, RerankSettings, SpendSettings
 from serve_app.spend.meter import SpendMeter
 from serve_app.store.llm_spend import CallTag
-from tests.fakes.cross_encoder import build_cross_encoder, torch_scores
+from serve_app.testing.cross_encoder import build_cross_encoder, torch_scores
 
 QUERY = "How do I charge my car on a long road trip?"
 TEXTS = [

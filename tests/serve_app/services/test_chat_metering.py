@@ -2,7 +2,7 @@
 stream (and kept from a client that did not ask for it), cached prompt tokens recorded,
 and, when an upstream reports nothing, an estimate from every part of the request (tools,
 tool calls, images) that the budget refuses on. In process: real Postgres, the app and
-the scripted upstream (tests/fakes/llm_server.py)."""
+the scripted upstream (serve_app/testing/llm_server.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.spend.estimate import IMAGE_TOKENS, request_tokens
-from tests.fakes.llm_server import FakeLLM
-from tests.serve_app.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.llm_server import FakeLLM
 
 KEY = "msk_chat_metering_key_0123456789abcd"
 ADMIN = "msk_chat_metering_admin_0123456789ab"

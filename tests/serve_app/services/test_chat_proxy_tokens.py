@@ -2,7 +2,7 @@
 and ``GET /v1/chat/usage`` shows use the meter has not written yet.
 
 Real Postgres, encoder and retriever behind the app; the upstream is the scripted
-fake LLM (tests/fakes/llm_server.py)."""
+fake LLM (serve_app/testing/llm_server.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from tests.fakes.llm_server import DEFAULT_CHAT_ANSWER, FakeLLM
-from tests.serve_app.inprocess import in_process_api
+from serve_app.testing.inprocess import in_process_api
+from serve_app.testing.llm_server import DEFAULT_CHAT_ANSWER, FakeLLM
 
 KEY = "msk_chat_tokens_test_key_0123456789"
 CAP = 512

@@ -23,9 +23,9 @@ import uvicorn
 from serve_app.api import create_app
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
+from serve_app.testing.inprocess import in_process_api, in_process_services
+from serve_app.testing.llm_server import DEFAULT_CHAT_ANSWER
 from serve_app.text import count_tokens
-from tests.fakes.llm_server import DEFAULT_CHAT_ANSWER
-from tests.serve_app.inprocess import in_process_api, in_process_services
 
 KEY = "msk_chat_stream_cut_test_key_0123456789"
 LEAK = "Incorrect API key provided: sk-proj-ab12****wxyz for organization org-AcmeSecret"

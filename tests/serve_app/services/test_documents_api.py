@@ -13,9 +13,9 @@ from serve_app.bootstrap import bootstrap
 from serve_app.errors import ApiError
 from serve_app.schemas.documents import DocumentInput
 from serve_app.settings import Settings
-from tests.fakes.pdfs import surrogate_pdf, xobject_bomb
+from serve_app.testing.inprocess import in_process_api
+from serve_app.testing.pdfs import surrogate_pdf, xobject_bomb
 from tests.serve_app.documents.test_parse_chunking import pdf_bytes
-from tests.serve_app.inprocess import in_process_api
 
 KEY = "msk_documents_test_key_0123456789"
 NOTES = "# Trip\n\n## Hotel\n\nThe Adlon, room 301.\n\n## Train\n\nICE 1003 at 09:30.\n"

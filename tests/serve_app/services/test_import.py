@@ -14,7 +14,7 @@ from serve_app.api import portability as portability_route
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.store.erasure import Erasure
-from tests.serve_app.inprocess import in_process_api
+from serve_app.testing.inprocess import in_process_api
 
 KEY = "msk_import_test_key_0123456789abcdef"
 

@@ -23,7 +23,7 @@ from serve_app.store.erasure import Erasure
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.quota import Quota
 from serve_app.store.vectors import ensure_table, table_name
-from tests.fakes.metrics_sink import Recorder
+from serve_app.testing.metrics_sink import Recorder
 
 SLUG, DIM, CHUNK = "minilm", 384, 32
 A, B = Owner("t1", "ann"), Owner("t1", "bob")

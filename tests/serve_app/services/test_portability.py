@@ -13,7 +13,7 @@ from serve_app.errors import ApiError
 from serve_app.services.portability import parse
 from serve_app.settings import Settings
 from serve_app.store import Owner
-from tests.serve_app.inprocess import in_process_api
+from serve_app.testing.inprocess import in_process_api
 
 KEY = "msk_portability_test_key_0123456789"
 TEXTS = [

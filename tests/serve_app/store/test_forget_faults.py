@@ -22,8 +22,8 @@ from serve_app.store.erasure import Erasure, prune
 from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.guarded import ForgetInProgress, GuardedWriter
 from serve_app.store.turns import SessionKey
+from serve_app.testing.llm_server import extraction, memory
 from tests.conftest import REPO
-from tests.fakes.llm_server import extraction, memory
 from tests.serve_app.extraction.conftest import (  # noqa: F401
     encoder,
     make_harness,

@@ -25,10 +25,10 @@ from serve_app.store.forget import ForgetStore, Scope
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
+from serve_app.testing.webhook_receiver import Receiver
 from serve_app.webhooks.dispatcher import RECLAIM_S, Dispatcher
 from serve_app.webhooks.sender import PAYLOAD_FIELDS, Sender
 from serve_app.webhooks.ssrf import Refused, TargetGuard
-from tests.fakes.webhook_receiver import Receiver
 from tests.serve_app.store.unit_vectors import DIM, vecs
 
 A, B = Owner("t1", "alice"), Owner("t1", "bob")

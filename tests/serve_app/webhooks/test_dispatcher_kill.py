@@ -2,7 +2,7 @@
 
 Real PostgreSQL, a real receiver on 127.0.0.1 that answers slowly (so the kill lands
 while a request is open and after some were delivered but not yet recorded), and the
-dispatcher as a separate process (``tests/fakes/dispatcher_process.py``). After a
+dispatcher as a separate process (``serve_app/testing/dispatcher_process.py``). After a
 restart every event arrives, in order per owner; the ones sent again carry the same
 ``webhook-id`` as the first time, and the delivery log ends all delivered.
 """
@@ -26,7 +26,7 @@ from serve_app.store.events import Cursor, EventStore
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.store.webhooks import WebhookStore
-from tests.fakes.webhook_receiver import Receiver
+from serve_app.testing.webhook_receiver import Receiver
 from tests.serve_app.store.unit_vectors import DIM, vecs
 
 OWNERS = [Owner("t1", u) for u in ("alice", "bob", "carol")]
@@ -47,7 +47,7 @@ def receiver():
 
 def spawn(dsn: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.dispatcher_process", dsn],
+        [sys.executable, "-m", "serve_app.testing.dispatcher_process", dsn],
         env={**os.environ, **ENV},
         stdout=subprocess.PIPE,
         text=True,

@@ -11,8 +11,8 @@ from serve_app.settings import Settings, WebhookSettings
 from serve_app.store import NewMemory, Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
+from serve_app.testing.webhook_receiver import Receiver
 from serve_app.webhooks.worker import DispatcherThread, lower_priority, thread_nice
-from tests.fakes.webhook_receiver import Receiver
 from tests.serve_app.store.unit_vectors import DIM, vecs
 from tests.serve_app.webhooks.test_dispatcher import subscribe, verified
 

@@ -1,7 +1,7 @@
 """A webhook dispatcher in its own OS process, as an Extractor replica runs it (tests):
 on a thread of its own at the lowered priority (serve_app/webhooks/worker.py).
 
-    python -m tests.fakes.dispatcher_process <dsn>
+    python -m serve_app.testing.dispatcher_process <dsn>
 
 Settings come from the environment (``MEMSERVE_WEBHOOKS_*``), so a test picks the
 interval, timeout and allowed networks. It runs until SIGTERM (a clean stop) or until

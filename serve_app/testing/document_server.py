@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.threaded_http import QuietHandler, serve
+from serve_app.testing.threaded_http import QuietHandler, serve
 
 
 @dataclass

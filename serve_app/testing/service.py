@@ -1,4 +1,4 @@
-"""The real service (`python -m serve_app run`) in a subprocess, for end-to-end tests."""
+"""The real service (`python -m serve_app run`) in a subprocess, for e2e tests and benchmarks."""
 
 from __future__ import annotations
 
