@@ -43,7 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadtests import procstat  # noqa: E402
+from loadtests import implicit_needs, procstat  # noqa: E402
 from loadtests.bench_servers import memserve_server  # noqa: E402
 from loadtests.context_calibrate import (  # noqa: E402
     Candidate,
@@ -116,6 +116,11 @@ class ScriptedExtractor:
         )
 
 
+def typed(m: dict) -> str:
+    """The type a platform sends (none: the API's default)."""
+    return m["type"] or "semantic"
+
+
 async def load_user(client: httpx.AsyncClient, user: dict, source: str, uid: str) -> Labels:
     """Write one user's memories and facts the way ``source`` does; labels by id."""
     labels = Labels()
@@ -139,7 +144,10 @@ async def load_user(client: httpx.AsyncClient, user: dict, source: str, uid: str
                 labels.key_of[row["id"]] = by_text[row["content"]]
     else:
         items = [
-            {"content": m["content"], "type": m["type"] if source == "typed" else "semantic"}
+            {
+                "content": m["content"],
+                "type": (m["type"] or "semantic") if source == "typed" else "semantic",
+            }
             for m in user["memories"]
         ]
         r = await client.post("/v1/memories/batch", json={"user_id": uid, "items": items})
@@ -167,12 +175,12 @@ async def settled(client: httpx.AsyncClient, uid: str, sid: str, timeout: float 
     raise TimeoutError(f"{uid}/{sid} not extracted")
 
 
-async def ask(
-    client: httpx.AsyncClient, mode: str, uid: str, text: str, top_k: int
-) -> tuple[list, list, dict]:
-    """(profile ids, other ids, cost) of one context block, or of a plain search."""
+async def ask(client: httpx.AsyncClient, mode: str, uid: str, text: str) -> tuple[list, list, dict]:
+    """(profile ids, other ids, cost) of one context block, or of a plain search
+    (``search@k``: its top k)."""
     t0 = time.perf_counter()
-    if mode == "search":
+    if mode.startswith("search"):
+        top_k = int(mode.partition("@")[2] or 5)
         r = await client.post("/v1/search", json={"user_id": uid, "query": text, "top_k": top_k})
         r.raise_for_status()
         ms = (time.perf_counter() - t0) * 1000
@@ -203,12 +211,12 @@ async def run_variant(
             for u in data["users"]:
                 uid = f"{source}-{u['id']}"
                 labels[(source, u["id"])] = await load_user(c, u, source, uid)
-        modes = ["search", "context"] if variant == "baseline" else ["context"]
-        for mode in modes:
-            name = "search" if mode == "search" else variant
+        modes = [f"search@{k}" for k in args.search_k] if variant == "baseline" else []
+        for mode in [*modes, "context"]:
+            name = mode if mode.startswith("search") else variant
             for source in sources:
                 for text in ("warm up", "hello there"):  # load the owners' caches
-                    await ask(c, mode, f"{source}-{data['users'][0]['id']}", text, args.top_k)
+                    await ask(c, mode, f"{source}-{data['users'][0]['id']}", text)
                 before = procstat.snapshot(server.pids, server.match)
                 outs, calls = [], 0
                 for i, msg in enumerate(data["messages"]):
@@ -216,11 +224,11 @@ async def run_variant(
                     uid = f"{source}-{msg['user']}"
                     times = []
                     for _ in range(args.repeat):  # the same block each time; median latency
-                        prof, other, cost = await ask(c, mode, uid, msg["text"], args.top_k)
+                        prof, other, cost = await ask(c, mode, uid, msg["text"])
                         times.append(cost["latency_ms"])
                         calls += 1
                     cost["latency_ms"] = percentile(times, 50)
-                    o = outcome(lab, msg["needs"], prof, other, **cost)
+                    o = outcome(lab, msg["needs"], prof, other, msg.get("helpful", ()), **cost)
                     outs.append((i, msg["user"], o))
                     if variant == "nogate" and mode == "context":
                         samples.append(sample(i, source, msg, lab, ask.last))  # type: ignore[attr-defined]
@@ -250,13 +258,21 @@ def sample(i: int, source: str, msg: dict, lab: Labels, body: dict) -> Sample:
         )
         for m in body["memories"]
     ]
-    half = "calibration" if i % 2 == 0 else "held_out"
-    return Sample(msg["text"], frozenset(msg["needs"]), cands, half, source)
+    return Sample(msg["text"], frozenset(msg["needs"]), cands, half_of(i, msg), source)
+
+
+HALVES = ("calibration", "held_out")
+
+
+def half_of(i: int, msg: dict) -> str:
+    """A message's half: the data's own (implicit_needs: by user), else by position
+    (the team's set: even positions calibrate, odd ones are held out)."""
+    return msg.get("half") or ("calibration" if i % 2 == 0 else "held_out")
 
 
 def score(outs: list, labels: dict, source: str, data: dict) -> dict:
-    """Figures per half (calibration: even positions, held-out: odd ones) and overall;
-    keys are qualified by user, so one user's 'city' is not another's."""
+    """Figures per half and overall (and per kind where the data has kinds); keys are
+    qualified by user, so one user's 'city' is not another's."""
 
     def qualified(seq):
         res = []
@@ -286,12 +302,23 @@ def score(outs: list, labels: dict, source: str, data: dict) -> dict:
         for i, user, o in outs
         if o.needed - o.got or o.outside_profile - o.needed
     ]
-    return {
+    msgs = data["messages"]
+    halves = {h: [x for x in outs if half_of(x[0], msgs[x[0]]) == h] for h in HALVES}
+    out = {
         "detail": detail,
         "all": summarise(qualified(outs), prof),
-        "calibration": summarise(qualified([x for x in outs if x[0] % 2 == 0]), prof),
-        "held_out": summarise(qualified([x for x in outs if x[0] % 2 == 1]), prof),
+        **{h: summarise(qualified(part), prof) for h, part in halves.items()},
     }
+    kinds = sorted({m["kind"] for m in msgs if "kind" in m})
+    if kinds:  # per kind, per half (the set's README asks for it)
+        out["by_kind"] = {
+            h: {
+                k: summarise(qualified([x for x in part if msgs[x[0]]["kind"] == k]), prof)
+                for k in kinds
+            }
+            for h, part in halves.items()
+        }
+    return out
 
 
 async def classifier_report(c: httpx.AsyncClient, data: dict, sources, labels) -> dict:
@@ -441,17 +468,30 @@ def print_table(report: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--variants", default="baseline,profile,split,gate,all")
-    ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--sources", default=None, help="default: typed,untyped,llm (team)")
     ap.add_argument("--repeat", type=int, default=3, help="calls per message (best kept)")
-    ap.add_argument("--top-k", type=int, default=5, help="plain search's top_k")
+    ap.add_argument("--search-k", default="3,5", help="plain search's top_k values")
+    ap.add_argument(
+        "--data",
+        choices=("team", "implicit"),
+        default="team",
+        help="team: loadtests/data/context_bench.json; implicit: ../shared implicit_needs",
+    )
     ap.add_argument("--max-unneeded", type=float, default=0.15, help="calibration's bound")
     ap.add_argument("--locomo-queries", type=int, default=60, help="per conversation; -1: skip")
     args = ap.parse_args()
-    args.sources = [s for s in args.sources.split(",") if s]
+    default = "typed,untyped" if args.data == "implicit" else ",".join(SOURCES)
+    args.sources = [s for s in (args.sources or default).split(",") if s]
+    args.search_k = [int(k) for k in args.search_k.split(",") if k]
     if args.locomo_queries >= 0 and not LOCOMO.exists():
         ap.error(f"{LOCOMO} is missing (--locomo-queries -1 skips LoCoMo)")
-    data = json.loads(DATA.read_text())
-    report: dict[str, Any] = {"variants": {}, "config": vars(args) | {"data": str(DATA)}}
+    if args.data == "implicit":
+        if "llm" in args.sources:
+            ap.error("--data implicit: sources typed,untyped (the set has no profile classes)")
+        data, source = implicit_needs.load(), str(implicit_needs.DEV)
+    else:
+        data, source = json.loads(DATA.read_text()), str(DATA)
+    report: dict[str, Any] = {"variants": {}, "config": vars(args) | {"data": source}}
     for variant in [v for v in args.variants.split(",") if v]:
         report["variants"][variant] = one_variant(variant, data, args)
     print_table(report)

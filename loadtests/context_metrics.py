@@ -50,10 +50,14 @@ def outcome(
     needed: Iterable[str],
     profile_ids: Iterable[object],
     other_ids: Iterable[object],
+    helpful: Iterable[str] = (),
     **cost: float,
 ) -> Outcome:
-    prof = {k for k in map(labels.key, profile_ids) if k}
-    other = {k for k in map(labels.key, other_ids) if k} - prof
+    """``helpful``: keys that may go in or stay out (neither right nor wrong): left out
+    of the block's items, so they count neither as found nor as unneeded."""
+    skip = set(helpful) - set(needed)
+    prof = {k for k in map(labels.key, profile_ids) if k} - skip
+    other = {k for k in map(labels.key, other_ids) if k} - prof - skip
     return Outcome(frozenset(needed), frozenset(prof | other), frozenset(other), **cost)  # type: ignore[arg-type]
 
 
