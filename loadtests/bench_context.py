@@ -15,6 +15,11 @@ Sources (each its own users in the same service): ``typed`` (API adds with the t
 platform knows), ``untyped`` (the same adds as ``semantic``), ``llm`` (each memory said
 in a session turn and extracted by the scripted LLM of serve_app/testing/llm_server.py).
 
+``--data implicit``: the foreign set of ../shared/data/implicit_needs (loadtests/
+implicit_needs.py: split by user, u01-u15 calibrate, u16-u30 report), sources typed and
+untyped, figures per kind; variant ``mem0`` runs mem0 OSS's plain search (top 3, top 5)
+on the same memories and messages.
+
 Variants (one fresh service each, ``MEMSERVE_CONTEXT_*`` settings: the presets of
 ``serve_app.settings.CONTEXT_PRESETS``): ``search`` (plain /v1/search top-k, on the
 baseline service), ``baseline`` (today's block: every lever off), ``profile``,
@@ -44,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests import implicit_needs, procstat  # noqa: E402
-from loadtests.bench_servers import memserve_server  # noqa: E402
+from loadtests.bench_servers import mem0_server, memserve_server  # noqa: E402
 from loadtests.context_calibrate import (  # noqa: E402
     Candidate,
     Sample,
@@ -410,7 +415,51 @@ def one_variant(variant: str, data: dict, args: argparse.Namespace, tries: int =
     raise AssertionError("unreachable")
 
 
+async def run_mem0(server, data: dict, args: argparse.Namespace) -> dict:
+    """mem0 OSS (loadtests/mem0_peer.py: the same MiniLM, pgvector) as a platform uses
+    it: each memory added as a message with ``infer=False`` (stored as said; mem0 keeps
+    no type), then its plain search at each top k, scored like a block."""
+    out: dict[str, Any] = {}
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as c:
+        labels: dict[tuple[str, str], Labels] = {}
+        key_by_text: dict[str, dict[str, str]] = {}
+        for u in data["users"]:
+            uid = f"mem0-{u['id']}"
+            key_by_text[u["id"]] = {m["content"]: m["key"] for m in u["memories"]}
+            for m in u["memories"]:
+                body = {
+                    "messages": [{"role": "user", "content": m["content"]}],
+                    "user_id": uid,
+                    "infer": False,
+                }
+                (await c.post("/memories", json=body)).raise_for_status()
+            lab = Labels(profile_keys={m["key"] for m in u["memories"] if m["cls"]})
+            labels[("untyped", u["id"])] = lab
+        for k in args.search_k:
+            outs = []
+            for i, msg in enumerate(data["messages"]):
+                body = {"query": msg["text"], "user_id": f"mem0-{msg['user']}", "limit": k}
+                t0 = time.perf_counter()
+                r = await c.post("/search", json=body)
+                r.raise_for_status()
+                ms = (time.perf_counter() - t0) * 1000
+                rows = r.json()
+                rows = rows.get("results", rows) if isinstance(rows, dict) else rows
+                texts = key_by_text[msg["user"]]
+                lab = labels[("untyped", msg["user"])]
+                got = [texts[x["memory"]] for x in rows if x.get("memory") in texts]
+                lab.key_of.update({key: key for key in got})
+                o = outcome(lab, msg["needs"], [], got, msg.get("helpful", ()), latency_ms=ms)
+                outs.append((i, msg["user"], o))
+            out[f"mem0@{k}/untyped"] = score(outs, labels, "untyped", data)
+    return out
+
+
 def _one_variant(variant: str, data: dict, args: argparse.Namespace) -> dict:
+    if variant == "mem0":
+        with mem0_server() as server:
+            print(f"[mem0] peer ready in {server.startup_s:.1f}s", flush=True)
+            return asyncio.run(run_mem0(server, data, args))
     fake = FakeLLM().start() if "llm" in args.sources else None
     if fake is not None:
         fake.add_responder(ScriptedExtractor(data))
@@ -454,7 +503,7 @@ def print_table(report: dict) -> None:
             for half in ("calibration", "held_out", "all"):
                 row = val[half]
                 cells = " ".join(f"{row[c]:>14}" for c in cols)
-                cpu = val["cpu_ms_per_call"] if half == "all" else ""
+                cpu = val.get("cpu_ms_per_call", "") if half == "all" else ""
                 print(f"{key:22} {half:12} {cells} {cpu:>12}")
         if "classifier" in res:
             for src, s in res["classifier"].items():
