@@ -20,6 +20,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.bootstrap import ModelFacts
+from serve_app.closing import Closer, close_all
 from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
 from serve_app.db.pool import open_pool
@@ -63,7 +64,7 @@ from serve_app.services.llm_usage import LlmUsageService
 from serve_app.services.maintenance import MaintenanceService
 from serve_app.services.memories import MemoryService
 from serve_app.services.portability import PortabilityService
-from serve_app.services.registry import Closer, Services
+from serve_app.services.registry import Services
 from serve_app.services.rerank import RerankService
 from serve_app.services.sessions import SessionService
 from serve_app.services.tenant_settings import TenantService, tenant_service
@@ -263,9 +264,7 @@ async def build_services(
             _closers=closers,
         )
     except BaseException:
-        for closer in reversed(closers):
-            with contextlib.suppress(Exception):
-                await closer()
+        await close_all(closers, log, "half-built replica")
         raise
 
 
@@ -364,9 +363,7 @@ async def build_worker(
         worker._closers = closers
         return worker
     except BaseException:
-        for closer in reversed(closers):
-            with contextlib.suppress(Exception):
-                await closer()
+        await close_all(closers, log, "half-built replica")
         raise
 
 

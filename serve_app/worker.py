@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app.closing import Closer, close_all
 from serve_app.consolidation.job import Consolidator, run_due
 from serve_app.embedding_model import ModelFacts
 from serve_app.extraction.outcome import Outcome
@@ -51,7 +52,6 @@ from serve_app.store.turns import SessionKey
 from serve_app.webhooks.worker import DispatcherThread
 
 log = logging.getLogger(__name__)
-Closer = Callable[[], Awaitable[None]]
 
 
 class EmbedMany(Protocol):
@@ -184,9 +184,4 @@ class Worker:
     async def aclose(self) -> None:
         """Stop and close what ``build_worker`` opened, newest first; one failure does not
         stop the rest (a document job cut here is claimed again after its lease)."""
-        while self._closers:
-            closer = self._closers.pop()
-            try:
-                await closer()
-            except Exception:
-                log.warning("closing a worker resource failed", exc_info=True)
+        await close_all(self._closers, log, "worker")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from serve_app.closing import Closer, close_all
 from serve_app.documents.fetch import DocumentFetcher
 from serve_app.services.auth import Authenticator
 from serve_app.services.chat import ChatService
@@ -31,7 +31,6 @@ from serve_app.store.keys import KeyStore
 from serve_app.store.users import UserDirectory
 
 log = logging.getLogger(__name__)
-Closer = Callable[[], Awaitable[None]]
 
 
 @dataclass
@@ -66,9 +65,4 @@ class Services:
 
     async def aclose(self) -> None:
         """Close what the root opened, newest first; one failure does not stop the rest."""
-        while self._closers:
-            closer = self._closers.pop()
-            try:
-                await closer()
-            except Exception:
-                log.warning("closing a service resource failed", exc_info=True)
+        await close_all(self._closers, log, "service")
