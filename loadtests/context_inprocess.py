@@ -102,7 +102,9 @@ async def load_labelled(
     return owners, labels
 
 
-def block_outcome(lab: Labels, needs: Sequence[str], block: Any) -> Outcome:
+def block_outcome(
+    lab: Labels, needs: Sequence[str], block: Any, helpful: Sequence[str] = ()
+) -> Outcome:
     """A ContextResult as bench_context.ask reads the response: profile ids (the profile
     section and the facts whose ``why`` says profile), then the other items."""
     in_profile = lambda f: str(f.get("why") or "").startswith("profile")  # noqa: E731
@@ -110,7 +112,7 @@ def block_outcome(lab: Labels, needs: Sequence[str], block: Any) -> Outcome:
     other = [x["id"] for x in block.memories]
     other += [f["id"] for f in block.facts if not in_profile(f)]
     cost = {"tokens": block.tokens, "profile_tokens": block.profile_tokens}
-    return outcome(lab, needs, prof, other, **cost)
+    return outcome(lab, needs, prof, other, helpful, **cost)
 
 
 def quality(outs: Sequence[tuple[int, str, Outcome]], labels: dict[str, Labels]) -> dict:

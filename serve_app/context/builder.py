@@ -36,6 +36,7 @@ from serve_app.context.fuse import (
     shifted,
     topic_cosines,
 )
+from serve_app.context.language import model_reads
 from serve_app.context.left_out import LeftOut
 from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
@@ -96,6 +97,10 @@ class Levers:
     # (models.views): the parts that are stretches of the message; the time-free texts.
     pooled_parts: bool = False
     pooled_time_free: bool = False
+    # A message in a language the model does not read admits memories only on a cosine
+    # of ``foreign_similarity`` (serve_app/context/language.py).
+    foreign_guard: bool = False
+    foreign_similarity: float = 0.6
 
     @property
     def any(self) -> bool:
@@ -231,7 +236,10 @@ class ContextBuilder:
             shown = {str(i["id"]) for i in fit[0]}
             memories = [m for m in memories if str(m["id"]) not in shown]
         if lv.gate:
-            gated = self._admitted(memories, message, lv.evidence)
+            ev = lv.evidence
+            if lv.foreign_guard and memories and not model_reads(req.query):
+                ev = ev.strict(lv.foreign_similarity)
+            gated = self._admitted(memories, message, ev)
             if trace is not None:
                 trace.drop(memories, gated, "gate")
             memories = gated

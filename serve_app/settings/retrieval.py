@@ -184,6 +184,17 @@ class ContextSettings(BaseSettings):
     # message without its time words ("on Saturday", "this weekend": searched once more
     # without them, dense, in the same backend call), so when-words never add evidence.
     evidence_time_free: bool = True
+    # Filling by rank (serve_app/context/evidence.py): after the rule, up to
+    # ``evidence_fill`` more memories, best ranked first, with a cosine of at least
+    # ``evidence_floor`` (0: off). Calibrated on the implicit-needs set's calibration
+    # half (loadtests/context_levers.py; docs/operations.md, "Context on foreign sets").
+    evidence_fill: int = Field(0, ge=0, le=50)
+    evidence_floor: float = Field(0.25, ge=-1, le=1)
+    # Messages in a language the model does not read (MiniLM reads English): their
+    # cosines are noise, so only ``foreign_similarity`` or more admits a memory; the
+    # profile still applies. Detected by py3langid (serve_app/context/language.py).
+    foreign_guard: bool = False
+    foreign_similarity: float = Field(0.6, ge=-1, le=1)
     # Vectors pooled from the message's encoder run (models.views) instead of encoded on
     # their own: the time-free texts (the message without its time words), and the parts
     # that are stretches of the message. One run, several poolings: less CPU per call

@@ -92,7 +92,7 @@ def test_settings_reach_the_rule():
         evidence_ignore_time_words=True,
         evidence_time_free=False,
     )
-    assert levers(s).evidence == Evidence(0.5, 0.25, 0.3, 2, True, False)
+    assert levers(s).evidence == Evidence(0.5, 0.25, 0.3, 2, True, False, fill=0, floor=0.25)
     assert levers(ContextSettings()).evidence.time_free  # the calibrated default
     d = levers(ContextSettings()).evidence
     assert d.weak <= d.strong and d.min_shared >= 1
@@ -124,3 +124,40 @@ def test_a_profile_memory_over_the_cap_still_competes_as_retrieved():
     b2 = Backend(profile=[shown], by_text={msg: [dict(shown, similarity=0.9)]})
     r2 = build(b2, msg)
     assert [p["id"] for p in r2.profile] == [shown["id"]] and r2.memories == []
+
+
+def test_fill_admits_the_best_ranked_over_the_floor_and_no_more():
+    ev = Evidence(strong=0.45, weak=0.2, fill=2, floor=0.25)
+    msg = stems("How do I charge my car on a long road trip?")
+    cands = [
+        (0.5, stems("Commutes by bike")),  # the rule admits it
+        (0.31, stems("I drive a Tesla Model 3")),  # filled: best ranked over the floor
+        (0.2, stems("Plays chess on Sundays")),  # under the floor: never
+        (0.28, stems("Likes jazz")),  # filled: the second
+        (0.27, stems("Has two cats")),  # over the floor, but the fill is spent
+    ]
+    reasons = ev.admit(cands, msg)
+    assert reasons[0].startswith("similar")
+    assert [r is not None for r in reasons[1:]] == [True, False, True, False]
+    assert "best matches" in reasons[1]
+    assert Evidence(0.45, 0.2).admit(cands, msg)[1:] == [None] * 4  # fill off: as before
+
+
+def test_a_message_the_model_cannot_read_admits_only_on_a_high_cosine():
+    ev = Evidence(strong=0.35, weak=0.15, min_shared=1, fill=3, floor=0.2).strict(0.6)
+    msg = stems("Qual é a melhor forma de carregar o meu carro na estrada?")
+    cands = [(0.45, stems("carro estrada")), (0.3, stems("Has two cats")), (0.65, stems("x"))]
+    assert [r is not None for r in ev.admit(cands, msg)] == [False, False, True]
+
+
+def test_the_builder_guards_messages_in_another_language():
+    pt = "Qual é a melhor forma de carregar o meu carro numa viagem longa?"
+    cats = mem("Has two cats who fight over the window seat", 0.42, 0.5)
+    b = Backend(by_text={pt: [cats]})
+    open_gate = replace(ALL, evidence=Evidence(0.35, 0.15))
+    assert len(build(b, pt, levers=open_gate).memories) == 1  # noise on a foreign message
+    guarded = replace(open_gate, foreign_guard=True, foreign_similarity=0.6)
+    assert build(b, pt, levers=guarded).memories == []
+    en = "What is the best way to charge my car on a long trip?"
+    b = Backend(by_text={en: [cats]})
+    assert len(build(b, en, levers=guarded).memories) == 1  # English: judged as before
