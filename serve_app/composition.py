@@ -23,6 +23,7 @@ from serve_app.bootstrap import ModelFacts
 from serve_app.closing import Closer, close_all
 from serve_app.consolidation.job import Consolidator, consolidation_llm
 from serve_app.context import ContextBuilder
+from serve_app.context.topics import Topics
 from serve_app.db.pool import open_pool
 from serve_app.documents.fetch import DocumentFetcher
 from serve_app.extraction.scheduler import SessionScheduler
@@ -193,7 +194,11 @@ async def build_services(
         profiles = ProfileStore(pool)
         context = ContextService(
             ContextBuilder(
-                memories.search_many, writer.facts.active, profiles.members, memories.cite
+                memories.search_many,
+                writer.facts.active,
+                profiles.members,
+                memories.cite,
+                Topics(backends.embed, settings.context.topics),
             ),
             settings.context,
         )

@@ -41,6 +41,7 @@ from serve_app.context.left_out import LeftOut
 from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import fit_profile, format_with_profile
+from serve_app.context.topics import Topic, Topics
 from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
 
@@ -101,6 +102,13 @@ class Levers:
     # of ``foreign_similarity`` (serve_app/context/language.py).
     foreign_guard: bool = False
     foreign_similarity: float = 0.6
+    # Life topics (serve_app/context/topics.py), with the gate: the message's topic is
+    # searched too, and memories near it enter on that evidence.
+    topic_bridge: bool = False
+    topic_min_cosine: float = 0.25
+    topic_margin: float = 0.03
+    topic_similarity: float = 0.4
+    topic_max_items: int = 2
 
     @property
     def any(self) -> bool:
@@ -148,12 +156,15 @@ class ContextBuilder:
         facts: FactsFn,
         profile: ProfileFn | None = None,
         cite: CiteFn | None = None,
+        topics: Topics | None = None,
     ) -> None:
-        """``cite``: chunks' provenance (None: chunks are not split out, as before issue 33)."""
+        """``cite``: chunks' provenance (None: chunks are not split out); ``topics``: the
+        life topics a message may be bridged by (None: no bridge)."""
         self.search = search
         self.facts = facts
         self.profile = profile
         self.cite = cite
+        self.topics = topics
 
     async def build(self, req: ContextRequest) -> ContextResult:
         if req.levers.any:
@@ -210,9 +221,11 @@ class ContextBuilder:
             )
         memories: list[dict[str, Any]] = []
         chunks: list[dict[str, Any]] = []
+        bridged: list[dict[str, Any]] = []  # found by the message's life topic
         try:
             if not small:
-                memories, chunks = await self._memories(req, parts, trace)
+                life_topic = await self._topic(req, text)
+                memories, chunks = await self._memories(req, parts, trace, life_topic, bridged)
             facts = await facts_task
             profile = await profile_task if profile_task is not None else []
         finally:
@@ -242,7 +255,9 @@ class ContextBuilder:
             gated = self._admitted(memories, message, ev)
             if trace is not None:
                 trace.drop(memories, gated, "gate")
-            memories = gated
+            in_profile = {str(i["id"]) for i in fit[0]} if fit is not None else set()
+            bridged = [m for m in bridged if str(m["id"]) not in in_profile]
+            memories = gated + self._bridged(memories, gated, bridged, lv)
         else:
             _retrieved_why(memories, ())
         if trace is not None:
@@ -354,8 +369,49 @@ class ContextBuilder:
                 out.append(m)
         return out
 
+    async def _topic(self, req: ContextRequest, text: str) -> Topic | None:
+        """The message's life topic, when the bridge is on and it clearly has one (and
+        the model reads the message: another language's cosines say nothing)."""
+        lv = req.levers
+        if not (lv.topic_bridge and lv.gate and self.topics is not None):
+            return None
+        if lv.foreign_guard and not model_reads(req.query):
+            return None
+        return await self.topics.of(text, lv.topic_min_cosine, lv.topic_margin)
+
+    @staticmethod
+    def _bridged(
+        candidates: Sequence[dict[str, Any]],
+        gated: Sequence[dict[str, Any]],
+        bridged: Sequence[dict[str, Any]],
+        lv: Levers,
+    ) -> list[dict[str, Any]]:
+        """Up to ``topic_max_items`` memories the topic search found near the topic,
+        best first, that the gate did not admit (the candidate's own row if the message
+        found it too)."""
+        admitted = {str(m["id"]) for m in gated}
+        found = {str(m["id"]): m for m in candidates}
+        out: list[dict[str, Any]] = []
+        for row in bridged:
+            if len(out) >= lv.topic_max_items:
+                break
+            key = str(row["id"])
+            cosine = float(row.get("similarity") or -1.0)
+            if key in admitted or cosine < lv.topic_similarity:
+                continue
+            m = found.get(key, row)
+            m["why"] = f"about {row['bridge_topic']}, like the message (cosine {cosine:.2f})"
+            out.append(m)
+            admitted.add(key)
+        return out
+
     async def _memories(
-        self, req: ContextRequest, texts: Sequence[str], trace: LeftOut | None = None
+        self,
+        req: ContextRequest,
+        texts: Sequence[str],
+        trace: LeftOut | None = None,
+        life_topic: Topic | None = None,
+        bridged: list[dict[str, Any]] | None = None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every text searched (broad, and the session), all in one backend call, so one
         encoder batch; a memory found by several texts keeps its best score and its
@@ -440,7 +496,25 @@ class ContextBuilder:
                 )
             )
             time_free.append(True)
+        if life_topic is not None:  # the message's life topic, searched like a message
+            searches.append(
+                SearchQuery(
+                    tenant_id=req.tenant_id,
+                    user_id=req.user_id,
+                    top_k=req.levers.topic_max_items * 2,
+                    threshold=req.threshold,
+                    text=life_topic.text,
+                    owners=owners,
+                    mode="dense",
+                )
+            )
         batches = await self.search(searches)
+        if life_topic is not None:
+            rows = [m for m in batches.pop() if visible_in_session(m, req.session_id)]
+            for m in rows:
+                m["bridge_topic"] = life_topic.text
+            if bridged is not None:
+                bridged.extend(rows)
         topic = topic_cosines(batches, time_free) if probes else None
         batches = batches[: len(batches) - len(bare)]  # probes only judge, they add nothing
         found = [m for batch in batches for m in batch]

@@ -145,6 +145,24 @@ class RankSettings(BaseSettings):
     recency_from: Literal["updated", "accessed"] = "updated"
 
 
+# Generic life topics (serve_app/context/topics.py): what a message and a memory that
+# share no words are both about ("my car" and "I drive a Tesla Model 3").
+DEFAULT_TOPICS = (
+    "the user's car or vehicle",
+    "the user's pets and animals",
+    "the user's children and parenting",
+    "the user's health, medication and allergies",
+    "the user's diet, food and cooking",
+    "the user's home and where they live",
+    "the user's job and work",
+    "the user's hobbies and sports",
+    "the user's travel and trips",
+    "the user's money and finances",
+    "the user's family, partner and friends",
+    "the user's learning, studies and languages",
+)
+
+
 class ContextSettings(BaseSettings):
     model_config = group("MEMSERVE_CONTEXT_")
 
@@ -195,6 +213,16 @@ class ContextSettings(BaseSettings):
     # profile still applies. Detected by py3langid (serve_app/context/language.py).
     foreign_guard: bool = False
     foreign_similarity: float = Field(0.6, ge=-1, le=1)
+    # Life topics (serve_app/context/topics.py): a message clearly about one of
+    # ``topics`` (cosine >= ``topic_min_cosine``, ``topic_margin`` nearer than the next)
+    # has that description searched too; up to ``topic_max_items`` memories with a
+    # cosine of ``topic_similarity`` or more to it enter on that evidence.
+    topic_bridge: bool = False
+    topics: tuple[str, ...] = Field(DEFAULT_TOPICS, min_length=2, max_length=64)
+    topic_min_cosine: float = Field(0.25, ge=-1, le=1)
+    topic_margin: float = Field(0.03, ge=0, le=2)
+    topic_similarity: float = Field(0.4, ge=-1, le=1)
+    topic_max_items: int = Field(2, ge=0, le=20)
     # Vectors pooled from the message's encoder run (models.views) instead of encoded on
     # their own: the time-free texts (the message without its time words), and the parts
     # that are stretches of the message. One run, several poolings: less CPU per call
