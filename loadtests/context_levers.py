@@ -8,8 +8,15 @@ composition root in process (real PostgreSQL, the real int8 encoder) over
 u16-u30 report) and per kind, for typed and untyped adds. Settings are chosen on the
 calibration half; the report half is printed beside it and never used to choose.
 
-    python -m loadtests.context_levers --tries '{"fill_floor": 0.25}' '{"fill_floor": 0.3}'
+    python -m loadtests.context_levers --tries '{}' '{"evidence_fill": 2}'
     python -m loadtests.context_levers --half calibration      # print one half only
+    python -m loadtests.context_levers --data team             # the team's own set
+    python -m loadtests.context_levers --locomo 20             # + LoCoMo at 250/1000/4000
+
+``--data team`` runs loadtests/data/context_bench.json (the set the gate was tuned on:
+even positions calibrate, odd ones are held out) the same way. ``--locomo N`` adds LoCoMo
+dev (N questions per conversation): the share of a question's evidence turns in the
+block at 250, 1000 and 4000 tokens, the tokens used, and plain search R@10 beside it.
 
 Prints a row per try and source, writes loadtests/results/context_levers-<time>.json.
 """
@@ -28,14 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests import implicit_needs  # noqa: E402
-from loadtests.bench_context import HALVES, score  # noqa: E402
-from loadtests.context_inprocess import block_outcome  # noqa: E402
+from loadtests.bench_context import DATA, HALVES, LOCOMO, score  # noqa: E402
+from loadtests.context_inprocess import block_outcome, load_labelled  # noqa: E402
 from loadtests.context_metrics import Labels  # noqa: E402
 from loadtests.harness import write_json  # noqa: E402
 from models import load_encoder  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.embedding_model import ModelFacts  # noqa: E402
+from serve_app.retrieval.query import SearchQuery  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from serve_app.store import NewMemory, Owner  # noqa: E402
 from serve_app.store.vectors import ensure_table  # noqa: E402
@@ -43,6 +51,7 @@ from serve_app.testing.inprocess import in_process_services  # noqa: E402
 
 SLUG = "all-minilm-l6-v2-int8"
 TENANT = "levers"
+BUDGETS = (250, 1000, 4000)
 COLUMNS = ("needed_recall", "unneeded_share", "retrieved_unneeded_share", "tokens_mean")
 
 
@@ -60,23 +69,66 @@ async def load(services: Any, data: dict, prefix: str, typed: bool) -> tuple[dic
     return owners, labels
 
 
+async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
+    """LoCoMo dev evidence in the block at each budget, with the tokens it used, beside
+    plain search R@10 (the same memories, the same questions)."""
+    from loadtests.eval_retrieval import evidence_ids, locomo_items, locomo_qa
+
+    convs = json.loads(LOCOMO.read_text())
+    got: dict[str, list[float]] = {f"block@{b}": [] for b in BUDGETS}
+    used: dict[str, list[int]] = {f"block@{b}": [] for b in BUDGETS}
+    search: list[float] = []
+    for conv in convs:
+        owner = Owner(TENANT, f"{prefix}-locomo-{conv['sample_id']}")
+        items = [NewMemory(x["content"], metadata=x["metadata"]) for x in locomo_items(conv)]
+        for i in range(0, len(items), 100):
+            await services.memories.add(owner, items[i : i + 100], actor="bench")
+        for q in locomo_qa(conv, queries or None):
+            gold = evidence_ids(q["evidence"])
+            for b in BUDGETS:
+                block = await services.context.build(owner, q["question"], token_budget=b)
+                shown = block.memories + block.profile
+                ids = {(m.get("metadata") or {}).get("dia_id") for m in shown}
+                got[f"block@{b}"].append(len(gold & ids) / len(gold))
+                used[f"block@{b}"].append(block.tokens)
+            query = SearchQuery(TENANT, owner.user_id, top_k=10, text=q["question"])
+            [rows] = await services.memories.search_many([query])
+            ids = {(m.get("metadata") or {}).get("dia_id") for m in rows}
+            search.append(len(gold & ids) / len(gold))
+    out: dict[str, Any] = {"questions": len(search), "search_R@10": mean(search)}
+    for key in got:
+        out[key] = {"evidence": mean(got[key]), "tokens_mean": mean(used[key])}
+    return out
+
+
+def mean(xs: list) -> float:
+    return round(sum(xs) / len(xs), 4) if xs else 0.0
+
+
 async def one_try(
-    n: int, fields: dict[str, Any], dsn: str, encoder: Any, data: dict, sources: list[str]
+    n: int, fields: dict[str, Any], dsn: str, encoder: Any, data: dict, args: argparse.Namespace
 ) -> dict:
     settings = Settings().with_(context=fields)
     model = ModelFacts.of(encoder.spec)
     out: dict[str, Any] = {"settings": fields}
     async with in_process_services(settings, model, dsn, encoder) as services:
-        for source in sources:
-            owners, labels = await load(services, data, f"t{n}{source}", source == "typed")
+        for source in args.sources:
+            if args.data == "team":
+                owners, labels = await load_labelled(
+                    services, data, f"t{n}{source}", source == "typed", TENANT
+                )
+            else:
+                owners, labels = await load(services, data, f"t{n}{source}", source == "typed")
             outs = []
             for i, msg in enumerate(data["messages"]):
                 block = await services.context.build(owners[msg["user"]], msg["text"])
                 lab = labels[msg["user"]]
-                o = block_outcome(lab, msg["needs"], block, msg["helpful"])
+                o = block_outcome(lab, msg["needs"], block, msg.get("helpful", ()))
                 outs.append((i, msg["user"], o))
             by_source = {(source, u): lab for u, lab in labels.items()}
             out[source] = score(outs, by_source, source, data)
+        if args.locomo >= 0:
+            out["locomo"] = await locomo(services, args.locomo, f"t{n}")
     return out
 
 
@@ -89,9 +141,14 @@ def main() -> None:
     ap.add_argument("--tries", nargs="*", default=["{}"], help="ContextSettings fields (JSON)")
     ap.add_argument("--sources", default="typed,untyped")
     ap.add_argument("--half", choices=(*HALVES, "both"), default="both")
+    ap.add_argument("--data", choices=("implicit", "team"), default="implicit")
+    ap.add_argument("--locomo", type=int, default=-1, help="questions per conversation")
     args = ap.parse_args()
-    sources = [s for s in args.sources.split(",") if s]
-    data = implicit_needs.load()
+    args.sources = sources = [s for s in args.sources.split(",") if s]
+    if args.data == "team":
+        data = json.loads(DATA.read_text()) | {"source": str(DATA)}
+    else:
+        data = implicit_needs.load()
     encoder = load_encoder(SLUG, threads=1)
     results = []
     with tempfile.TemporaryDirectory(prefix="memserve-levers-") as tmp:
@@ -104,11 +161,13 @@ def main() -> None:
             print(f"{'try / source / half':44} " + " ".join(f"{c[:8]:>8}" for c in COLUMNS))
             for n, spec in enumerate(args.tries):
                 fields = json.loads(spec)
-                r = asyncio.run(one_try(n, fields, dsn, encoder, data, sources))
+                r = asyncio.run(one_try(n, fields, dsn, encoder, data, args))
                 results.append(r)
                 for source in sources:
                     for half in halves:
                         print(row(f"{spec[:28]} {source} {half}", r[source][half]), flush=True)
+                if "locomo" in r:
+                    print(f"  LoCoMo {json.dumps(r['locomo'])}", flush=True)
         finally:
             pg.stop()
     print(f"wrote {write_json('context_levers', {'tries': results, 'data': data['source']})}")
