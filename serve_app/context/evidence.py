@@ -216,9 +216,10 @@ class Evidence:
         return reasons
 
     def strict(self, similarity: float) -> Evidence:
-        """The rule for a message the model cannot read (another language): only a
-        cosine of at least ``similarity`` admits; no shared words, no filling."""
-        return replace(self, strong=max(self.strong, similarity), min_shared=10**6, fill=0)
+        """The rule for a message the model cannot read (another language): the
+        similarity path needs a cosine of at least ``similarity``, and nothing is filled
+        by rank; shared words (names, places: the same in any language) still count."""
+        return replace(self, strong=max(self.strong, similarity), fill=0)
 
 
 def _quote(shared: Iterable[str]) -> str:
