@@ -209,9 +209,11 @@ class ContextSettings(BaseSettings):
     evidence_fill: int = Field(0, ge=0, le=50)
     evidence_floor: float = Field(0.25, ge=-1, le=1)
     # Messages in a language the model does not read (MiniLM reads English): their
-    # cosines are noise, so only ``foreign_similarity`` or more admits a memory; the
-    # profile still applies. Detected by py3langid (serve_app/context/language.py).
-    foreign_guard: bool = False
+    # cosines are noise, so only ``foreign_similarity`` or more admits a memory by
+    # similarity (shared words still count); the profile still applies. Detected by
+    # py3langid (serve_app/context/language.py). On the implicit-needs calibration half
+    # the retrieved section's unneeded share fell from 0.42 to 0.20 (docs/operations.md).
+    foreign_guard: bool = True
     foreign_similarity: float = Field(0.6, ge=-1, le=1)
     # Life topics (serve_app/context/topics.py): a message clearly about one of
     # ``topics`` (cosine >= ``topic_min_cosine``, ``topic_margin`` nearer than the next)
