@@ -31,7 +31,7 @@ joins the shared batch text by text; a longer one waits for the encoder to be fr
 and takes it for one run of its own (the gate stays closed meanwhile, so concurrent
 callers queue for the run after it) instead of costing a batch-queue entry per text.
 
-Two lanes (``models/lanes.py``, issue 33): ``embed`` and ``embed_many`` are interactive;
+Two lanes (``models/lanes.py``): ``embed`` and ``embed_many`` are interactive;
 ``embed_many(..., bulk=True)`` (document chunks, re-embedding, imports) is bulk: cut
 into length-sorted slices of at most ``MEMSERVE_EMBED_BULK_SLICE_TOKENS`` padded tokens
 and ``MEMSERVE_EMBED_BULK_SLICE_TEXTS`` texts, each started only when no interactive

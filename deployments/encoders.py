@@ -1,7 +1,7 @@
 """How a replica loads its encoders: the Embedder and the Retriever both come through here.
 
 Same settings (``MEMSERVE_EMBED_*``), same factory (:func:`models.shared.encoder_set`),
-so a Retriever embedding queries itself (issue 23) runs exactly the Embedder's verified
+so a Retriever embedding queries itself runs exactly the Embedder's verified
 model, and one process never holds two copies of it.
 """
 

@@ -13,7 +13,7 @@ builds services for the new model, hands them to new requests, and closes the ol
 once the requests in flight on them are done.
 
 A search is one Serve call by default: the Retriever embeds the query text itself
-(``MEMSERVE_QUERY_EMBED=retriever``, issue 23); with ``embedder`` the Ingress gets the
+(``MEMSERVE_QUERY_EMBED=retriever``); with ``embedder`` the Ingress gets the
 vector from the Embedder first (batched there, e.g. on a GPU), then calls the Retriever.
 """
 

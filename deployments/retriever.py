@@ -12,7 +12,7 @@ model's table becomes active, builds a fresh core over it (an empty hot cache th
 loads the new vectors) in place of the old one. A search still embedded with the old
 model (a caller that has not switched yet) is answered from the old table, uncached.
 
-Query embedding (issue 23): ``search_text`` takes the query text and embeds it here, with
+Query embedding: ``search_text`` takes the query text and embeds it here, with
 the Embedder's verified model loaded through the same factory
 (:func:`deployments.encoders.replica_encoders`), so a search is one Serve call. Every
 model the registry serves is loaded at start (a model change: the active and the filling

@@ -248,7 +248,7 @@ class Encoder:
         view: the mean over the tokens of the text that overlap the view's character
         spans (special tokens and the query prefix included), taken from the same run.
 
-        Why: a context search also asks for a text without some of its words (issue 29's
+        Why: a context search also asks for a text without some of its words (the context's
         time-free cosine); pooled from the text's run that costs no second encoding
         (~0.2 ms of CPU per padded token on this box). The view's tokens were read in
         the whole text's context, so its vector is close to, not equal to, the view

@@ -5,7 +5,7 @@ memory write's one embedding, a query) wait on the encoder with a user waiting o
 Bulk ones (a document's hundreds of chunks, a re-embed, an import) have no one waiting
 on any particular text. Run a bulk list as one encoder run and every interactive caller
 that arrives meanwhile waits for all of it: on 2 CPUs a 64-chunk slice of a PDF held a
-memory write's p50 at 2.5 s instead of 27 ms (issue 33, ``loadtests/bench_documents.py``).
+memory write's p50 at 2.5 s instead of 27 ms (``loadtests/bench_documents.py``).
 
 So bulk lists are cut into slices (:func:`plan_slices`: length-sorted, capped in padded
 tokens and texts) and each slice takes its turn (:meth:`EncoderLanes.run_bulk`): it

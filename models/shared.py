@@ -1,7 +1,7 @@
 """The one factory replicas load encoders through: one object per process and options.
 
 The Embedder (batched writes, re-embedding, GPU) and the Retriever (query vectors, one
-Serve hop per search: issue 23) both call :func:`encoder_set`, so they run the same
+Serve hop per search) both call :func:`encoder_set`, so they run the same
 verified model (spec, manifest and sha256 checks of :func:`models.loader.load_encoder`),
 and code paths in one process share the loaded encoder instead of holding copies.
 """

@@ -1,7 +1,7 @@
 """The PyTorch encoder backend (``MEMSERVE_EMBED_BACKEND=torch``): same spec, other runtime.
 
 For GPU nodes whose image has PyTorch but not ``onnxruntime-gpu`` (and the lent GPU
-machines of issue 34). :class:`TorchEncoder` is an :class:`~models.encoder.Encoder`
+GPU machines). :class:`TorchEncoder` is an :class:`~models.encoder.Encoder`
 in everything but the forward pass: the same tokenizer, truncation, query prefix,
 length-sorted sub-batches, pooling and normalisation, so its vectors go in the same
 table as the ONNX encoder's (tests/models/test_torch_backend.py checks the agreement).

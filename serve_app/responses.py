@@ -150,7 +150,7 @@ class ImportCounts(BaseModel):
     facts: int
     fact_versions: int
     history: int
-    documents: int = 0  # the user's documents (issue 33), each a new version of its id
+    documents: int = 0  # the user's documents, each a new version of its id
 
 
 class ImportReport(BaseModel):
@@ -272,7 +272,7 @@ class SessionList(BaseModel):
     sessions: list[SessionSummary]
 
 
-# events: GET /v1/events (issue 32)
+# events: GET /v1/events
 class Event(BaseModel):
     id: UUID  # the event's id (a webhook's ``webhook-id``): the same on every redelivery
     cursor: str  # pass as ``after`` to read what follows this event
@@ -296,7 +296,7 @@ class EventPage(BaseModel):
     next_cursor: str  # ``after`` of the next read (the same cursor again when nothing new)
 
 
-# webhooks: /v1/admin/webhooks (issue 32)
+# webhooks: /v1/admin/webhooks
 class Webhook(BaseModel):
     id: UUID
     url: str

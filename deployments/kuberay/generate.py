@@ -7,7 +7,7 @@ one; only what a cluster needs differs: Serve listens on all interfaces of the p
 it on the GPU worker group, where ``MEMSERVE_EMBED_DEVICE=cuda`` is set, and search
 queries are embedded there too (``MEMSERVE_QUERY_EMBED=embedder`` in the application's
 runtime env, so the Ingress and the Retriever on the CPU group both see it: batched
-query encoding on the GPU beats one CPU encode per search in the Retriever, issue 23).
+query encoding on the GPU beats one CPU encode per search in the Retriever).
 """
 
 from __future__ import annotations

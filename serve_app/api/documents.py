@@ -1,4 +1,4 @@
-"""/v1/documents: the knowledge base (issue 33): post (JSON text or a file upload), list,
+"""/v1/documents: the knowledge base: post (JSON text or a file upload), list,
 get with its chunks, delete. Who may do what: serve_app/services/documents.py."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def to_query(body: SearchRequest, tenant_id: str, user_id: str, default_top_k: i
 
 
 def searches(body: SearchRequest, q: SearchQuery) -> list[SearchQuery]:
-    """The user's own search (scope ``user``) and the shared knowledge's (issue 33): the
+    """The user's own search (scope ``user``) and the shared knowledge's: the
     agent's document chunks with ``agent_id`` (scope ``agent``), the org's (scope
     ``org``); shared memories that are not chunks stay out (``knowledge_query``). The
     owners are fixed here from the key's tenant, never from the body. A session search

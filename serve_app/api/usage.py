@@ -1,4 +1,4 @@
-"""``GET /v1/admin/usage``: what the tenant's LLM calls spent (issue 31).
+"""``GET /v1/admin/usage``: what the tenant's LLM calls spent.
 
 Admin keys only, their own tenant only. Sums of the daily roll-up
 (serve_app/store/llm_spend.py) grouped by any of day, end user, purpose and model,

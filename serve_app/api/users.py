@@ -51,7 +51,7 @@ async def list_sessions(
 async def user_profile(
     user_id: UserPath, caller: Caller, services: Svc, agent_id: Identifier | None = None
 ):
-    """The user's profile (issue 29): standing instructions, constraints and identity,
+    """The user's profile: standing instructions, constraints and identity,
     from memories (classified when written, or pinned) and facts, most important first,
     each with why it is there; every context block of the user starts with it."""
     owner = resolve_owner(caller, user_id)

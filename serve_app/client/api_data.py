@@ -170,7 +170,7 @@ class DataApi:
     @Endpoint
     @staticmethod
     def user_profile(user_id: str, *, agent_id: str | None = None) -> Call[ProfileResponse]:
-        """The user's profile: what every context block starts with, and why (issue 29)."""
+        """The user's profile: what every context block starts with, and why."""
         path = f"/v1/users/{user_id}/profile"
         return with_params("GET", path, {"agent_id": agent_id}, ProfileResponse)
 

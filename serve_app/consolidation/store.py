@@ -27,7 +27,7 @@ from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 def _owned(i: str = "") -> str:
     """The owner's active, unexpired memories valid now (``i``: alias prefix): a retired
     memory is history, never merged, reflected on or decayed; nor is a document's chunk
-    (knowledge, not a memory: issue 33)."""
+    (knowledge, not a memory)."""
     return (
         f"{i}tenant_id = %(tenant_id)s AND {i}user_id = %(user_id)s AND {i}status = 'active'"
         f" AND {i}type <> 'document_chunk' AND {live(i)} AND {valid(i)}"

@@ -1,4 +1,4 @@
-"""Prompt context: pre-filter, query expansion, token budget, formatting (issue 6)."""
+"""Prompt context: pre-filter, query expansion, token budget, formatting."""
 
 from serve_app.context.builder import ContextBuilder, ContextRequest, ContextResult
 from serve_app.context.prefilter import is_greeting, is_self_contained

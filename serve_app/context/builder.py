@@ -5,7 +5,7 @@ Flow: facts (deterministic lookup) and, unless the message is a greeting, the
 organisation's memories, plus the current session's memories, in one backend call
 that embeds the text once; results are merged, de-duplicated, and cut to the token budget.
 
-Issue 29's levers (``Levers``, each on its own; all off: the block as before):
+The context levers (``Levers``, each on its own; all off: the block as before):
 ``profile``: the user's profile (instructions, constraints, identity: classes given at
 write time, read with one indexed query) always first, within a share of the budget;
 ``split``: the message searched part by part (sentences, clauses) in the same backend
@@ -77,7 +77,7 @@ class ContextRequest:
 
 @dataclass(frozen=True)
 class Levers:
-    """Issue 29's levers (settings ``MEMSERVE_CONTEXT_*``); the defaults: all off."""
+    """The context levers (settings ``MEMSERVE_CONTEXT_*``); the defaults: all off."""
 
     profile: bool = False
     profile_share: float = 0.25
@@ -87,7 +87,7 @@ class Levers:
     gate: bool = False
     evidence: Evidence = Evidence(0.35, 0.35)
     small_talk: str = "profile"  # profile | nothing
-    # Issue 33: the knowledge base's chunks (org, the agent's, the user's documents) in
+    # The knowledge base's chunks (org, the agent's, the user's documents) in
     # their own section, cited, through the evidence gate, at most ``knowledge_share``
     # of the budget unless the personal part leaves more (serve_app.context.knowledge).
     knowledge: bool = False
@@ -202,7 +202,7 @@ class ContextBuilder:
         )
 
     async def _build(self, req: ContextRequest) -> ContextResult:
-        """The block with issue 29's levers (each on its own)."""
+        """The block with the context levers (each on its own)."""
         lv = req.levers
         trace = LeftOut() if req.explain else None
         text = expand_query(req.query, req.history)

@@ -1,4 +1,4 @@
-"""Evidence that a retrieved item is relevant to this message (issue 29, "no noise").
+"""Evidence that a retrieved item is relevant to this message ("no noise").
 
 Ranking signals such as a neighbour boost or an expansion bonus move an item up a
 list that is cut anyway; they say nothing about whether the item helps with this

@@ -1,4 +1,4 @@
-"""Fusing a message's part searches (issue 29): one row per memory, and the cosines
+"""Fusing a message's part searches: one row per memory, and the cosines
 the evidence gate judges.
 
 A memory found by several parts keeps its best score and its best cosine to any part

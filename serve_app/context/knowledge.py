@@ -1,4 +1,4 @@
-"""The knowledge base in search results and context blocks (issue 33): citations, and the
+"""The knowledge base in search results and context blocks: citations, and the
 "From the knowledge base" section under the block's one token budget.
 
 A document's chunks are ``memory_items`` rows of type ``document_chunk`` whose ``data``

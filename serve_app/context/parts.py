@@ -1,4 +1,4 @@
-"""A message read part by part (issue 29): sentences, questions and clauses.
+"""A message read part by part: sentences, questions and clauses.
 
 "What city am I in? Any good bakeries around?" asks two things; searched as one text
 the second drowns the first. Each part is searched on its own (all parts in one

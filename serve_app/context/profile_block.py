@@ -1,4 +1,4 @@
-"""The block with a profile (issue 29): the profile first, then facts and memories.
+"""The block with a profile: the profile first, then facts and memories.
 
     About the user (always apply):
     - [INSTRUCTION] Always answer me in short bullet points

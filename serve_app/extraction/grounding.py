@@ -1,7 +1,7 @@
 """Grounded extraction: drop what the model copied from the known block, not from the turns.
 
 The extraction prompt shows what is already stored ("Known about this user", see
-:mod:`serve_app.extraction.reconcile`). A real model (issue 29) re-asserted values from
+:mod:`serve_app.extraction.reconcile`). A real model re-asserted values from
 that block as new facts on the very day the user changed them ("diet = vegetarian"
 stored again, dated the day the user said "pescatarian now"): the store then held the
 stale value as the newest one. This check drops such items before they are written

@@ -1,4 +1,4 @@
-"""A memory that says the opposite of what the user said is not grounded (issue 29).
+"""A memory that says the opposite of what the user said is not grounded.
 
 "I love fish" and an extracted "The user does not eat fish" share the word the
 lexical grounding step counts as support (``fish``), so that step keeps it. This check

@@ -78,7 +78,7 @@ class ExtractedMemory(BaseModel):
     # Whom it is about, in a conversation of several speakers (an alias the prompt
     # listed: serve_app/extraction/speakers.py); None: the session's user.
     about: str | None = Field(default=None, max_length=64)
-    # Profile class (issue 29), "class" in the JSON: instruction | constraint | identity;
+    # Profile class, "class" in the JSON: instruction | constraint | identity;
     # "" when the model says none; None when it says nothing (older prompts, other
     # models): the store's classifier decides then.
     profile_class: str | None = Field(default=None, validation_alias="class")

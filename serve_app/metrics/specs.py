@@ -47,7 +47,7 @@ EMBED_TEXTS = _c("embed_texts", _MODEL, "Texts embedded.")
 EMBED_BULK_SLICES = _c(
     "embed_bulk_slices",
     ("model", "turn"),
-    "Bulk-lane slices run (issue 33); turn: idle (no interactive caller waited) or overdue"
+    "Bulk-lane slices run; turn: idle (no interactive caller waited) or overdue"
     " (ran after MEMSERVE_EMBED_BULK_MAX_WAIT_S with interactive callers waiting).",
 )
 EMBED_BULK_WAIT_MS = _h(
@@ -96,7 +96,7 @@ WEBHOOK_SENT = _c("webhook_sent", _OUTCOME, "Webhook attempts: delivered, failed
 WEBHOOK_PENDING = _g("webhook_pending", (), "Webhook deliveries waiting to be sent.")
 WEBHOOK_LAG_S = _g("webhook_lag_s", (), "Age (s) of the oldest pending delivery's event.")
 DOCUMENT_JOBS = _c(
-    "document_jobs", _OUTCOME, "Document ingest jobs run: done, failed, retry, lost (issue 33)."
+    "document_jobs", _OUTCOME, "Document ingest jobs run: done, failed, retry, lost."
 )
 DOCUMENT_JOB_CHUNKS = _c("document_job_chunks", (), "Chunks written by document ingest jobs.")
 CHAT_USAGE = _c("chat_usage", ("key_id", "kind"), "Chat proxy use per key: requests, tokens.")

@@ -1,4 +1,4 @@
-"""The user profile of a context block: classes given at write time (issue 29)."""
+"""The user profile of a context block: classes given at write time."""
 
 from serve_app.profile.classify import CLASSES, PRIORITY, ProfileClassifier, classify, cue_hits
 

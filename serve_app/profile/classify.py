@@ -1,6 +1,6 @@
 """Which memories belong in the user's profile, decided once when a memory is written.
 
-A context block always carries the profile (issue 29): standing instructions ("always
+A context block always carries the profile: standing instructions ("always
 answer in short bullet points"), constraints (allergies, diets, health, accessibility,
 budget) and identity (name, location, family, work). A message about dinner does not
 mention the peanut allergy, so search alone misses it; classifying at write time costs
@@ -102,7 +102,7 @@ def classify(
     prototypes (None: no embedding; then cues decide alone)."""
     if mem_type in ("episodic", "document_chunk"):
         # events and plans are retrieved when relevant, not always shown; a document's
-        # chunks are the tenant's knowledge, never a user's profile (issue 33)
+        # chunks are the tenant's knowledge, never a user's profile
         return None
     hits = cue_hits(text)
     best, best_score = None, 0.0

@@ -40,7 +40,7 @@ class SearchQuery:
     reference_date: date | None = None
     # Return each result's score split into its signals (retrieval.explain); off: no cost.
     explain: bool = False
-    # Knowledge base (issue 33): only chunks of these documents (``data.document_id``).
+    # Knowledge base: only chunks of these documents (``data.document_id``).
     document_ids: tuple[str, ...] = ()
     # The query vector may be a view of another text's encoder run (models.views): the
     # mean over ``view_of``'s tokens inside the character ranges ``view_spans`` (a part
@@ -113,7 +113,7 @@ def item_filters(q: SearchQuery, alias: str = "i") -> tuple[sql.Composable, dict
         if value is not None:
             if column is None:  # a date filter: event time
                 parts.append(sql.SQL(event_time + " " + op))
-            elif column == "document_id":  # a chunk's document (data jsonb, issue 33)
+            elif column == "document_id":  # a chunk's document (data jsonb)
                 parts.append(sql.SQL("({}.data->>'document_id') " + op).format(a))
             else:
                 parts.append(sql.SQL("{}.{} " + op).format(a, sql.Identifier(column)))

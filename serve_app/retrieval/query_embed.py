@@ -1,6 +1,6 @@
 """Searching by query text: each distinct text embedded once, then every query searched.
 
-Two routes share :func:`search_texts` (``MEMSERVE_QUERY_EMBED``, issue 23): by default
+Two routes share :func:`search_texts` (``MEMSERVE_QUERY_EMBED``): by default
 the Retriever replica embeds the text itself (:class:`QueryEmbedder`: the Ingress makes
 one Serve call per search); with ``embedder`` the Ingress asks the Embedder for the
 vector (batched with other callers, e.g. on a GPU) and then the Retriever per query.

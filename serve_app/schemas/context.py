@@ -1,5 +1,5 @@
-"""Bodies of context building, the chat proxy's messages and the user profile (issue 6,
-issue 29): what ``POST /v1/context`` takes and returns, validated like every request.
+"""Bodies of context building, the chat proxy's messages and the user profile: what
+``POST /v1/context`` takes and returns, validated like every request.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class LeftOut(BaseModel):
 
 
 class ProfileMemory(Memory):
-    """A memory of the user's profile (issue 29): always in the context block."""
+    """A memory of the user's profile: always in the context block."""
 
     profile_class: str | None = None  # instruction | constraint | identity
     pinned: bool | None = None  # the owner's override (null: the class decides)
@@ -136,7 +136,7 @@ class ContextResponse(BaseModel):
     parts: list[str] = Field(default_factory=list)  # the message's parts searched
     tokens: int = 0  # approximate tokens of `context`
     profile_tokens: int = 0  # of which the profile section (counted in the budget)
-    # "From the knowledge base" (issue 33): the cited chunks in the block, and their tokens
+    # "From the knowledge base": the cited chunks in the block, and their tokens
     knowledge: list[ContextMemory] = Field(default_factory=list)
     knowledge_tokens: int = 0
     left_out: list[LeftOut] | None = None  # explain: what the block did not show, and why

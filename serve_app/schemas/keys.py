@@ -1,4 +1,4 @@
-"""Bodies of the admin API keys routes (issue 6): create, list, the key shown once."""
+"""Bodies of the admin API keys routes: create, list, the key shown once."""
 
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ class MemoryFields(StrictModel):
     # The owner's memories this one replaces: they are retired (valid_until, superseded_by)
     # in the same transaction; an unknown or foreign id is a 404 that writes nothing.
     supersedes: list[UUID] | None = Field(default=None, max_length=100)
-    # The profile (issue 29): true: always in the user's context blocks; false: never
+    # The profile: true: always in the user's context blocks; false: never
     # in the profile; null (default): its class, given at write time, decides.
     pinned: bool | None = None
 
@@ -248,7 +248,7 @@ class SearchRequest(StrictModel):
     reference_date: date | None = None
     include_invalidated: bool = False  # retired memories too (audits)
     explain: bool = False  # each result's score split into its signals (costs nothing off)
-    # Knowledge base (issue 33): the tenant's readable documents next to the user's own
+    # Knowledge base: the tenant's readable documents next to the user's own
     # memories (org; the agent's with agent_id). ``scopes`` picks whose: user (the user's
     # own memories and documents), agent, org; ``document_ids`` only those documents' chunks.
     knowledge: bool = True
@@ -295,7 +295,7 @@ class Memory(BaseModel):
 
 
 class Citation(BaseModel):
-    """Where a knowledge-base chunk came from (issue 33; null on a memory)."""
+    """Where a knowledge-base chunk came from (null on a memory)."""
 
     document_id: str
     title: str | None = None

@@ -75,7 +75,7 @@ class ContextService:
 
 
 def levers(d: ContextSettings) -> Levers:
-    """Issue 29's levers as the settings have them (all off: the block as before)."""
+    """The context levers as the settings have them (all off: the block as before)."""
     return Levers(
         profile=d.profile,
         profile_share=d.profile_share,

@@ -3,7 +3,7 @@
 Org and agent documents are written by service and admin keys only (a user key: 403)
 and read by every key of the tenant (an agent's only with that ``agent_id``); a user's
 documents are written and read by that user's key or a service key naming the user.
-Anything a caller may not read is a 404, as if missing; a document job (issue 33) is
+Anything a caller may not read is a 404, as if missing; a document job is
 read under the same rule as its document.
 """
 

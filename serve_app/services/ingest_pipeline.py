@@ -1,4 +1,4 @@
-"""A batch add in chunks: chunk k+1 is embedded while chunk k is inserted (issue 23).
+"""A batch add in chunks: chunk k+1 is embedded while chunk k is inserted.
 
 Embedding a whole 100-item batch and then inserting it in one statement leaves the
 database idle while the encoder runs, then the encoder idle while the database inserts.

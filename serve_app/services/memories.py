@@ -91,7 +91,7 @@ class MemoryService:
         self.session_ttl_s = session_ttl_s
         self.access = access  # counts what search/context return (None: not tracked)
         self.pipeline = pipeline or IngestPipeline(writer, embed, 0)
-        self.citations = CitationStore(writer.memories.pool)  # chunks' provenance (issue 33)
+        self.citations = CitationStore(writer.memories.pool)  # chunks' provenance
 
     def new_memory(self, f: MemoryFields, caller: Principal | None = None) -> NewMemory:
         """Validate the scope: agent/org memories are shared knowledge, written by service keys."""
@@ -242,7 +242,7 @@ class MemoryService:
         evidence: Evidence | None = None,
         rerank: Rerank | None = None,
     ) -> list[dict[str, Any]]:
-        """The user's own search and the shared knowledge's (issue 33) in one backend call
+        """The user's own search and the shared knowledge's in one backend call
         (one embedding), merged by score (a row found twice keeps its best), cut to
         ``top_k``; chunks get their ``citation``, and with ``explain`` a ``source`` and
         ``why`` (``evidence``: the context block's gate, said for each chunk).

@@ -59,7 +59,7 @@ class PortabilityService:
         page: int = 500,
         documents: DocumentService | None = None,
     ) -> None:
-        """``documents``: carries the user's documents (issue 33); None: not exported."""
+        """``documents``: carries the user's documents; None: not exported."""
         self.documents = documents
         self.memories = memories
         self.writer = writer

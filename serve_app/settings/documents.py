@@ -46,7 +46,7 @@ class DocumentSettings(BaseSettings):
     # other tenants' memory writes).
     concurrent: int = Field(2, ge=1)
     list_limit: int = Field(100, ge=1)  # documents or chunks per page
-    # Durable ingest jobs (issue 33): a post of more chunks than ``sync_chunks`` (or with
+    # Durable ingest jobs: a post of more chunks than ``sync_chunks`` (or with
     # ``Prefer: respond-async``) is stored as a job after parse+chunk and answered 202;
     # an Extractor replica embeds and writes it (serve_app/services/document_jobs.py).
     sync_chunks: int = Field(128, ge=1)

@@ -11,7 +11,7 @@ from serve_app.settings.base import env, group
 
 
 class LifecycleSettings(BaseSettings):
-    """Forget, expiry purge and access tracking (issue 12)."""
+    """Forget, expiry purge and access tracking."""
 
     model_config = group("MEMSERVE_LIFECYCLE_")
 
@@ -167,7 +167,7 @@ class ReembedSettings(BaseSettings):
 
 
 class WebhookSettings(BaseSettings):
-    """Webhook delivery of the event outbox (issue 32): the dispatcher in the Extractor tier."""
+    """Webhook delivery of the event outbox: the dispatcher in the Extractor tier."""
 
     model_config = group("MEMSERVE_WEBHOOKS_")
 

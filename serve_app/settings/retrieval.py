@@ -32,7 +32,7 @@ class EmbedSettings(BaseSettings):
     # Directory from `python -m models torch-export`; default <models cache>/<model>/torch-fp16.
     torch_weights: Path | None = None
     models_cache: Path | None = Field(None, validation_alias=env("MEMSERVE_MODELS_CACHE"))
-    # The bulk lane (models/lanes.py, issue 33): bulk lists (document chunks, re-embeds,
+    # The bulk lane (models/lanes.py): bulk lists (document chunks, re-embeds,
     # imports) run in slices of at most this many padded tokens and texts, each slice only
     # when no interactive caller waits, so a memory write waits for one slice at most.
     # Default tokens: the encoder's max_batch_tokens, i.e. one ONNX Runtime run per slice
@@ -70,13 +70,13 @@ class RetrievalSettings(BaseSettings):
     pg_exact_scan_max: int = 5_000  # owners up to this size: exact scan via the owner btree
     # A global pgvector HNSW index on the vector tables (m, ef_construction below). Off:
     # every query is per owner, so the owner btree answers all of them exactly, and a
-    # write skips HNSW insertion (issue 23, loadtests/bench_insert.py at 100k rows: a
+    # write skips HNSW insertion (loadtests/bench_insert.py at 100k rows: a
     # 100-row insert 12 ms vs 1.6 s, cold 10k-row owner p50 23 ms either way, recall@10
     # 1.0 vs 0.96). On for owners far above pg_exact_scan_max that are often cold.
     pg_hnsw: bool = False
     pg_hnsw_m: int = 16
     pg_hnsw_ef_construction: int = 64
-    # Knowledge bases (issue 33): a partial HNSW index (m, ef_construction above) over
+    # Knowledge bases: a partial HNSW index (m, ef_construction above) over
     # the shared owners ('@org', '@agent:<id>') only, so personal writes never pay for
     # it; cold dense searches of a shared owner of at least pg_hnsw_shared_min vectors
     # read through it (iterative scan, hnsw_ef_search), smaller owners stay exact
@@ -98,7 +98,7 @@ class RetrievalSettings(BaseSettings):
     lexical_depth: int = 100  # lexical candidates fused per search
     # Hybrid fusion on cached owners (RRF always when cold).
     fusion: Literal["zscore", "rrf"] = "zscore"
-    fusion_alpha: float = 0.7  # zscore: weight of z(cosine) vs z(BM25) (0.6 before issue 16)
+    fusion_alpha: float = 0.7  # zscore: weight of z(cosine) vs z(BM25) (was 0.6)
     # zscore: share of the best adjacent memory's (creation order) fused score a memory
     # gets (chat turns: the answer sits next to the matching turn); 0: off. Scaled by the
     # owner's sequential coherence, full from fusion_neighbour_coherence (chats ~0.2,
@@ -123,7 +123,7 @@ class RetrievalSettings(BaseSettings):
     expand_session_weight: float = 0.6  # flat bonus for a seed's session
     session_cap: int = 0  # at most this many results per session before others (0: off)
     mmr_penalty: float = 0.0  # x max cosine to better hits (maximal marginal relevance)
-    # Who embeds a search's query (issue 23): the Retriever replica (one Serve hop per search)
+    # Who embeds a search's query: the Retriever replica (one Serve hop per search)
     # or the Embedder (batched with others; GPU clusters). MEMSERVE_QUERY_EMBED.
     query_embed: Literal["retriever", "embedder"] = "retriever"
     # Most query texts one Retriever encoder run takes: queries arriving while a run computes
@@ -172,7 +172,7 @@ class ContextSettings(BaseSettings):
     max_facts: int = 50
     # Session-scope memories expire after this; 0: never.
     session_ttl_s: float = Field(86400.0, validation_alias=env("MEMSERVE_SESSION_TTL_S"))
-    # Issue 29's levers, each on its own (all off: the block as before issue 29).
+    # The context levers, each on its own (all off: the block as before these levers).
     # The profile: instructions, constraints and identity, always in the block first,
     # at most ``profile_share`` of the token budget and ``profile_max_items`` memories.
     profile: bool = True
@@ -234,7 +234,7 @@ class ContextSettings(BaseSettings):
     pooled_parts: bool = True
     # Small talk ("hi", "thanks!"): "profile" (the profile only) or "nothing".
     small_talk: Literal["profile", "nothing"] = "profile"
-    # Knowledge base (issue 33): the readable documents' chunks (org, the agent's, the
+    # Knowledge base: the readable documents' chunks (org, the agent's, the
     # user's own) in a "From the knowledge base" section, cited, through the same
     # evidence gate; the personal part first, the section at most ``knowledge_share``
     # of the budget unless the personal part leaves more (serve_app/context/knowledge.py).
@@ -246,7 +246,7 @@ class ContextSettings(BaseSettings):
 
 _CONTEXT_LEVERS_OFF = {"profile": False, "split_parts": False, "relevance_gate": False}
 CONTEXT_PRESETS: dict[str, dict[str, bool]] = {
-    "baseline": _CONTEXT_LEVERS_OFF,  # every lever off: the block as before issue 29
+    "baseline": _CONTEXT_LEVERS_OFF,  # every lever off: the block as before these levers
     "profile": {**_CONTEXT_LEVERS_OFF, "profile": True},
     "split": {**_CONTEXT_LEVERS_OFF, "split_parts": True},
     "gate": {**_CONTEXT_LEVERS_OFF, "relevance_gate": True},
@@ -259,7 +259,7 @@ CONTEXT_PRESETS: dict[str, dict[str, bool]] = {
     # the parts and time-free texts encoded on their own, not pooled from the message's run
     "encoded": {"pooled_time_free": False, "pooled_parts": False},
 }
-"""Named presets of issue 29's context levers: ``ContextSettings`` fields and their
+"""Named presets of the context levers: ``ContextSettings`` fields and their
 values, every other field at its default (``Settings().with_(context=preset)``, or as
 ``MEMSERVE_CONTEXT_<FIELD>=true|false`` in a service's environment). The variants that
 loadtests/bench_context.py and loadtests/profile_context.py compare; not read by the

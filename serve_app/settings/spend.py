@@ -1,4 +1,4 @@
-"""LLM spend: metering, its storage and the default token budgets (issue 31)."""
+"""LLM spend: metering, its storage and the default token budgets."""
 
 from __future__ import annotations
 

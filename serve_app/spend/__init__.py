@@ -1,1 +1,1 @@
-"""LLM spend: metering every call and the token budgets (issue 31)."""
+"""LLM spend: metering every call and the token budgets."""

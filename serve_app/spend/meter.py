@@ -1,4 +1,4 @@
-"""Meters every LLM call and enforces the token budgets (issue 31).
+"""Meters every LLM call and enforces the token budgets.
 
 Each call goes :meth:`SpendMeter.begin` (budget check + an intent row reserving
 the estimated prompt plus ``max_tokens``), the call, then :meth:`finish` (the

@@ -2,7 +2,7 @@
 
 Search rows carry the memory columns only (``records.MEMORY_COLUMNS``: what the hot
 cache holds and every memory response shows); a chunk's provenance lives in its
-``data`` (issue 33's contract: ``document_id``, ``version``, ``chunk_index``,
+``data`` (the knowledge base's contract: ``document_id``, ``version``, ``chunk_index``,
 ``char_start``, ``char_end``, ``heading_path``, ``title``, ``source_url``). It is read
 here, one indexed statement per search, only for the chunks a search returns, so a
 search without chunks pays nothing and the cache stays as lean as before.

@@ -38,7 +38,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "extraction.deferred",
     "import.completed",
     "forget.completed",
-    "document.ingested",  # issue 33: a document posted (a new version); data: id, version
+    "document.ingested",  # a document posted (a new version); data: id, version
     "document.deleted",
 )
 EVENT_COLUMNS: tuple[str, ...] = (

@@ -187,7 +187,7 @@ class FactStore:
         ``as_of``: the values valid at that time, one per key), after the ``after`` key.
 
         Paged because a fact's versions accumulate with every correction: an unpaged
-        history read grew without bound (issue 28)."""
+        history read grew without bound."""
         which = " AND active"
         if include_inactive:
             which = ""

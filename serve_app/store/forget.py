@@ -272,7 +272,7 @@ class ForgetStore:
                 return total
 
     async def _documents(self, conn: AsyncConnection, scope: Scope) -> int:
-        """The heads and versions of the scope's documents (issue 33): a user's own (not
+        """The heads and versions of the scope's documents: a user's own (not
         when one agent or session of theirs is forgotten), or all of a tenant's; their
         chunks went with the memories."""
         if scope.agent_id is not None or scope.session_id is not None:

@@ -298,7 +298,7 @@ class GuardedWriter:
         actor: str | None = None,
     ) -> int:
         # The whole set (an agent's shared memories, or all of a user's) takes its
-        # documents (issue 33): ingest jobs first (none lands after the chunks' delete),
+        # documents: ingest jobs first (none lands after the chunks' delete),
         # then the chunks with the memories, then heads and versions. A delete narrowed
         # to an agent or session leaves a user's documents, whose chunks carry neither.
         whole = session_id is None and (owner.user_id is None) == (agent_id is not None)

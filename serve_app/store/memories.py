@@ -47,7 +47,7 @@ UPDATABLE = frozenset(
     {"content", "tags", "metadata", "importance", "type", "confidence", "data"}
     | {"expires_at", "status"}
     | {"valid_from", "valid_until", "superseded_by"}  # validity (event time)
-    | {"pinned", "profile_class"}  # the profile (issue 29)
+    | {"pinned", "profile_class"}  # the profile
 )
 
 

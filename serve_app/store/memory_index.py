@@ -90,7 +90,7 @@ BEST_SQL = (
 
 class MemoryIndex:
     """Read-only lookups over one user's memories for dedup and the junk guard (a
-    user's document chunks are knowledge, never a duplicate to merge into: issue 33)."""
+    user's document chunks are knowledge, never a duplicate to merge into)."""
 
     def __init__(self, pool: AsyncConnectionPool, model_slug: str) -> None:
         self.pool = pool

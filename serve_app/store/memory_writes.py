@@ -37,7 +37,7 @@ _ADD_INPUT: tuple[tuple[str, str], ...] = (
     ("expires_at", "timestamptz"),
     ("valid_from", "timestamptz"),
     ("supersedes", "jsonb"),  # ids as a JSON array (ragged, like tags)
-    ("profile_class", "text"),  # issue 29: the memory's profile class (or NULL)
+    ("profile_class", "text"),  # the memory's profile class (or NULL)
     ("pinned", "boolean"),
     ("owner", "text"),  # vector table only (memory_items computes its own)
     ("embedding", "vector"),  # vector table only

@@ -1,4 +1,4 @@
-"""Reading a user's profile memories: one indexed query per context block (issue 29).
+"""Reading a user's profile memories: one indexed query per context block.
 
 Membership is a property of the memory row (``profile_class``/``pinned``, migration
 0018), so a forget, a supersede, an archive or an expiry takes the memory out of every
@@ -38,7 +38,7 @@ class ProfileStore:
             + " AND "
             + valid("i.")
             + " AND (i.scope <> 'session' OR i.session_id = %(session_id)s)"
-            + " AND i.type <> 'document_chunk'"  # knowledge, never the profile (issue 33)
+            + " AND i.type <> 'document_chunk'"  # knowledge, never the profile
             + _ORDER
             + " LIMIT %(limit)s"
         ).format(cols=column_list(MEMORY_COLUMNS, "i"))

@@ -42,7 +42,7 @@ class NewMemory:
     # Ids of the owner's memories this one retires (their valid_until becomes its
     # valid_from or now, their superseded_by its id), in the same statement as the add.
     supersedes: list[Any] = field(default_factory=list)
-    # Profile (issue 29): the class given by the LLM in extraction (None: the store's
+    # Profile: the class given by the LLM in extraction (None: the store's
     # classifier decides at write time); ``pinned`` true/false overrides the class.
     profile_class: str | None = None
     pinned: bool | None = None

@@ -16,7 +16,7 @@ from serve_app.store.records import NewMemory
 
 MEMORY_TYPES = frozenset(
     {"semantic", "fact", "preference", "procedural", "episodic", "insight"}
-    | {"document_chunk"}  # a document's chunk (issue 33): the documents service writes it
+    | {"document_chunk"}  # a document's chunk: the documents service writes it
 )  # = serve_app.schemas.MemoryType, plus the chunks the API never takes as a type
 SCOPES = frozenset({"user", "session", "agent", "org"})
 STATUSES = frozenset({"active", "archived"})

@@ -8,7 +8,7 @@ for an exact scan while they are not in the Retriever's hot cache, and every ins
 pays for it (``MEMSERVE_PG_HNSW``, loadtests/bench_insert.py).
 
 Shared owners (``@org``, ``@agent:<id>``) hold knowledge bases of 10^5-10^6 document
-chunks (issue 33), where an exact scan costs hundreds of ms to seconds. The partial
+chunks, where an exact scan costs hundreds of ms to seconds. The partial
 HNSW index ``<table>_hnsw_shared ... WHERE owner LIKE '@%'`` serves them: personal
 owners' rows are not in it, so their writes pay nothing for it
 (``MEMSERVE_PG_HNSW_SHARED``, loadtests/bench_knowledge.py).

@@ -122,7 +122,7 @@ class Mem0Memory(BaseModel):
 
 class Mem0Scored(Mem0Memory):
     score: float
-    citation: dict[str, Any] | None = None  # a knowledge-base chunk's source (issue 33)
+    citation: dict[str, Any] | None = None  # a knowledge-base chunk's source
 
 
 class Mem0SearchResults(BaseModel):
