@@ -30,6 +30,7 @@ loadtests/bench_context.py (docs/operations.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -153,6 +154,11 @@ class Evidence:
     # a hard gate fitted to one set shows one item where the budget holds ten.
     fill: int = 0
     floor: float = 1.0
+    # Learned admission (loadtests/context_admission.py fits it on a calibration half):
+    # weights of :func:`features` and a bias; a candidate the rule leaves out is admitted
+    # when the logistic of the weighted sum reaches ``learned_min``. Empty: off.
+    learned: tuple[float, ...] = ()
+    learned_min: float = 0.5
 
     def shared(self, item_stems: frozenset[str], message: frozenset[str]) -> frozenset[str]:
         """The content-word stems that count as shared evidence."""
@@ -206,6 +212,13 @@ class Evidence:
         reasons = [
             self.why(s, st, message, best, t) for (s, st), t in zip(candidates, tops, strict=True)
         ]
+        if self.learned:
+            for i, ((sim, st), cosine) in enumerate(zip(candidates, judged, strict=True)):
+                if reasons[i] is None:
+                    shared = len(self.shared(st, message))
+                    p = admission(self.learned, features(cosine, _cosine(sim), best, shared, i))
+                    if p >= self.learned_min:
+                        reasons[i] = f"likely needed (p {p:.2f}, cosine {cosine:.2f})"
         left = self.fill
         for i, cosine in enumerate(judged):  # candidates come best ranked first
             if left <= 0:
@@ -219,7 +232,24 @@ class Evidence:
         """The rule for a message the model cannot read (another language): the
         similarity path needs a cosine of at least ``similarity``, and nothing is filled
         by rank; shared words (names, places: the same in any language) still count."""
-        return replace(self, strong=max(self.strong, similarity), fill=0)
+        return replace(self, strong=max(self.strong, similarity), fill=0, learned=())
+
+
+FEATURES = ("cosine", "below_best", "shared_words", "rank", "time_words_gain")
+
+
+def features(judged: float, plain: float, best: float, shared: int, rank: int) -> list[float]:
+    """What the learned admission weighs, per candidate of one message (candidates come
+    best ranked first): its judged cosine, how far it lies below the message's best, its
+    shared content words (capped: a third says no more than a second), its rank (capped
+    at 20) and what time words added to its cosine."""
+    return [judged, judged - best, float(min(shared, 3)), min(rank, 20) / 10.0, plain - judged]
+
+
+def admission(weights: Sequence[float], x: Sequence[float]) -> float:
+    """The logistic of ``weights`` (one per feature, then the bias) over ``x``."""
+    z = weights[-1] + sum(w * v for w, v in zip(weights[:-1], x, strict=True))
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
 def _quote(shared: Iterable[str]) -> str:

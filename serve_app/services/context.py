@@ -8,7 +8,7 @@ from typing import Any
 
 from serve_app.context import ContextBuilder, ContextRequest, ContextResult
 from serve_app.context.builder import Levers, RerankFn, owners_for
-from serve_app.context.evidence import Evidence
+from serve_app.context.evidence import FEATURES, Evidence
 from serve_app.profile.classify import fact_class
 from serve_app.settings import ContextSettings
 from serve_app.store import Owner
@@ -76,6 +76,11 @@ class ContextService:
 
 def levers(d: ContextSettings) -> Levers:
     """The context levers as the settings have them (all off: the block as before)."""
+    if d.evidence_learned and len(d.evidence_learned) != len(FEATURES) + 1:
+        raise ValueError(
+            f"MEMSERVE_CONTEXT_EVIDENCE_LEARNED: {len(FEATURES) + 1} numbers"
+            f" (one per feature of {', '.join(FEATURES)}, then the bias)"
+        )
     return Levers(
         profile=d.profile,
         profile_share=d.profile_share,
@@ -92,6 +97,8 @@ def levers(d: ContextSettings) -> Levers:
             d.evidence_time_free,
             fill=d.evidence_fill,
             floor=d.evidence_floor,
+            learned=d.evidence_learned,
+            learned_min=d.evidence_learned_min,
         ),
         foreign_guard=d.foreign_guard,
         foreign_similarity=d.foreign_similarity,

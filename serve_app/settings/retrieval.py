@@ -208,6 +208,12 @@ class ContextSettings(BaseSettings):
     # half (loadtests/context_levers.py; docs/operations.md, "Context on foreign sets").
     evidence_fill: int = Field(0, ge=0, le=50)
     evidence_floor: float = Field(0.25, ge=-1, le=1)
+    # Learned admission (serve_app/context/evidence.py ``features``): one weight per
+    # feature, then the bias, fitted by loadtests/context_admission.py on a calibration
+    # half; a candidate the rule leaves out enters at a probability of
+    # ``evidence_learned_min``. Empty: off.
+    evidence_learned: tuple[float, ...] = Field((), max_length=16)
+    evidence_learned_min: float = Field(0.5, ge=0, le=1)
     # Messages in a language the model does not read (MiniLM reads English): their
     # cosines are noise, so only ``foreign_similarity`` or more admits a memory by
     # similarity (shared words still count); the profile still applies. Detected by

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from serve_app.context.evidence import TIME_STEMS, Evidence, stems
+from serve_app.context.evidence import FEATURES, TIME_STEMS, Evidence, admission, features, stems
 from serve_app.services.context import levers
 from serve_app.settings.retrieval import ContextSettings
 from tests.serve_app.context.test_levers import ALL, Backend, build, mem
@@ -93,6 +93,8 @@ def test_settings_reach_the_rule():
         evidence_time_free=False,
     )
     assert levers(s).evidence == Evidence(0.5, 0.25, 0.3, 2, True, False, fill=0, floor=0.25)
+    learned = ContextSettings(evidence_learned=(1, 2, 3, 4, 5, 6), evidence_learned_min=0.4)
+    assert levers(learned).evidence.learned == (1, 2, 3, 4, 5, 6)
     assert levers(ContextSettings()).evidence.time_free  # the calibrated default
     d = levers(ContextSettings()).evidence
     assert d.weak <= d.strong and d.min_shared >= 1
@@ -166,3 +168,21 @@ def test_the_builder_guards_messages_in_another_language():
     en = "What is the best way to charge my car on a long trip?"
     b = Backend(by_text={en: [cats]})
     assert len(build(b, en, levers=guarded).memories) == 1  # English: judged as before
+
+
+def test_learned_admission_weighs_the_candidates_the_rule_left_out():
+    # weights of FEATURES then the bias: shared words count, rank costs
+    weights = (0.0, 0.0, 2.0, -1.0, 0.0, -1.5)
+    ev = Evidence(strong=0.45, weak=0.35, min_shared=2, learned=weights, learned_min=0.5)
+    msg = stems("Any ideas for the garden and the roses this spring?")
+    cands = [
+        (0.5, stems("Grows tomatoes")),  # the rule admits it
+        (0.3, stems("Her garden has old roses")),  # two shared words, early: p = 0.92
+        (0.3, stems("Likes jazz")),  # nothing shared: p = 0.15
+    ]
+    reasons = ev.admit(cands, msg)
+    assert reasons[0].startswith("similar") and reasons[1].startswith("likely needed")
+    assert reasons[2] is None
+    assert admission(weights, features(0.3, 0.3, 0.5, 2, 1)) > 0.9
+    assert len(features(0.3, 0.3, 0.5, 2, 1)) == len(FEATURES) == len(weights) - 1
+    assert ev.strict(0.6).learned == ()  # a foreign message: not by the model either
