@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,15 +30,13 @@ from loadtests import implicit_needs  # noqa: E402
 from loadtests.bench_context import DATA, half_of  # noqa: E402
 from loadtests.context_inprocess import load_labelled  # noqa: E402
 from loadtests.context_levers import SLUG, TENANT, load  # noqa: E402
+from loadtests.harness import scratch_database  # noqa: E402
 from models import load_encoder  # noqa: E402
 from serve_app.context.evidence import FEATURES, features, stems  # noqa: E402
 from serve_app.context.expand import expand_query  # noqa: E402
-from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
-from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.embedding_model import ModelFacts  # noqa: E402
 from serve_app.services.context import levers  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
-from serve_app.store.vectors import ensure_table  # noqa: E402
 from serve_app.testing.inprocess import in_process_services  # noqa: E402
 
 TOP_K = 40  # every candidate the gate would see (the search asks for 2 x top_k per part)
@@ -111,19 +108,12 @@ def main() -> None:
     args = ap.parse_args()
     data = implicit_needs.load()
     encoder = load_encoder(SLUG, threads=1)
-    with tempfile.TemporaryDirectory(prefix="memserve-admission-") as tmp:
-        pg = EmbeddedPostgres(Path(tmp))
-        dsn = pg.start()
-        try:
-            migrate(dsn)
-            ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
-            x, y = asyncio.run(candidates(dsn, encoder, data, "calibration"))
-            if args.with_team:  # the team's calibration half too: one rule for both
-                team = json.loads(DATA.read_text())
-                tx, ty = asyncio.run(candidates(dsn, encoder, team, "calibration", team=True))
-                x, y = np.vstack([x, tx]), np.concatenate([y, ty])
-        finally:
-            pg.stop()
+    with scratch_database(encoder, "memserve-admission-") as (dsn, _):
+        x, y = asyncio.run(candidates(dsn, encoder, data, "calibration"))
+        if args.with_team:  # the team's calibration half too: one rule for both
+            team = json.loads(DATA.read_text())
+            tx, ty = asyncio.run(candidates(dsn, encoder, team, "calibration", team=True))
+            x, y = np.vstack([x, tx]), np.concatenate([y, ty])
     w = fit(x, y, args.l2)
     p = 1.0 / (1.0 + np.exp(-(np.hstack([x, np.ones((len(x), 1))]) @ w)))
     print(f"candidates the rule leaves out: {len(y)}, needed: {int(y.sum())}")

@@ -151,6 +151,17 @@ def quality(outs: Sequence[tuple[int, str, Outcome]], labels: dict[str, Labels])
     return out
 
 
+async def add_conversation(services: Any, conv: dict, tenant: str, prefix: str) -> Owner:
+    """A LoCoMo conversation's turns added as one user's memories (dia_id in metadata)."""
+    from loadtests.eval_retrieval import locomo_items
+
+    owner = Owner(tenant, f"{prefix}-locomo-{conv['sample_id']}")
+    items = [NewMemory(x["content"], metadata=x["metadata"]) for x in locomo_items(conv)]
+    for i in range(0, len(items), 100):
+        await services.memories.add(owner, items[i : i + 100], actor="bench")
+    return owner
+
+
 async def locomo_recall(
     services: Any, convs: Sequence[dict], queries: int, tenant: str, prefix: str
 ) -> dict[str, Any]:
@@ -158,14 +169,11 @@ async def locomo_recall(
     in process): each conversation's turns added as memories (dia_id in metadata), its
     first ``queries`` questions asked; the share of each one's evidence turns that are
     among the block's memories or profile, averaged."""
-    from loadtests.eval_retrieval import evidence_ids, locomo_items, locomo_qa
+    from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
     recalls = []
     for conv in convs:
-        owner = Owner(tenant, f"{prefix}-locomo-{conv['sample_id']}")
-        items = [NewMemory(x["content"], metadata=x["metadata"]) for x in locomo_items(conv)]
-        for i in range(0, len(items), 100):
-            await services.memories.add(owner, items[i : i + 100], actor="bench")
+        owner = await add_conversation(services, conv, tenant, prefix)
         for q in locomo_qa(conv, queries or None):
             gold = evidence_ids(q["evidence"])
             block = await services.context.build(owner, q["question"])

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +35,18 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests import implicit_needs  # noqa: E402
 from loadtests.bench_context import DATA, HALVES, LOCOMO, score  # noqa: E402
-from loadtests.context_inprocess import block_outcome, load_labelled  # noqa: E402
+from loadtests.context_inprocess import (  # noqa: E402
+    add_conversation,
+    block_outcome,
+    load_labelled,
+)
 from loadtests.context_metrics import Labels  # noqa: E402
-from loadtests.harness import write_json  # noqa: E402
+from loadtests.harness import scratch_database, write_json  # noqa: E402
 from models import load_encoder  # noqa: E402
-from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
-from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.embedding_model import ModelFacts  # noqa: E402
 from serve_app.retrieval.query import SearchQuery  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from serve_app.store import NewMemory, Owner  # noqa: E402
-from serve_app.store.vectors import ensure_table  # noqa: E402
 from serve_app.testing.inprocess import in_process_services  # noqa: E402
 
 SLUG = "all-minilm-l6-v2-int8"
@@ -72,17 +72,14 @@ async def load(services: Any, data: dict, prefix: str, typed: bool) -> tuple[dic
 async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
     """LoCoMo dev evidence in the block at each budget, with the tokens it used, beside
     plain search R@10 (the same memories, the same questions)."""
-    from loadtests.eval_retrieval import evidence_ids, locomo_items, locomo_qa
+    from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
     convs = json.loads(LOCOMO.read_text())
     got: dict[str, list[float]] = {f"block@{b}": [] for b in BUDGETS}
     used: dict[str, list[int]] = {f"block@{b}": [] for b in BUDGETS}
     search: list[float] = []
     for conv in convs:
-        owner = Owner(TENANT, f"{prefix}-locomo-{conv['sample_id']}")
-        items = [NewMemory(x["content"], metadata=x["metadata"]) for x in locomo_items(conv)]
-        for i in range(0, len(items), 100):
-            await services.memories.add(owner, items[i : i + 100], actor="bench")
+        owner = await add_conversation(services, conv, TENANT, prefix)
         for q in locomo_qa(conv, queries or None):
             gold = evidence_ids(q["evidence"])
             for b in BUDGETS:
@@ -151,25 +148,18 @@ def main() -> None:
         data = implicit_needs.load()
     encoder = load_encoder(SLUG, threads=1)
     results = []
-    with tempfile.TemporaryDirectory(prefix="memserve-levers-") as tmp:
-        pg = EmbeddedPostgres(Path(tmp))
-        dsn = pg.start()
-        try:
-            migrate(dsn)
-            ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
-            halves = HALVES if args.half == "both" else (args.half,)
-            print(f"{'try / source / half':44} " + " ".join(f"{c[:8]:>8}" for c in COLUMNS))
-            for n, spec in enumerate(args.tries):
-                fields = json.loads(spec)
-                r = asyncio.run(one_try(n, fields, dsn, encoder, data, args))
-                results.append(r)
-                for source in sources:
-                    for half in halves:
-                        print(row(f"{spec[:28]} {source} {half}", r[source][half]), flush=True)
-                if "locomo" in r:
-                    print(f"  LoCoMo {json.dumps(r['locomo'])}", flush=True)
-        finally:
-            pg.stop()
+    with scratch_database(encoder, "memserve-levers-") as (dsn, _):
+        halves = HALVES if args.half == "both" else (args.half,)
+        print(f"{'try / source / half':44} " + " ".join(f"{c[:8]:>8}" for c in COLUMNS))
+        for n, spec in enumerate(args.tries):
+            fields = json.loads(spec)
+            r = asyncio.run(one_try(n, fields, dsn, encoder, data, args))
+            results.append(r)
+            for source in sources:
+                for half in halves:
+                    print(row(f"{spec[:28]} {source} {half}", r[source][half]), flush=True)
+            if "locomo" in r:
+                print(f"  LoCoMo {json.dumps(r['locomo'])}", flush=True)
     print(f"wrote {write_json('context_levers', {'tries': results, 'data': data['source']})}")
 
 

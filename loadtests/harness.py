@@ -44,6 +44,25 @@ def fresh_service(data_dir: Path | None = None, **extra_env: str):
             tmp.cleanup()
 
 
+@contextmanager
+def scratch_database(encoder, prefix: str = "memserve-bench-"):
+    """An embedded PostgreSQL in a throw-away directory, migrated, with ``encoder``'s vector
+    table: yields (dsn, data directory); stopped and removed afterwards."""
+    from serve_app.db.embedded import EmbeddedPostgres
+    from serve_app.db.migrations import migrate
+    from serve_app.store.vectors import ensure_table
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        pg = EmbeddedPostgres(Path(tmp))
+        dsn = pg.start()
+        try:
+            migrate(dsn)
+            ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
+            yield dsn, tmp
+        finally:
+            pg.stop()
+
+
 def run_locust(
     host: str,
     api_key: str,

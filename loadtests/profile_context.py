@@ -36,7 +36,6 @@ import io
 import json
 import pstats
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,13 +51,10 @@ from loadtests.context_inprocess import (  # noqa: E402
     locomo_recall,
     quality,
 )
-from loadtests.harness import write_json  # noqa: E402
+from loadtests.harness import scratch_database, write_json  # noqa: E402
 from models import load_encoder  # noqa: E402
-from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
-from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.embedding_model import ModelFacts  # noqa: E402
 from serve_app.settings import CONTEXT_PRESETS, Settings  # noqa: E402
-from serve_app.store.vectors import ensure_table  # noqa: E402
 from serve_app.testing.inprocess import in_process_services  # noqa: E402
 
 SLUG = "all-minilm-l6-v2-int8"
@@ -149,26 +145,19 @@ def main() -> None:
     import ray.serve.metrics  # noqa: F401
 
     results: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="memserve-ctxprof-") as tmp:
-        pg = EmbeddedPostgres(Path(tmp))
-        dsn = pg.start()
-        try:
-            migrate(dsn)
-            ensure_table(dsn, encoder.spec.table_slug, encoder.spec.dim)
-            for n, v in enumerate(v for v in args.variants.split(",") if v):
-                name = v if v not in results else f"{v}#{n}"  # a variant asked again
-                run = one_variant(v, f"r{n}", dsn, tmp, encoder, meter, args)
-                results[name] = r = asyncio.run(run)
-                brief = {k: x for k, x in r.items() if k not in ("profile", "quality")}
-                print(f"[{name}] {json.dumps(brief)}", flush=True)
-                q = r["quality"]
-                print(f"[{name}] quality {json.dumps({h: q[h] for h in ('held_out', 'all')})}")
-                if "locomo" in r:
-                    print(f"[{name}] LoCoMo {json.dumps(r['locomo'])}", flush=True)
-                for k, text in r.get("profile", {}).items():
-                    print(f"--- {name} by {k}\n{text}", flush=True)
-        finally:
-            pg.stop()
+    with scratch_database(encoder, "memserve-ctxprof-") as (dsn, tmp):
+        for n, v in enumerate(v for v in args.variants.split(",") if v):
+            name = v if v not in results else f"{v}#{n}"  # a variant asked again
+            run = one_variant(v, f"r{n}", dsn, tmp, encoder, meter, args)
+            results[name] = r = asyncio.run(run)
+            brief = {k: x for k, x in r.items() if k not in ("profile", "quality")}
+            print(f"[{name}] {json.dumps(brief)}", flush=True)
+            q = r["quality"]
+            print(f"[{name}] quality {json.dumps({h: q[h] for h in ('held_out', 'all')})}")
+            if "locomo" in r:
+                print(f"[{name}] LoCoMo {json.dumps(r['locomo'])}", flush=True)
+            for k, text in r.get("profile", {}).items():
+                print(f"--- {name} by {k}\n{text}", flush=True)
     base = [r["cpu_ms_per_call"] for k, r in results.items() if k.split("#")[0] == "baseline"]
     if base:  # against the mean of the baseline runs
         for r in results.values():

@@ -428,17 +428,8 @@ class ContextBuilder:
         # time words, when some text has them)?
         time_free: list[bool] = []
         if knowledge:
-            searches.append(
-                SearchQuery(
-                    tenant_id=req.tenant_id,
-                    user_id=req.user_id,
-                    top_k=req.levers.knowledge_top_k * 2,
-                    threshold=req.threshold,
-                    text=texts[0],
-                    owners=shared_owners(req.agent_id),
-                    reference_date=req.reference_date,
-                )
-            )
+            top_k = req.levers.knowledge_top_k * 2
+            searches.append(_query(req, texts[0], top_k, owners=shared_owners(req.agent_id)))
             time_free.append(False)
         lv = req.levers
         probes = probe_spans(texts) if lv.any and lv.evidence.time_free else {}
@@ -497,17 +488,8 @@ class ContextBuilder:
             )
             time_free.append(True)
         if life_topic is not None:  # the message's life topic, searched like a message
-            searches.append(
-                SearchQuery(
-                    tenant_id=req.tenant_id,
-                    user_id=req.user_id,
-                    top_k=req.levers.topic_max_items * 2,
-                    threshold=req.threshold,
-                    text=life_topic.text,
-                    owners=owners,
-                    mode="dense",
-                )
-            )
+            top_k = req.levers.topic_max_items * 2
+            searches.append(_query(req, life_topic.text, top_k, owners=owners, mode="dense"))
         batches = await self.search(searches)
         if life_topic is not None:
             rows = [m for m in batches.pop() if visible_in_session(m, req.session_id)]
@@ -537,6 +519,19 @@ class ContextBuilder:
         if trace is not None:
             trace.drop(kept, kept[: req.top_k], "top_k", f"past top_k={req.top_k}")
         return kept[: req.top_k], chunks
+
+
+def _query(req: ContextRequest, text: str, top_k: int, **more: Any) -> SearchQuery:
+    """A search of the request's user for ``text`` (its threshold, its reference date)."""
+    return SearchQuery(
+        tenant_id=req.tenant_id,
+        user_id=req.user_id,
+        top_k=top_k,
+        threshold=req.threshold,
+        text=text,
+        reference_date=req.reference_date,
+        **more,
+    )
 
 
 def _retrieved_why(memories: Sequence[dict[str, Any]], facts: Sequence[dict[str, Any]]) -> None:
