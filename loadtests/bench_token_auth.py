@@ -34,9 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from serve_app.identity.wiring import token_verifier  # noqa: E402
-
 from loadtests.harness import write_json  # noqa: E402
+from serve_app.composition import token_verifier  # noqa: E402
 from serve_app.db.embedded import EmbeddedPostgres  # noqa: E402
 from serve_app.db.migrations import migrate  # noqa: E402
 from serve_app.db.pool import open_pool  # noqa: E402
