@@ -1,7 +1,7 @@
 """What an import carries over beyond a plain add: timestamps, status, validity, history
 and every version of each fact, attributed to the new ids.
 
-Called only by :meth:`serve_app.store.guarded.GuardedWriter.import_batch`, inside its
+Called only by :func:`serve_app.store.guarded_import.import_batch`, inside its
 one transaction, after the memories were added through the guarded path (erasure
 guard, quota, validation): these statements only restamp rows that transaction just
 inserted and add history rows and inactive fact versions next to them.
