@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.bootstrap import ModelFacts
 from serve_app.closing import Closer, close_all
 from serve_app.consolidation.job import Consolidator, consolidation_llm
-from serve_app.context import ContextBuilder
+from serve_app.context import ContextBuilder, language
 from serve_app.context.topics import Topics
 from serve_app.db.pool import open_pool
 from serve_app.documents.fetch import DocumentFetcher
@@ -191,6 +191,8 @@ async def build_services(
             build_reranker(settings.rerank, rerank_llm(settings, spend)), tenants.effective
         )
         closers.append(rerank.close)
+        if settings.context.foreign_guard:  # its model loads once, off the event loop
+            await asyncio.to_thread(language.load)
         profiles = ProfileStore(pool)
         context = ContextService(
             ContextBuilder(

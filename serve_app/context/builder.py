@@ -185,21 +185,7 @@ class ContextBuilder:
         reserve = self._reserve(req, chunks)
         _retrieved_why(memories, facts)
         block = format_context(facts, memories, req.token_budget - reserve)
-        out = kb.with_knowledge(block, chunks, req.token_budget, req.levers.knowledge_chunk_tokens)
-        b = out.block
-        if trace is not None:
-            trace.drop(memories, b.memories, "budget", "no room left in token_budget")
-            trace.drop(chunks, out.chunks, "budget", "no room left in token_budget")
-        return ContextResult(
-            b.text,
-            b.memories,
-            b.facts,
-            text,
-            b.tokens,
-            knowledge=out.chunks,
-            knowledge_tokens=out.tokens,
-            left_out=trace.items if trace is not None else None,
-        )
+        return self._result(req, block, chunks, text, trace, memories)
 
     async def _build(self, req: ContextRequest) -> ContextResult:
         """The block with the context levers (each on its own)."""
@@ -492,7 +478,11 @@ class ContextBuilder:
             searches.append(_query(req, life_topic.text, top_k, owners=owners, mode="dense"))
         batches = await self.search(searches)
         if life_topic is not None:
-            rows = [m for m in batches.pop() if visible_in_session(m, req.session_id)]
+            rows = [
+                m
+                for m in batches.pop()
+                if visible_in_session(m, req.session_id) and not kb.is_chunk(m)
+            ]  # a knowledge chunk enters its own section, cited, or not at all
             for m in rows:
                 m["bridge_topic"] = life_topic.text
             if bridged is not None:

@@ -19,9 +19,15 @@ CONFIDENCE = 0.5  # below this the identifier is guessing (short texts)
 MAX_CHARS = 2000  # enough to name a language; the scan stays bounded
 
 
+def load() -> None:
+    """Load the identifier now (about 0.8 s of CPU): start-up work, so the first message
+    does not pay it on the event loop (the composition root runs it in a thread)."""
+    _identifier()
+
+
 @lru_cache(maxsize=1)
 def _identifier() -> LanguageIdentifier:
-    """Loaded once per process (about 0.8 s), on the first message that needs it."""
+    """Loaded once per process, by :func:`load` at start-up (else on first use)."""
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 

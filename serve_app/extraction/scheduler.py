@@ -185,10 +185,10 @@ class SessionScheduler:
             self._scanner = asyncio.create_task(loop(), name="extract-scan")
 
     async def stop(self) -> None:
-        if self._scanner is not None:
-            self._scanner.cancel()
-            self._scanner = None
-        workers = list(self._workers)
+        """Cancel the scan and the running work, and wait for them to end: nothing of the
+        scheduler runs once this returns."""
+        scanner, self._scanner = self._scanner, None
+        workers = [*([scanner] if scanner is not None else []), *self._workers]
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
