@@ -26,7 +26,8 @@ from serve_app.db.migrations import migrate
 from serve_app.db.pool import open_pool
 from serve_app.llm.client import LLMClient
 from serve_app.settings import Settings
-from serve_app.store import MemoryStore, NewMemory, Owner
+from serve_app.store import NewMemory, Owner
+from serve_app.store.guarded import GuardedWriter
 from serve_app.store.vectors import ensure_table
 from serve_app.testing.llm_server import FakeLLM
 
@@ -46,7 +47,7 @@ async def run(n: int, groups: int, dsn: str, llm_url: str) -> dict:
         llm={"base_url": llm_url, "max_retries": 0}, db={"statement_timeout_ms": 120_000}
     )
     pool = await open_pool(dsn, settings, min_size=1)
-    store = MemoryStore(pool, SLUG)
+    store = GuardedWriter(pool, SLUG)
     owner = Owner("bench", "u1")
     rng = np.random.default_rng(0)
     vecs = vectors(n, groups, rng)

@@ -68,6 +68,7 @@ from serve_app.services.portability import PortabilityService
 from serve_app.services.registry import Services
 from serve_app.services.rerank import RerankService
 from serve_app.services.sessions import SessionService
+from serve_app.services.tenant_directory import TenantDirectory
 from serve_app.services.tenant_settings import TenantService, tenant_service
 from serve_app.services.webhooks import WebhookService
 from serve_app.settings import IdentitySettings, Settings
@@ -255,7 +256,7 @@ async def build_services(
             chat=chat,
             health=HealthService(pool, backends.probes),
             lifecycle=lifecycle,
-            directory=directory,
+            directory=TenantDirectory(directory, settings.limits.entities_listed),
             portability=portability,
             maintenance=maintenance,
             tenants=tenants,

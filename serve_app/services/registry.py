@@ -22,11 +22,11 @@ from serve_app.services.memories import MemoryService
 from serve_app.services.portability import PortabilityService
 from serve_app.services.rerank import RerankService
 from serve_app.services.sessions import SessionService
+from serve_app.services.tenant_directory import TenantDirectory
 from serve_app.services.tenant_settings import TenantService
 from serve_app.services.webhooks import WebhookService
 from serve_app.settings import Settings
 from serve_app.spend.meter import SpendMeter
-from serve_app.store.directory import MemoryDirectory
 from serve_app.store.keys import KeyStore
 from serve_app.store.users import UserDirectory
 
@@ -47,7 +47,7 @@ class Services:
     context: ContextService
     chat: ChatService
     health: HealthService
-    directory: MemoryDirectory  # reads across a tenant's owners (mem0 routes, export)
+    directory: TenantDirectory  # reads across a tenant's owners (the mem0 routes)
     portability: PortabilityService  # export/import
     maintenance: MaintenanceService  # dead letters, consolidation (admin)
     lifecycle: Lifecycle  # forget, access tracking, expiry purge, quotas

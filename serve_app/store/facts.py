@@ -10,7 +10,6 @@ building reads the active ones (one indexed query, no embedding).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +18,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from serve_app.store.memory_index import using
 from serve_app.store.records import Owner, column_list, valid
-from serve_app.text import normalize
 
 # Where a page of facts ends: (category, key, created_at, id), the list's sort key.
 FactKey = tuple[str, str, datetime, uuid.UUID]
@@ -45,115 +43,13 @@ FACT_COLUMNS: tuple[str, ...] = (
 CONTEXT_FACT_COLUMNS: tuple[str, ...] = (*FACT_COLUMNS[:6], "updated_at")
 EXPLICIT = "user"  # source of a value set through the API: extraction never overrides it
 _FACT = "tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND category = %(category)s"
-# The writer's check, run under the key's lock: (conn, adds a new key?) -> an outcome that
-# stops the write ("erased"), or None; it raises to refuse (quota).
-FactGate = Callable[[AsyncConnection, bool], Awaitable[str | None]]
 
 
 class FactStore:
+    """Reads of a user's facts (the writer owns the writes: :mod:`serve_app.store.fact_writes`)."""
+
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
-
-    async def _raw_upsert(
-        self,
-        owner: Owner,
-        category: str,
-        key: str,
-        value: str,
-        confidence: float,
-        *,
-        gate: FactGate,
-        session_id: str | None = None,
-        source: str = "extraction",
-        importance: float = 0.5,
-        conn: AsyncConnection | None = None,
-        valid_from: datetime | None = None,
-    ) -> str:
-        """Apply one fact; returns added | replaced | confirmed | ignored | erased.
-
-        Source ``user`` (explicit) replaces whatever is active; other sources need
-        greater-or-equal confidence and never replace an explicit value. ``gate`` (the
-        erasure guard and quota of :class:`serve_app.store.guarded.GuardedWriter`) runs
-        under the key's lock before anything is written.
-
-        ``importance`` comes from the LLM; context blocks put facts >= 0.5 first."""
-        params: dict[str, Any] = {
-            "tenant_id": owner.tenant_id,
-            "user_id": owner.user_id,
-            "category": category,
-            "key": key,
-            "value": value,
-            "confidence": confidence,
-            "source": source,
-            "session_id": session_id,
-            "importance": importance,
-        }
-        async with using(self.pool, conn) as conn, conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%(lock)s))",
-                {"lock": f"fact:{owner.tenant_id}/{owner.user_id}/{category}/{key}"},
-            )
-            cur = await conn.execute(
-                "SELECT id, value, confidence, source FROM facts WHERE "
-                + _FACT
-                + " AND key = %(key)s AND active",
-                params,
-            )
-            active = await cur.fetchone()
-            stop = await gate(conn, active is None)
-            if stop is not None:
-                return stop
-            explicit = source == EXPLICIT
-            if active is not None and normalize(active["value"]) == normalize(value):
-                await conn.execute(
-                    "UPDATE facts SET confidence = greatest(confidence, %(confidence)s),"
-                    " importance = %(importance)s, updated_at = now(),"
-                    " source = CASE WHEN %(explicit)s THEN %(source)s ELSE source END"
-                    " WHERE id = %(id)s",
-                    {**params, "id": active["id"], "explicit": explicit},
-                )
-                return "confirmed"
-            if (
-                active is not None
-                and not explicit
-                and (confidence < active["confidence"] or active["source"] == EXPLICIT)
-            ):
-                return "ignored"
-            params["id"] = uuid.uuid4()
-            if active is not None:
-                await conn.execute(  # valid until its successor became true
-                    "UPDATE facts SET active = false, superseded_at = now(),"
-                    " superseded_by = %(new_id)s, updated_at = now(),"
-                    " valid_until = greatest(coalesce(%(valid_from)s, now()), valid_from)"
-                    " WHERE id = %(id)s",
-                    {"new_id": params["id"], "id": active["id"], "valid_from": valid_from},
-                )
-            await conn.execute(
-                "INSERT INTO facts (id, tenant_id, user_id, category, key, value, confidence,"
-                " source, session_id, importance, valid_from) VALUES (%(id)s, %(tenant_id)s,"
-                " %(user_id)s, %(category)s, %(key)s, %(value)s, %(confidence)s, %(source)s,"
-                " %(session_id)s, %(importance)s, %(valid_from)s)",
-                {**params, "valid_from": valid_from},
-            )
-            return "added" if active is None else "replaced"
-
-    async def _raw_delete(
-        self, owner: Owner, category: str | None = None, key: str | None = None
-    ) -> int:
-        """Delete the user's facts (every version), optionally one category or one key."""
-        where = [sql.SQL("tenant_id = %(tenant_id)s AND user_id = %(user_id)s")]
-        params = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
-        for column, value in (("category", category), ("key", key)):
-            if value is not None:
-                where.append(
-                    sql.SQL("{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
-                )
-                params[column] = value
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                sql.SQL("DELETE FROM facts WHERE {}").format(sql.SQL(" AND ").join(where)), params
-            )
-            return cur.rowcount
 
     async def get(
         self, owner: Owner, category: str, key: str, conn: AsyncConnection | None = None

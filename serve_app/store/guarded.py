@@ -1,10 +1,11 @@
 """The one write path for memories and facts: :class:`GuardedWriter`.
 
 Every producer (the API's memories, batch and facts routes, mem0 and MCP through
-them, import, extraction, consolidation) writes through a GuardedWriter; the raw
-writes of :class:`MemoryStore`/:class:`FactStore` (``_raw_*``) are called from here
-only (``tests/serve_app/store/test_guarded_producers.py`` walks the source). Each
-write applies, in its own statement or transaction:
+them, import, extraction, consolidation) writes through a GuardedWriter; it runs the
+write statements (:mod:`serve_app.store.memory_writes`, :mod:`serve_app.store.fact_writes`),
+and nothing else does (``tests/serve_app/store/test_guarded_producers.py`` walks the
+source); :class:`MemoryStore` and :class:`FactStore` only read. Each write applies, in its
+own statement or transaction:
 
 - validation (:mod:`serve_app.store.validation`, ``ValidationError``: a 422): content
   limits, NUL characters, types, scopes, finite 0..1 scores, aware datetimes;
@@ -26,19 +27,28 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from serve_app.settings import Settings
-from serve_app.store import erasure, imports, quota, supersede
+from serve_app.store import erasure, fact_writes, imports, quota, supersede
 from serve_app.store.document_jobs import DocumentJobStore
 from serve_app.store.documents import DocumentStore
-from serve_app.store.facts import FactStore
-from serve_app.store.memories import BATCH_GUARD, MemoryStore, ProfileClasses
-from serve_app.store.memory_index import using
+from serve_app.store.facts import EXPLICIT, FactStore
+from serve_app.store.forget import Scope
+from serve_app.store.memories import MemoryStore
+from serve_app.store.memory_index import VersionConflict, using
+from serve_app.store.memory_writes import (
+    BATCH_GUARD,
+    add_params,
+    add_statement,
+    delete_statement,
+    one_memory,
+    update_statement,
+)
 from serve_app.store.records import NewMemory, Owner, owner_key
 from serve_app.store.validation import (
     ID_CHARS,
@@ -52,13 +62,29 @@ from serve_app.store.validation import (
 from serve_app.store.validation import (
     field as check_field,
 )
+from serve_app.store.vectors import table_name
+from serve_app.store.versions import CHANGES_CHANNEL
+from serve_app.text import normalize
 
 __all__ = ["ForgetInProgress", "GuardedWriter", "Quotas", "Retention", "ValidationError"]
 
 # A tenant's (memory quota, fact quota): per-tenant overrides plug in here.
 Quotas = Callable[[str], Awaitable[tuple[quota.Quota, quota.Quota]]]
+# The writer's check of a fact upsert, run under the key's lock: (conn, adds a new key?) ->
+# an outcome that stops the write ("erased"), or None; it raises to refuse (quota).
+FactGate = Callable[[AsyncConnection, bool], Awaitable[str | None]]
 # A tenant's default time to live per memory type (seconds; absent or 0: kept).
 Retention = Callable[[str], Awaitable[Mapping[str, float]]]
+
+
+class ProfileClasses(Protocol):
+    """Gives memories their profile class. The classifier (serve_app/profile/classify.py)
+    embeds and reads cues; it is passed in by whoever builds the writer, so the store
+    knows no classification."""
+
+    async def classify_many(
+        self, texts: Sequence[str], types: Sequence[str], vectors: Any
+    ) -> list[str | None]: ...
 
 
 class ForgetInProgress(Exception):
@@ -85,10 +111,17 @@ class GuardedWriter:
         classifier: ProfileClasses | None = None,
     ) -> None:
         """Quotas: ``quotas`` (per tenant) when given, else the fixed ones (None: none);
-        ``retention``: an add's items without an expiry get their type's (None: none)."""
+        ``retention``: an add's items without an expiry get their type's (None: none);
+        ``classifier``: gives written memories without one their profile class (None:
+        they keep none)."""
         self.pool = pool
-        self.memories = MemoryStore(pool, model_slug, classifier)
+        self.memories = MemoryStore(pool)  # reads, for the producers that also read
         self.facts = FactStore(pool)
+        self.classifier = classifier
+        self.vectors = sql.Identifier(table_name(model_slug))
+        gate = sql.SQL("{} AND {}").format(quota.GATE, BATCH_GUARD)
+        self._add_sql = add_statement(self.vectors, gate)
+        self._supersede_sql = add_statement(self.vectors, gate, supersede=True)
         fixed = (memory_quota or quota.Quota(), fact_quota or quota.Quota())
 
         async def same(_: str) -> tuple[quota.Quota, quota.Quota]:
@@ -159,9 +192,7 @@ class GuardedWriter:
             return []
         limits = (await self.quotas(owner.tenant_id))[0]
         for _ in range(2):  # a refusal that no longer holds (counts moved): once more
-            rows = await self.memories._raw_add(
-                owner, items, embeddings, actor=actor, limits=limits, conn=conn, earlier=earlier
-            )
+            rows = await self._insert(owner, items, embeddings, actor, limits, conn, earlier)
             if rows:
                 return rows
             async with using(self.pool, conn) as c:
@@ -175,6 +206,59 @@ class GuardedWriter:
             ("user", limits.per_user) if limits.per_user else ("tenant", limits.per_tenant)
         )
         raise quota.QuotaExceeded(kind, limit or 0, limit or 0)
+
+    async def _insert(
+        self,
+        owner: Owner,
+        items: Sequence[NewMemory],
+        embeddings: np.ndarray,
+        actor: str | None,
+        limits: quota.Quota,
+        conn: AsyncConnection | None,
+        earlier: Sequence[NewMemory],
+    ) -> list[dict[str, Any]]:
+        """Insert items verbatim with their vectors and ADD history: one atomic statement.
+
+        All rows or none (quota, erasure guard: :meth:`_blocked` says why); rows come back
+        in input order (``seq`` follows it); ``conn``: the caller's transaction;
+        ``earlier``: items it added uncounted (:func:`quota.params`).
+        """
+        if len(items) != len(embeddings):
+            raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
+        classes = await self._classes(items, embeddings)
+        params = add_params(owner, items, embeddings, classes)
+        params["actor"] = actor
+        params.update(quota.params(limits, owner, items, earlier))
+        params.update(erasure.params(owner.user_id))
+        async with using(self.pool, conn) as conn:
+            retire = supersede.targets(items)  # raises SupersedeRefused on a repeated id
+            params.update(supersede.params(owner, retire))
+            cur = await conn.execute(self._supersede_sql if retire else self._add_sql, params)
+            rows = {r["id"]: r for r in await cur.fetchall()}
+            if not rows and retire:  # refused: unknown, foreign or retired targets?
+                refused = await supersede.refusal(conn, owner, retire)
+                if refused is not None:
+                    raise refused
+        out = [rows[i] for i in params["id"] if i in rows]
+        for r in out:
+            del r["notified"]
+        return out
+
+    async def _classes(
+        self, items: Sequence[NewMemory], embeddings: np.ndarray
+    ) -> list[str | None]:
+        """The profile class of each item that names none (None where none applies)."""
+        todo = [i for i, m in enumerate(items) if m.profile_class is None]
+        classes: list[str | None] = [None] * len(items)
+        if todo and self.classifier is not None:
+            found = await self.classifier.classify_many(
+                [items[i].content for i in todo],
+                [items[i].type for i in todo],
+                [embeddings[i] for i in todo],
+            )
+            for i, c in zip(todo, found, strict=True):
+                classes[i] = c
+        return classes
 
     async def prepared(self, owner: Owner, items: Sequence[NewMemory]) -> Sequence[NewMemory]:
         """The items as :meth:`add` stores them: validated (``item n`` names the bad one),
@@ -255,7 +339,14 @@ class GuardedWriter:
         ``expected_version``; :class:`ForgetInProgress` during a forget (API)."""
         for name, value in changes.items():
             check_field(name, value, self.max_chars)
-        row = await self.memories._raw_update(
+        classify = self.classifier is not None and embedding is not None
+        if "content" in changes and classify and "profile_class" not in changes:
+            # New words, new class (the type it is written with decides with them).
+            kind = changes.get("type") or "semantic"
+            one = NewMemory(content=changes["content"], type=kind)
+            changes = {**changes, "profile_class": (await self._classes([one], [embedding]))[0]}
+        query, params = update_statement(
+            self.vectors,
             owner,
             item_id,
             changes,
@@ -263,8 +354,14 @@ class GuardedWriter:
             actor=actor,
             event=event,
             expected_version=expected_version,
-            conn=conn,
         )
+        async with using(self.pool, conn) as c:
+            row = await (await c.execute(query, params)).fetchone()
+        current = row.pop("current_version")
+        del row["notified"]
+        if row["id"] is None and current is not None:
+            raise VersionConflict(current)
+        row = row if row["id"] is not None else None
         if row is None and erasure.current() is None and await self._voided(owner, item_id, conn):
             raise ForgetInProgress(owner)
         return row
@@ -286,8 +383,10 @@ class GuardedWriter:
         return found is not None and not found["ok"]
 
     async def delete(self, owner: Owner, item_id: uuid.UUID, *, actor: str | None = None) -> bool:
-        """Delete one memory (its history loses its content). Deletes need no guard."""
-        return await self.memories._raw_delete(owner, item_id, actor=actor)
+        """Delete one memory (its history loses its content, right to be forgotten); a
+        document's chunk is not one. Deletes need no guard."""
+        where, params = one_memory(owner, item_id)
+        return await self._delete_where(where, params, actor) > 0
 
     async def delete_scope(
         self,
@@ -306,13 +405,21 @@ class GuardedWriter:
         if whole:
             async with self.pool.connection() as conn:
                 await DocumentJobStore.drop_owner(conn, owner.tenant_id, key)
-        n = await self.memories._raw_delete_scope(
-            owner, agent_id=agent_id, session_id=session_id, actor=actor
-        )
+        scope = _owner_scope(owner, agent_id, session_id)
+        n = await self._delete_where(*scope, actor) if scope is not None else 0
         if whole:
             async with self.pool.connection() as conn:
                 await DocumentStore.erase_owner(conn, owner.tenant_id, key)
         return n
+
+    async def _delete_where(
+        self, where: sql.Composable, params: dict[str, Any], actor: str | None
+    ) -> int:
+        """Delete matching items (vectors cascade), forget and log them, bump: one statement."""
+        query = delete_statement(where)
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, {**params, "actor": actor, "channel": CHANGES_CHANNEL})
+            return (await cur.fetchone())["deleted"]
 
     # ---------- facts ----------
 
@@ -330,7 +437,7 @@ class GuardedWriter:
         conn: AsyncConnection | None = None,
         valid_from: datetime | None = None,
     ) -> str:
-        """Apply one fact (see ``FactStore._raw_upsert`` for the rules); returns added |
+        """Apply one fact (the rules: :meth:`_upsert`); returns added |
         replaced | confirmed | ignored | erased. A new key over the fact quota raises
         ``QuotaExceeded``; a running forget (outside work) :class:`ForgetInProgress`."""
         check_fact(category, key, value, confidence, importance, self.max_chars)
@@ -358,21 +465,92 @@ class GuardedWriter:
                     raise refused
             return None
 
-        return await self.facts._raw_upsert(
+        return await self._upsert(
             owner,
             category,
             key,
             value,
             confidence,
-            gate=gate,
-            session_id=session_id,
-            source=source,
-            importance=importance,
-            conn=conn,
-            valid_from=valid_from,
+            gate,
+            session_id,
+            source,
+            importance,
+            conn,
+            valid_from,
         )
+
+    async def _upsert(
+        self,
+        owner: Owner,
+        category: str,
+        key: str,
+        value: str,
+        confidence: float,
+        gate: FactGate,
+        session_id: str | None,
+        source: str,
+        importance: float,
+        conn: AsyncConnection | None,
+        valid_from: datetime | None,
+    ) -> str:
+        """The upsert's rules, under the key's lock, ``gate`` first: the same value is
+        confirmed; source ``user`` (explicit) replaces whatever is active; other sources
+        need greater-or-equal confidence and never replace an explicit value."""
+        params: dict[str, Any] = {
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "category": category,
+            "key": key,
+            "value": value,
+            "confidence": confidence,
+            "source": source,
+            "session_id": session_id,
+            "importance": importance,
+        }
+        async with using(self.pool, conn) as conn, conn.transaction():
+            await conn.execute(fact_writes.LOCK_KEY, fact_writes.lock_params(owner, category, key))
+            active = await (await conn.execute(fact_writes.ACTIVE, params)).fetchone()
+            stop = await gate(conn, active is None)
+            if stop is not None:
+                return stop
+            explicit = source == EXPLICIT
+            if active is not None and normalize(active["value"]) == normalize(value):
+                confirm = {**params, "id": active["id"], "explicit": explicit}
+                await conn.execute(fact_writes.CONFIRM, confirm)
+                return "confirmed"
+            if (
+                active is not None
+                and not explicit
+                and (confidence < active["confidence"] or active["source"] == EXPLICIT)
+            ):
+                return "ignored"
+            params["id"] = uuid.uuid4()
+            if active is not None:
+                retire = {"new_id": params["id"], "id": active["id"], "valid_from": valid_from}
+                await conn.execute(fact_writes.RETIRE, retire)
+            await conn.execute(fact_writes.INSERT, {**params, "valid_from": valid_from})
+            return "added" if active is None else "replaced"
 
     async def delete_facts(
         self, owner: Owner, category: str | None = None, key: str | None = None
     ) -> int:
-        return await self.facts._raw_delete(owner, category, key)
+        """Delete the user's facts (every version), optionally one category or one key."""
+        query, params = fact_writes.delete_statement(owner, category, key)
+        async with self.pool.connection() as conn:
+            return (await conn.execute(query, params)).rowcount
+
+
+def _owner_scope(
+    owner: Owner, agent_id: str | None, session_id: str | None
+) -> tuple[sql.Composable, dict[str, Any]] | None:
+    """Where-clause and parameters of a delete of the owner's memories, optionally narrowed
+    to an agent and/or session. The shared owner (``user_id`` None) has one scope to
+    delete: an agent's shared (``@agent:<id>``) memories of the tenant; org memories go by
+    id only (None: nothing to delete)."""
+    if owner.user_id is None:
+        if agent_id is None or session_id is not None:
+            return None
+        where = sql.SQL("tenant_id = %(tenant_id)s AND scope = 'agent' AND agent_id = %(agent_id)s")
+        return where, {"tenant_id": owner.tenant_id, "agent_id": agent_id}
+    scope = Scope(owner.tenant_id, owner.user_id, agent_id, session_id)
+    return scope.where(("user_id", "agent_id", "session_id"))

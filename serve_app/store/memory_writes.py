@@ -1,5 +1,12 @@
-"""Statement builders for writes to ``memory_items``: a batch add, and the history and
-owner-version CTEs every write appends (see :mod:`serve_app.store.memories`)."""
+"""Statement builders for writes to ``memory_items``: a batch add, an update, deletes,
+and the history and owner-version CTEs every write appends.
+
+Each write is one statement (data-modifying CTEs): the items, their vectors, their
+history and the owner-version bump with its NOTIFY go in one round trip and commit or
+fail together (the pool's connections are in autocommit: one statement is one
+transaction). A batch of any size is still one statement. Only the writer
+(:class:`serve_app.store.guarded.GuardedWriter`) runs them.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +18,35 @@ import numpy as np
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from serve_app.store import history
+from serve_app.store import erasure, history
 from serve_app.store import supersede as supersede_sql
-from serve_app.store.records import MEMORY_COLUMNS, NewMemory, Owner, column_list, owner_key
+from serve_app.store.records import (
+    MEMORY_COLUMNS,
+    NewMemory,
+    Owner,
+    column_list,
+    live,
+    owner_key,
+)
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 from serve_app.text import dedupe_hash
+
+UPDATABLE = frozenset(
+    {"content", "tags", "metadata", "importance", "type", "confidence", "data"}
+    | {"expires_at", "status"}
+    | {"valid_from", "valid_until", "superseded_by"}  # validity (event time)
+    | {"pinned", "profile_class"}  # the profile
+)
+# A document's chunk is not a memory: it changes and goes with its document (``POST`` /
+# ``DELETE /v1/documents``), never alone through the memory routes, which would leave the
+# document's head describing chunks that are not there.
+_NOT_A_CHUNK = " AND type <> 'document_chunk'"
+# The erasure guard of a batch add (any voided row refuses all of it); binds the
+# batch's ``agent_id``/``session_id`` arrays and :func:`erasure.params`.
+BATCH_GUARD = sql.SQL(
+    "NOT EXISTS (SELECT 1 FROM unnest(%(agent_id)s::text[], %(session_id)s::text[])"
+    " AS r(agent_id, session_id) WHERE NOT {})"
+).format(erasure.clause(sql.SQL("r.agent_id"), sql.SQL("r.session_id")))
 
 # What an add binds per item: (column, element type of the array it travels in).
 # ``tags`` travels as jsonb because a text[][] cannot hold rows of different lengths.
@@ -178,3 +209,86 @@ def add_params(
         for c, values in cols.items():
             values.append(row[c])
     return {**cols, "tenant_id": owner.tenant_id, "channel": CHANGES_CHANNEL}
+
+
+def update_statement(
+    vectors: sql.Identifier,
+    owner: Owner,
+    item_id: uuid.UUID,
+    changes: dict[str, Any],
+    embedding: np.ndarray | None,
+    *,
+    actor: str | None,
+    event: str,
+    expected_version: int | None,
+) -> tuple[sql.Composed, dict[str, Any]]:
+    """A partial update of one live memory of the owner (not a document's chunk): bumps
+    ``version`` unless the row is not at ``expected_version``, re-vectors it when an
+    ``embedding`` comes, logs ``event``; the erasure guard voids it. Answers the row
+    (``id`` None when nothing was updated) with ``current_version`` and ``notified``."""
+    unknown = set(changes) - UPDATABLE
+    if unknown:
+        raise ValueError(f"cannot update {sorted(unknown)}")
+    params: dict[str, Any] = {
+        "id": item_id,
+        "tenant_id": owner.tenant_id,
+        "user_id": owner.user_id,
+        "event": event,
+        "actor": actor,
+        "channel": CHANGES_CHANNEL,
+        "expected": expected_version,
+    }
+    sets = [sql.SQL("updated_at = now()"), sql.SQL("version = i.version + 1")]
+    for key, value in changes.items():
+        sets.append(sql.SQL("{} = {}").format(sql.Identifier(key), sql.Placeholder(f"new_{key}")))
+        params[f"new_{key}"] = Jsonb(value) if key in ("metadata", "data") else value
+    if "content" in changes:
+        sets.append(sql.SQL("dedupe_hash = %(new_dedupe_hash)s"))
+        params["new_dedupe_hash"] = dedupe_hash(changes["content"])
+    params.update(erasure.params(owner.user_id))  # a voiding forget: no row
+    revector = sql.SQL("")
+    if embedding is not None:
+        params["embedding"] = np.asarray(embedding, dtype=np.float32)
+        revector = sql.SQL(
+            " vec AS (UPDATE {v} v SET embedding = %(embedding)s FROM upd"
+            " WHERE v.item_id = upd.id AND v.tenant_id = %(tenant_id)s),"
+        ).format(v=vectors)
+    query = sql.SQL(
+        "WITH old AS (SELECT id, user_id, owner, content, version FROM memory_items"
+        " WHERE id = %(id)s AND tenant_id = %(tenant_id)s"
+        " AND user_id IS NOT DISTINCT FROM %(user_id)s AND "
+        + live()
+        + _NOT_A_CHUNK
+        + " AND {guard} FOR UPDATE),"
+        " upd AS (UPDATE memory_items i SET {sets} FROM old WHERE i.id = old.id"
+        " AND (%(expected)s::int IS NULL OR i.version = %(expected)s)"
+        " RETURNING {returning}),{revector} {history}, {bump}"
+        " SELECT upd.*, {notified} AS notified, (SELECT version FROM old) AS current_version"
+        " FROM (SELECT 1) one LEFT JOIN upd ON true"
+    ).format(
+        sets=sql.SQL(", ").join(sets),
+        guard=erasure.clause(sql.SQL("agent_id"), sql.SQL("session_id")),
+        returning=column_list(MEMORY_COLUMNS, "i"),
+        revector=revector,
+        history=history.record_cte(
+            "hist",
+            sql.SQL(
+                "SELECT old.id AS memory_id, old.user_id, %(event)s::text AS event,"
+                " old.content AS old_content, upd.content AS new_content"
+                " FROM old JOIN upd ON upd.id = old.id"
+            ),
+        ),
+        bump=bump_ctes(sql.SQL("SELECT old.owner FROM old JOIN upd ON upd.id = old.id")),
+        notified=NOTIFIED,
+    )
+    return query, params
+
+
+def one_memory(owner: Owner, item_id: uuid.UUID) -> tuple[sql.Composable, dict[str, Any]]:
+    """Where-clause and parameters of a delete of one memory (a document's chunk is not
+    one: it goes with its document)."""
+    where = sql.SQL(
+        "id = %(id)s AND tenant_id = %(tenant_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s"
+        + _NOT_A_CHUNK
+    )
+    return where, {"id": item_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}

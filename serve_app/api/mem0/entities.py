@@ -33,9 +33,7 @@ async def entities(caller: Caller, services: Svc):
     """A user key sees only its own user (and its agents and runs). At most
     ``MEMSERVE_MAX_ENTITIES_LISTED`` of each kind are listed (first by name); the
     ``total_*`` counts are the full ones."""
-    mine = caller.user_id if caller.role == "user" else None
-    limit = services.settings.limits.entities_listed
-    rows = await services.directory.entities(caller.tenant_id, mine, limit)
+    rows = await services.directory.entities(caller)
     results = [
         {
             **{k: v for k, v in r.items() if k != "kind_total"},
@@ -69,10 +67,8 @@ async def delete_entity(entity_type: str, entity_id: str, caller: Caller, servic
         if caller.role == "user" and entity_id != caller.user_id:
             raise ApiError(404, "not_found", "entity not found")
         users = [entity_id]
-    elif caller.role == "user":
-        users = [caller.user_id]
     else:
-        users = await services.directory.users_with(tenant, entity_type, entity_id)
+        users = await services.directory.users_with(caller, entity_type, entity_id)
     narrow = {"agent_id": None, "session_id": None}
     if entity_type != "user":
         narrow[COLUMN[entity_type]] = entity_id

@@ -18,8 +18,6 @@ from serve_app.api.mem0.scope import (
     Scope,
     bad,
     entity_scope,
-    owner_of,
-    owners_of,
     scope_owner,
 )
 from serve_app.api.search import rerank_step
@@ -237,7 +235,7 @@ async def get_all(
 
 @router.get("/v1/memories/{memory_id}/", response_model=m.Mem0Memory)
 async def get(memory_id: UUID, caller: Caller, services: Svc):
-    owner = await owner_of(caller, services.directory, memory_id)
+    owner = await services.directory.owner_of(caller, memory_id)
     return m.to_mem0(await services.memories.get(owner, memory_id))
 
 
@@ -245,7 +243,7 @@ async def get(memory_id: UUID, caller: Caller, services: Svc):
 async def update(memory_id: UUID, body: m.UpdateRequest, caller: Caller, services: Svc):
     if body.expiration_date is not None:
         raise bad("memserve does not change expiration_date after the add")
-    owner = await owner_of(caller, services.directory, memory_id)
+    owner = await services.directory.owner_of(caller, memory_id)
     patch = _validated(MemoryPatch, content=body.text, metadata=body.metadata)
     changes = patch.model_dump(exclude_none=True)
     if not changes:
@@ -256,14 +254,14 @@ async def update(memory_id: UUID, body: m.UpdateRequest, caller: Caller, service
 
 @router.delete("/v1/memories/{memory_id}/", response_model=m.Message200)
 async def delete(memory_id: UUID, caller: Caller, services: Svc):
-    owner = await owner_of(caller, services.directory, memory_id)
+    owner = await services.directory.owner_of(caller, memory_id)
     await services.memories.delete(owner, memory_id, caller.actor)
     return {"message": "Memory deleted successfully!"}
 
 
 @router.get("/v1/memories/{memory_id}/history/", response_model=list[m.HistoryEntry])
 async def history(memory_id: UUID, caller: Caller, services: Svc):
-    owner = await owner_of(caller, services.directory, memory_id)
+    owner = await services.directory.owner_of(caller, memory_id)
     limit = services.settings.limits.history_events
     events = await services.memories.history(owner, memory_id, limit)
     return [m.to_history(e, owner.user_id) for e in events]
@@ -306,7 +304,7 @@ async def batch_update(body: m.BatchUpdate, caller: Caller, services: Svc):
         (i.memory_id, _validated(MemoryPatch, content=i.text, metadata=i.metadata))
         for i in body.memories
     ]
-    owners = await owners_of(caller, services.directory, [i for i, _ in patches])
+    owners = await services.directory.owners_of(caller, [i for i, _ in patches])
     for memory_id, patch in patches:
         changes = patch.model_dump(exclude_none=True)
         if changes:
@@ -318,7 +316,7 @@ async def batch_update(body: m.BatchUpdate, caller: Caller, services: Svc):
 async def batch_delete(body: m.BatchDelete, caller: Caller, services: Svc):
     _too_many(len(body.memories), services.settings.limits.batch_items)
     ids = list(dict.fromkeys(i.memory_id for i in body.memories))
-    owners = await owners_of(caller, services.directory, ids)
+    owners = await services.directory.owners_of(caller, ids)
     for memory_id in ids:
         await services.memories.delete(owners[memory_id], memory_id, caller.actor)
     return {"message": f"Successfully deleted {len(ids)} memories"}

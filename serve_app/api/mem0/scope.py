@@ -9,8 +9,6 @@ Isolation is memserve's: a user key is bound to its user, a service key names on
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +19,6 @@ from serve_app.auth import Principal, resolve_owner
 from serve_app.errors import ApiError
 from serve_app.services.memories import SHARED_WRITERS
 from serve_app.store import Owner
-from serve_app.store.directory import MemoryDirectory
 
 ENTITIES = ("user_id", "agent_id", "run_id", "app_id")
 _ID = re2.compile(r"^[A-Za-z0-9_.:@\-]{1,128}$")
@@ -132,26 +129,3 @@ def scope_owner(caller: Principal, scope: Scope) -> Owner:
     if scope.user_id is None and scope.agent_id is not None and caller.role in SHARED_WRITERS:
         return Owner(caller.tenant_id, None)
     return resolve_owner(caller, scope.user_id)
-
-
-async def owners_of(
-    caller: Principal, directory: MemoryDirectory, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, Owner]:
-    """Owners of memories named by id (the mem0 client sends no user on by-id calls): a
-    service key finds them within its tenant; anything not the caller's is a 404."""
-    found = await directory.owners(caller.tenant_id, ids)
-    out: dict[uuid.UUID, Owner] = {}
-    for memory_id in ids:
-        user = found.get(memory_id, "")
-        if memory_id not in found or (caller.role == "user" and user != caller.user_id):
-            raise ApiError(404, "not_found", f"memory {memory_id} not found")
-        out[memory_id] = Owner(caller.tenant_id, found[memory_id])
-    return out
-
-
-async def owner_of(caller: Principal, directory: MemoryDirectory, memory_id: uuid.UUID) -> Owner:
-    """One memory's owner: a user key's memories are its own and the by-id service call
-    checks that (a 404 otherwise), so only a service key pays the directory lookup."""
-    if caller.role == "user":
-        return resolve_owner(caller, None)
-    return (await owners_of(caller, directory, [memory_id]))[memory_id]
