@@ -44,6 +44,12 @@ FIXED_PORTS = {
     "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": 8500,
 }
 NBTHREAD_VAR = "RAY_SERVE_HAPROXY_NBTHREAD"
+# HAProxy's close-spread-time: on a soft stop (every reload, and the drain at shutdown)
+# the old process closes its idle keep-alive client connections within this window.
+# Unset, they stay open until hard-stop-after (120 s): one pooled client connection
+# then holds the drain until its 30 s timeout on every graceful stop.
+CLOSE_SPREAD_VAR = "RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S"
+CLOSE_SPREAD_S = 2
 
 
 class HAProxyUnavailable(RuntimeError):
@@ -132,6 +138,8 @@ def ray_env(
     if NBTHREAD_VAR not in environ:
         # Ray's default is 4 threads; more than the machine's cores only adds switches.
         env[NBTHREAD_VAR] = str(max(1, min(4, os.cpu_count() or 1)))
+    if CLOSE_SPREAD_VAR not in environ:
+        env[CLOSE_SPREAD_VAR] = str(CLOSE_SPREAD_S)
     return env
 
 

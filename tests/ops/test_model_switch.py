@@ -1,11 +1,12 @@
-"""A model change over HTTP: memories written with model A stay searchable while the
-service, restarted with model B (another dimension), re-embeds them in the background,
+"""A model change over HTTP: memories written with one model stay searchable while the
+service, restarted with another (another dimension), re-embeds them in the background,
 after the switch, and after the old table is dropped.
 
-Model B is bge-small-zh-v1.5 on a 512-d stand-in graph (tests/models/standin.py), so
-the switch really changes the vector table's dimension. Both query routes
-(MEMSERVE_QUERY_EMBED, issue 23): the Retriever embedding each query with the model of
-the table it reads (both loaded while both are active), and the Embedder doing it.
+The other model is bge-small-zh-v1.5 on a 512-d stand-in graph (tests/models/standin.py),
+so a switch really changes the vector table's dimension. One service switches there and
+back, once per query route (MEMSERVE_QUERY_EMBED): the Retriever embedding each query
+with the model of the table it reads (both loaded while both are active), then the
+Embedder doing it; the way back also re-creates a table that was dropped before.
 """
 
 from __future__ import annotations
@@ -59,10 +60,54 @@ def models(svc) -> dict[str, dict]:
     return {m["name"]: m for m in r.json()["models"]}
 
 
-@pytest.mark.parametrize("route", ["retriever", "embedder"])
-def test_switch_keeps_every_memory_searchable(tmp_path, route):
-    data = tmp_path / "svc"
-    svc = start_service(data, MEMSERVE_QUERY_EMBED=route)
+MINILM = "all-minilm-l6-v2-int8"
+BGE = "bge-small-zh-v1.5"
+# Re-embedded slowly enough to be seen mid-way (4 texts/s, batches of 2).
+SLOW_FILL = {
+    "MEMSERVE_REEMBED_RATE_PER_S": "4",
+    "MEMSERVE_REEMBED_BATCH": "2",
+    "MEMSERVE_REEMBED_POLL_S": "1",
+    "MEMSERVE_REEMBED_SETTLE_S": "3",
+}
+
+
+def switch(svc, user: str, ids: dict[str, str], old: str, new: str, late: str) -> None:
+    """Restart ``svc`` (stopped) on model ``new`` and follow the fill: every memory found
+    from the ``old`` table meanwhile, a write during the fill found too, then everything
+    from the new table, and again once the old table is dropped."""
+    svc.start()
+    with client(svc) as c:
+        ready = c.get("/readyz").json()["components"]["models"]
+        assert ready.startswith(f"ok ({old}); re-embedding into {new}"), ready
+        during = models(svc)
+        assert during[new]["state"] == "filling"
+        assert during[old]["state"] == "active"
+        assert all_found(c, user, ids) == []  # served by the old table meanwhile
+        r = c.post("/v1/memories", json={"user_id": user, "content": late})  # during the fill
+        assert r.status_code == 201, r.text
+        ids[late] = r.json()["id"]
+        deadline = time.monotonic() + 60
+        while models(svc)[new]["state"] != "active":
+            assert all_found(c, user, {late: ids[late]}) == []
+            assert time.monotonic() < deadline, models(svc)
+            time.sleep(0.5)
+        time.sleep(1.5)  # replicas hear the NOTIFY (poll 1 s at the latest)
+        assert c.get("/readyz").json()["components"]["models"] == f"ok ({new})"
+        assert all_found(c, user, ids) == []  # now from the new table
+        admin = {"Authorization": f"Bearer {svc.admin_key}"}
+        slug = models(svc)[old]["slug"]
+        deadline = time.monotonic() + 30
+        while (r := c.delete(f"/v1/admin/models/{slug}", headers=admin)).status_code == 409:
+            assert time.monotonic() < deadline, r.text  # the switch settles first
+            time.sleep(0.5)
+        assert r.status_code == 200, r.text
+        assert list(models(svc)) == [new]
+        assert all_found(c, user, ids) == []
+    svc.stop()
+
+
+def test_switch_keeps_every_memory_searchable_on_both_query_routes(tmp_path):
+    svc = start_service(tmp_path / "svc", MEMSERVE_QUERY_EMBED="retriever")
     try:
         user = "switcher"
         with client(svc) as c:
@@ -73,42 +118,11 @@ def test_switch_keeps_every_memory_searchable(tmp_path, route):
                 ids[text] = r.json()["id"]
             assert all_found(c, user, ids) == []
         svc.stop()
-        # Model B, re-embedded slowly enough to be seen mid-way (4 texts/s, batches of 2).
-        svc.extra_env.update(
-            MEMSERVE_EMBED_MODEL=str(standin_model_dir(tmp_path / "bge-zh")),
-            MEMSERVE_REEMBED_RATE_PER_S="4",
-            MEMSERVE_REEMBED_BATCH="2",
-            MEMSERVE_REEMBED_POLL_S="1",
-            MEMSERVE_REEMBED_SETTLE_S="3",
-        )
-        svc.start()
-        with client(svc) as c:
-            ready = c.get("/readyz").json()["components"]["models"]
-            assert ready.startswith("ok (all-minilm-l6-v2-int8); re-embedding into bge-small-zh")
-            during = models(svc)
-            assert during["bge-small-zh-v1.5"]["state"] == "filling"
-            assert during["all-minilm-l6-v2-int8"]["state"] == "active"
-            assert all_found(c, user, ids) == []  # served by the old table meanwhile
-            late = "Fact late: my umbrella is turquoise"  # written during the fill
-            r = c.post("/v1/memories", json={"user_id": user, "content": late})
-            ids[late] = r.json()["id"]
-            deadline = time.monotonic() + 60
-            while models(svc)["bge-small-zh-v1.5"]["state"] != "active":
-                assert all_found(c, user, {late: ids[late]}) == []
-                assert time.monotonic() < deadline, models(svc)
-                time.sleep(0.5)
-            time.sleep(1.5)  # replicas hear the NOTIFY (poll 1 s at the latest)
-            assert c.get("/readyz").json()["components"]["models"] == "ok (bge-small-zh-v1.5)"
-            assert all_found(c, user, ids) == []  # now from the 512-d table
-            admin = {"Authorization": f"Bearer {svc.admin_key}"}
-            deadline = time.monotonic() + 30
-            while (
-                r := c.delete("/v1/admin/models/all_minilm_l6_v2_int8", headers=admin)
-            ).status_code == 409:
-                assert time.monotonic() < deadline, r.text  # the switch settles first
-                time.sleep(0.5)
-            assert r.status_code == 200, r.text
-            assert list(models(svc)) == ["bge-small-zh-v1.5"]
-            assert all_found(c, user, ids) == []
+        bge = str(standin_model_dir(tmp_path / "bge-zh"))
+        svc.extra_env.update(MEMSERVE_EMBED_MODEL=bge, **SLOW_FILL)
+        switch(svc, user, ids, MINILM, BGE, "Fact late: my umbrella is turquoise")
+        # Back to MiniLM (its table was dropped: made anew), queries through the Embedder.
+        svc.extra_env.update(MEMSERVE_EMBED_MODEL=MINILM, MEMSERVE_QUERY_EMBED="embedder")
+        switch(svc, user, ids, BGE, MINILM, "Fact later: my scarf is crimson")
     finally:
         svc.stop()

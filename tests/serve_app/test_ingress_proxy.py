@@ -59,6 +59,9 @@ def test_on_sets_the_flag_ports_and_threads():
     assert env[FLAG] == "1"
     assert set(ingress_proxy.FIXED_PORTS) <= set(env)
     assert 1 <= int(env[ingress_proxy.NBTHREAD_VAR]) <= 4
+    assert env[ingress_proxy.CLOSE_SPREAD_VAR] == str(ingress_proxy.CLOSE_SPREAD_S)
+    mine = ray_env(True, {ingress_proxy.CLOSE_SPREAD_VAR: "7"})
+    assert ingress_proxy.CLOSE_SPREAD_VAR not in mine  # an operator's own value is kept
 
 
 def test_side_ports_follow_the_service_port_so_two_services_never_share_them():
