@@ -92,7 +92,9 @@ def _serve(
 
     config = load_config(settings.serve_config)
     init_kwargs = dict(
-        address=settings.serving.address,
+        # "local": a new node even when another Ray runs on this machine (an address
+        # in /tmp/ray/ray_current_cluster or RAY_ADDRESS would be joined otherwise).
+        address=settings.serving.address or "local",
         num_cpus=settings.serving.num_cpus
         or math.ceil(max(os.cpu_count() or 1, 4, max_cpus(deployment_options(config)))),
         include_dashboard=settings.serving.dashboard,

@@ -14,7 +14,8 @@ import pytest_asyncio
 
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
-from tests import task_leaks
+from tests import scheduling, task_leaks
+from tests.security import report as security_report
 from tests.timeouts import start_timer, timeout_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,15 +99,37 @@ async def task_leak_check(request: pytest.FixtureRequest) -> AsyncIterator[None]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run tests/ops last: they start services of their own and stop the shared one.
-    Give each test the timeout of its kind (tests/timeouts.py) unless it names its own or
-    ``--timeout`` was given."""
-    items.sort(key=lambda item: "/tests/ops/" in str(item.path))
+    """Group and queue the tests for the two workers (tests/scheduling.py). Give each test
+    the timeout of its kind (tests/timeouts.py) unless it names its own or ``--timeout``
+    was given."""
+    scheduling.order(items)
     if config.getoption("timeout", None) is not None:
         return
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(timeout_for(item)))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands the security suite's counts to the controller."""
+    security_report.hand_over(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist hooks: only there when xdist is
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadscope`` runs the suite's groups whole (tests/scheduling.py)."""
+    if config.getvalue("dist") == "loadscope":
+        return scheduling.make_scheduler(config, log)
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    security_report.take_over(getattr(node, "workeroutput", {}))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    security_report.summary(terminalreporter, exitstatus)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -24,7 +24,8 @@ def ray_session() -> Iterator[None]:
 
     started = False
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # "local": never join another worker's service cluster on this machine.
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         started = True
     yield
     if started:

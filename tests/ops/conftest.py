@@ -31,7 +31,8 @@ def start_service(data_dir: Path, **extra_env: str) -> ServiceProcess:
 
 @pytest.fixture(scope="package", autouse=True)
 def _quiet_machine() -> None:
-    """Stop the shared e2e service first (ops tests run last): one Ray at a time on 2 cores."""
+    """Stop the shared e2e service first where it runs in this process (a run without
+    ``-n``, where ops tests follow it): there the services run one at a time."""
     for svc in list(ServiceProcess.running):
         svc.stop()
 

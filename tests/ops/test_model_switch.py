@@ -62,10 +62,12 @@ def models(svc) -> dict[str, dict]:
 
 MINILM = "all-minilm-l6-v2-int8"
 BGE = "bge-small-zh-v1.5"
-# Re-embedded slowly enough to be seen mid-way (4 texts/s, batches of 2).
+# Re-embedded slowly enough to be seen mid-way: one text a second, so the fill (12-14
+# texts) outlasts the gap between the re-embed worker's start and the Ingress being
+# ready, which grows on a busy machine.
 SLOW_FILL = {
-    "MEMSERVE_REEMBED_RATE_PER_S": "4",
-    "MEMSERVE_REEMBED_BATCH": "2",
+    "MEMSERVE_REEMBED_RATE_PER_S": "1",
+    "MEMSERVE_REEMBED_BATCH": "1",
     "MEMSERVE_REEMBED_POLL_S": "1",
     "MEMSERVE_REEMBED_SETTLE_S": "3",
 }

@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.security.conftest import CASES, SERVER_ERRORS, http
+from tests.security.conftest import http
+from tests.security.report import CASES, SERVER_ERRORS
 
 pytestmark = pytest.mark.e2e
 

@@ -34,8 +34,8 @@ import pytest
 from serve_app.api import create_app
 from serve_app.settings import Settings
 from serve_app.testing.document_server import DocumentServer
-from tests.security.conftest import CASES, COSTS, SERVER_ERRORS
 from tests.security.cost_inputs import CostCase, cases, document_cases, routes
+from tests.security.report import CASES, COSTS, SERVER_ERRORS
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,8 @@ from serve_app.testing.pdfs import (
     text_pdf,
     xobject_bomb,
 )
-from tests.security.conftest import CASES, LEAKS, SERVER_ERRORS, http
+from tests.security.conftest import http
+from tests.security.report import CASES, LEAKS, SERVER_ERRORS
 
 pytestmark = pytest.mark.e2e
 ADD = "/mem0/v3/memories/add/"

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from tests.hostile_input import cases, row_counts, verdict
-from tests.security.conftest import CASES, SERVER_ERRORS, http
+from tests.security.conftest import http
+from tests.security.report import CASES, SERVER_ERRORS
 
 pytestmark = pytest.mark.e2e
 # Public by design: probes, and the MCP sign-in discovery document (RFC 9728).

@@ -10,7 +10,8 @@ import secrets
 import psycopg
 import pytest
 
-from tests.security.conftest import CASES, http
+from tests.security.conftest import http
+from tests.security.report import CASES
 
 pytestmark = pytest.mark.e2e
 SQLI = [

@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.security.conftest import CASES, LEAKS, SERVER_ERRORS, http
+from tests.security.conftest import http
+from tests.security.report import CASES, LEAKS, SERVER_ERRORS
 
 pytestmark = pytest.mark.e2e
 USERS = ("u1", "u2", "u3")

@@ -17,7 +17,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import positive_data_acceptance
 
-from tests.security.conftest import CASES, FINDINGS, SERVER_ERRORS
+from tests.security.report import CASES, FINDINGS, SERVER_ERRORS
 
 pytestmark = pytest.mark.e2e
 EXAMPLES_PER_OPERATION = 20

@@ -27,7 +27,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from serve_app.testing.jwt_issuer import LocalIssuer, public_jwk
-from tests.security.conftest import CASES, LEAKS, SERVER_ERRORS, http
+from tests.security.conftest import http
+from tests.security.report import CASES, LEAKS, SERVER_ERRORS
 
 pytestmark = pytest.mark.e2e
 ACCEPTED: list[str] = []  # a forged token that got in

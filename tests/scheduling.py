@@ -1,0 +1,62 @@
+"""How the suite runs on two workers (pytest-xdist, ``-n 2 --dist loadscope``).
+
+Most of the suite's time is start-ups and waits of whole services (Ray, Serve,
+PostgreSQL), not CPU, so two workers overlap them. Each test belongs to one group, and a
+group runs whole on one worker, in collection order:
+
+- ``service``: tests/e2e and tests/security share one service (a session fixture);
+- ``ops``: tests/ops start services of their own, one at a time (in a run without
+  ``-n`` they follow the shared service's tests and stop it first);
+- ``ray-deployments``: tests/deployments share one in-process Ray;
+- every other module is its own group, so a module's fixtures are set up once.
+
+The groups are queued with the shared ones first (``QUEUE``), so the two service groups
+start at once, one per worker, and the modules fill in around them. xdist's own
+``loadgroup`` reads ``xdist_group`` marks by rewriting node ids, which pytest 9 no longer
+allows, so the grouping is a scheduler of its own: ``loadscope`` with these groups as
+scopes (``pytest_xdist_make_scheduler`` in tests/conftest.py). A run without ``-n`` keeps
+the same order in one process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+# Directory under tests/ -> the group its modules run in together.
+SHARED_GROUPS = {
+    "e2e": "service",
+    "security": "service",
+    "ops": "ops",
+    "deployments": "ray-deployments",
+}
+QUEUE = ("service", "ops", "ray-deployments")  # first in the queue; modules after them
+
+
+def group_of(nodeid: str) -> str:
+    """The group of a test: its directory's shared group, else its module."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    shared = SHARED_GROUPS.get(parts[1]) if len(parts) > 2 and parts[0] == "tests" else None
+    return shared or path
+
+
+def order(items: list[pytest.Item]) -> None:
+    """Queue the groups: the shared ones first (``QUEUE``), each in collection order,
+    then the modules (a stable sort: everything else keeps its order)."""
+    rank = {name: i for i, name in enumerate(QUEUE)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(QUEUE)))
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``loadscope`` whose scopes are :func:`group_of`'s groups; the queue keeps the
+    collection order (``--no-loadscope-reorder``: largest first would put modules of
+    many small tests before the ops tests)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
