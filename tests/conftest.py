@@ -14,6 +14,7 @@ import pytest_asyncio
 
 from serve_app.db.embedded import EmbeddedPostgres
 from serve_app.db.migrations import migrate
+from serve_app.testing.service import ServiceProcess
 from tests import scheduling, task_leaks
 from tests.security import report as security_report
 from tests.timeouts import start_timer, timeout_for
@@ -56,6 +57,18 @@ def fresh_db(pg_admin_dsn) -> Iterator[str]:
     """A new, migrated database per test (cheap: CREATE DATABASE is fast)."""
     with scratch_database(pg_admin_dsn) as dsn:
         yield dsn
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_models_cache(tmp_path_factory) -> Iterator[Path]:
+    """Every service this run starts shares one models cache (``ServiceProcess``); under
+    xdist the workers share it too (their temporary folders have one parent per run)."""
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models-cache"
+    cache.mkdir(exist_ok=True)
+    ServiceProcess.models_cache = cache
+    yield cache
+    ServiceProcess.models_cache = None
 
 
 @pytest_asyncio.fixture(scope="session", autouse=True, loop_scope="session")

@@ -28,10 +28,12 @@ Conventions, for phrases that people use in more than one way:
   summer June-August, autumn (fall) September-November, winter December-February (the
   winter of a year starts in its December). A season alone ("in the spring") is the
   most recent one that has begun by the reference (the current one if it has);
-  "last spring" the one before that unless the current is a different season, i.e. the
-  most recent spring that has ended; "next spring" the first that begins after it; "this
-  spring" the current one, else whichever of the last and the next is closer ("this
-  winter" said in late November is the coming one, "this summer" in October the past).
+  "this spring" the current one, else whichever of the latest passed and the next is
+  closer ("this winter" said in late November is the coming one, "this summer" in
+  October the past); "last spring" the one before "this spring", so the two never name
+  the same season ("last summer" said in November is the summer of the year before:
+  the one just ended is "this summer"); "next spring" the first that begins after the
+  reference.
 - A month alone ("in May") is the most recent May that has begun by the reference; with
   a year ("May 2023") that month; with a day ("August 11, 2023", "1 February 2023", "the
   3rd of March") that day, and without a year the latest such day by the reference; a
@@ -178,13 +180,14 @@ def _season_of(d: date) -> tuple[int, int]:
 
 
 def _season_named(ref: date, first_month: int, which: str) -> Period | None:
-    """``which``: "recent" (the latest begun by ``ref``), "last" (the latest ended before
-    it), "next" (the first beginning after it), "nearest" (the current one, else the
-    closer of the latest passed and the next)."""
+    """``which``: "recent" (the latest begun by ``ref``), "nearest" (the current one,
+    else the closer of the latest passed and the next), "last" (the one before the
+    nearest), "next" (the first beginning after ``ref``)."""
     begun = date(ref.year, first_month, 1) <= ref
     year = ref.year if begun else ref.year - 1
-    if which == "last" and (year, first_month) == _season_of(ref):
-        year -= 1
+    if which == "last":
+        this = _season_named(ref, first_month, "nearest")
+        return _season(this.first.year - 1, first_month) if this is not None else None
     if which == "next":
         year = ref.year + 1 if begun else ref.year
     if which == "nearest":  # "this summer": the one passed or to come, whichever is closer

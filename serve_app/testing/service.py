@@ -23,6 +23,10 @@ class ServiceProcess:
 
     # Services running in this pytest process: tests/security reuses the e2e one.
     running: ClassVar[list[ServiceProcess]] = []
+    # One models cache (MEMSERVE_MODELS_CACHE) for every service of a test run: each
+    # fresh data directory would otherwise build and verify the int8 copy again (seconds
+    # of CPU per start); the copy is built once under a lock (models/requantize.py).
+    models_cache: ClassVar[Path | None] = None
 
     def __init__(self, data_dir: Path, bootstrap_key: str, extra_env: dict | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -53,6 +57,8 @@ class ServiceProcess:
             MEMSERVE_RATE_LIMIT_BURST="20000",
             PYTHONUNBUFFERED="1",
         )
+        if self.models_cache is not None:
+            env["MEMSERVE_MODELS_CACHE"] = str(self.models_cache)
         env.update(self.extra_env)
         return env
 

@@ -116,6 +116,8 @@ def test_seasons(ref, season):
     assert (nxt.first - ref).days <= 366
     this = resolve(f"this {season}", ref)
     assert this in (recent, nxt)
+    # "last" is the one before "this": the two never name the same season.
+    assert last.first == this.first.replace(year=this.first.year - 1)
 
 
 @given(REFS, st.integers(min_value=1, max_value=12))
@@ -196,6 +198,10 @@ def test_words_read_a_bounded_prefix():
     [
         ("Can you remind me what I did last weekend?", (date(2026, 11, 21), date(2026, 11, 22))),
         ("this winter", (date(2026, 12, 1), date(2027, 2, 28))),
+        ("last winter", (date(2025, 12, 1), date(2026, 2, 28))),
+        ("this summer", (date(2026, 6, 1), date(2026, 8, 31))),
+        ("a hike last summer", (date(2025, 6, 1), date(2025, 8, 31))),
+        ("in the summer", (date(2026, 6, 1), date(2026, 8, 31))),
         ("the past week", (date(2026, 11, 21), date(2026, 11, 28))),
     ],
 )
