@@ -131,13 +131,18 @@ class LocomoScores:
     def __init__(self) -> None:
         # mode -> group ("all", category, "conv:<id>") -> k -> [recall]
         self.recalls: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+        # mode -> one row per question, so two runs can be compared question by question
+        self.questions: dict = defaultdict(list)
 
     def add(self, mode: str, conv_id: str, q: dict, got: list) -> None:
         gold = evidence_ids(q["evidence"])
+        row = {"conv": conv_id, "category": q["category"], "question": q["question"]}
         for k in KS:
             r = len(gold & set(got[:k])) / len(gold)
+            row[f"R@{k}"] = round(r, 4)
             for group in (str(q["category"]), "all", f"conv:{conv_id}"):
                 self.recalls[mode][group][k].append(r)
+        self.questions[mode].append(row)
 
     def report(self, modes) -> dict:
         return {
@@ -165,7 +170,7 @@ def eval_locomo(
             results = api.search_many(user, [q["question"] for q in qa], max(KS), mode, **extra)
             for q, res in zip(qa, results, strict=True):
                 scores.add(mode, conv["sample_id"], q, [r["metadata"].get("dia_id") for r in res])
-    return {"memories": stored, "modes": scores.report(modes)}
+    return {"memories": stored, "modes": scores.report(modes), "questions": scores.questions}
 
 
 # ---------------------------------------------------------------- BEIR
@@ -266,6 +271,13 @@ def main() -> None:
         action="store_true",
         help="LoCoMo: each search's reference_date is its conversation's last session day",
     )
+    ap.add_argument(
+        "--env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="settings of the service this run starts (e.g. MEMSERVE_PERIOD_WEIGHT=0)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "loadtests" / "results")
     ap.add_argument("--name", help="result file name (default eval_retrieval.json)")
     args = ap.parse_args()
@@ -284,7 +296,7 @@ def main() -> None:
         svc = ServiceProcess(
             Path(tempfile.mkdtemp(prefix="memserve-eval-")),
             key,
-            extra_env={"MEMSERVE_RATE_LIMIT_PER_S": "0"},
+            extra_env={"MEMSERVE_RATE_LIMIT_PER_S": "0", **dict(e.split("=", 1) for e in args.env)},
         )
         print("starting the service ...", flush=True)
         svc.start()
