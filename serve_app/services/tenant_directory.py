@@ -45,20 +45,13 @@ class TenantDirectory:
             return resolve_owner(caller, None)
         return (await self.owners_of(caller, [memory_id]))[memory_id]
 
-    async def page(
-        self,
-        owner: Owner,
-        *,
-        offset: int,
-        limit: int,
-        agent_id: str | None = None,
-        session_id: str | None = None,
+    async def numbered_page(
+        self, owner: Owner, number: int, size: int, narrow: dict[str, str | None]
     ) -> tuple[list[dict[str, Any]], int]:
-        """One numbered page of the owner's memories, newest first, and the list's count
-        (one statement, whatever the page)."""
-        return await self.store.page(
-            owner, offset=offset, limit=limit, agent_id=agent_id, session_id=session_id
-        )
+        """Page ``number`` (from 1) of ``size`` of the owner's memories, newest first, and
+        the list's count, in one statement whatever the page; ``narrow``: ``agent_id``
+        and/or ``session_id``."""
+        return await self.store.page(owner, offset=(number - 1) * size, limit=size, **narrow)
 
     async def entities(self, caller: Principal) -> list[dict[str, Any]]:
         """The tenant's users, agents and runs (a user key: its own user and its agents

@@ -70,9 +70,6 @@ __all__ = ["ForgetInProgress", "GuardedWriter", "Quotas", "Retention", "Validati
 
 # A tenant's (memory quota, fact quota): per-tenant overrides plug in here.
 Quotas = Callable[[str], Awaitable[tuple[quota.Quota, quota.Quota]]]
-# The writer's check of a fact upsert, run under the key's lock: (conn, adds a new key?) ->
-# an outcome that stops the write ("erased"), or None; it raises to refuse (quota).
-FactGate = Callable[[AsyncConnection, bool], Awaitable[str | None]]
 # A tenant's default time to live per memory type (seconds; absent or 0: kept).
 Retention = Callable[[str], Awaitable[Mapping[str, float]]]
 
@@ -437,9 +434,9 @@ class GuardedWriter:
         conn: AsyncConnection | None = None,
         valid_from: datetime | None = None,
     ) -> str:
-        """Apply one fact (the rules: :meth:`_upsert`); returns added |
-        replaced | confirmed | ignored | erased. A new key over the fact quota raises
-        ``QuotaExceeded``; a running forget (outside work) :class:`ForgetInProgress`."""
+        """Apply one fact; returns added | replaced | confirmed | ignored | erased. A new
+        key over the fact quota raises ``QuotaExceeded``; a running forget (outside work)
+        :class:`ForgetInProgress`."""
         check_fact(category, key, value, confidence, importance, self.max_chars)
         optional_id("session_id", session_id)
         text("source", source, ID_CHARS)
@@ -465,37 +462,9 @@ class GuardedWriter:
                     raise refused
             return None
 
-        return await self._upsert(
-            owner,
-            category,
-            key,
-            value,
-            confidence,
-            gate,
-            session_id,
-            source,
-            importance,
-            conn,
-            valid_from,
-        )
-
-    async def _upsert(
-        self,
-        owner: Owner,
-        category: str,
-        key: str,
-        value: str,
-        confidence: float,
-        gate: FactGate,
-        session_id: str | None,
-        source: str,
-        importance: float,
-        conn: AsyncConnection | None,
-        valid_from: datetime | None,
-    ) -> str:
-        """The upsert's rules, under the key's lock, ``gate`` first: the same value is
-        confirmed; source ``user`` (explicit) replaces whatever is active; other sources
-        need greater-or-equal confidence and never replace an explicit value."""
+        # The rules, under the key's lock, the gate first: the same value is confirmed;
+        # source ``user`` (explicit) replaces whatever is active; other sources need
+        # greater-or-equal confidence and never replace an explicit value.
         params: dict[str, Any] = {
             "tenant_id": owner.tenant_id,
             "user_id": owner.user_id,

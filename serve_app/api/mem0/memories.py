@@ -214,13 +214,8 @@ async def get_all(
     size = page_size or body.page_size or 100
     if size > services.settings.limits.list_limit:
         raise bad(f"page_size must be at most {services.settings.limits.list_limit}")
-    rows, count = await services.directory.page(  # one statement, whatever the page
-        owner,
-        offset=(number - 1) * size,
-        limit=size,
-        agent_id=scope.agent_id,
-        session_id=scope.run_id,
-    )
+    narrow = {"agent_id": scope.agent_id, "session_id": scope.run_id}
+    rows, count = await services.directory.numbered_page(owner, number, size, narrow)
 
     def link(n: int) -> str:
         return str(request.url.include_query_params(page=n, page_size=size))
