@@ -8,8 +8,9 @@ app never comes up; so the binary is resolved and run (``haproxy -v``) here firs
 the Python proxy is kept when that fails. The variables are read by every Ray process
 at import, so they go into the environment before the local Ray node starts.
 
-``python -m serve_app.ingress_proxy`` prints the same variables as ``NAME=value`` words
-for ``env $(...) serve run`` (see the Makefile's ``serve-run``); ``--reap PORT`` stops an
+``python -m serve_app.ingress_proxy`` prints the same variables, and the drain periods the
+launcher sets (:func:`drain_env`), as ``NAME=value`` words for ``env $(...) serve run``
+(see the Makefile's ``serve-run``); ``--reap PORT`` stops an
 HAProxy that ``serve run`` left listening on PORT after it exited (:func:`reap_orphans`).
 """
 
@@ -44,6 +45,14 @@ FIXED_PORTS = {
     "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": 8500,
 }
 NBTHREAD_VAR = "RAY_SERVE_HAPROXY_NBTHREAD"
+# How long a draining proxy fails health checks before it may report drained, and how long
+# an Ingress replica's own HTTP server (direct ingress, on in throughput mode) stays open
+# on shutdown: Ray's default is 30 s each, which every stop then waits out even when
+# nothing is in flight (``MEMSERVE_DRAIN_MIN_S`` gives ours).
+DRAIN_VARS = (
+    "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
+)
 # HAProxy's close-spread-time: on a soft stop (every reload, and the drain at shutdown)
 # the old process closes its idle keep-alive client connections within this window.
 # Unset, they stay open until hard-stop-after (120 s): one pooled client connection
@@ -174,6 +183,11 @@ def reap_orphans(port: int, timeout_s: float = 5.0) -> list[int]:
     return [p.pid for p in found]
 
 
+def drain_env(min_s: float, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The ``DRAIN_VARS`` at ``min_s`` seconds; an operator's own values are kept."""
+    return {var: str(min_s) for var in DRAIN_VARS if var not in environ}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Print the proxy variables; ``--reap PORT``: stop an haproxy left on PORT instead."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -188,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     settings = get_settings()
     env = ray_env(settings.serving.haproxy, service_port=settings.port)
+    env.update(drain_env(settings.serving.drain_min_s))
     print(" ".join(f"{k}={v}" for k, v in env.items()))
 
 

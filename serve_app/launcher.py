@@ -15,7 +15,7 @@ import time
 
 from serve_app.bootstrap import ModelFacts, bootstrap, show_key
 from serve_app.db.embedded import EmbeddedPostgres
-from serve_app.ingress_proxy import ray_env, reap_orphans
+from serve_app.ingress_proxy import drain_env, ray_env, reap_orphans
 from serve_app.secret_env import runtime_env_vars
 from serve_app.settings import Settings, get_settings
 from serve_app.terminal_output import banner, quiet_logging, ray_context_urls, stream_replica_logs
@@ -72,14 +72,9 @@ def _serve(
         # replicas, GC frozen after start-up. Read by every Ray process at import,
         # so it goes into the environment the local node's processes inherit.
         os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-    # How long a draining proxy fails health checks before it may report drained; the
-    # Ingress replicas' own HTTP servers (direct ingress, on in throughput mode) otherwise
-    # stay open 30 s on every shutdown, after our drain has already emptied them.
-    for var in (
-        "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
-        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
-    ):
-        os.environ.setdefault(var, str(settings.serving.drain_min_s))
+    # The drain periods (Ray's 30 s defaults would be waited out on every shutdown, after
+    # our drain has already emptied the proxies and replicas).
+    os.environ.update(drain_env(settings.serving.drain_min_s))
     os.environ.setdefault("RAY_worker_niceness", str(settings.serving.worker_niceness))
     if not settings.serving.address:
         # HAProxy instead of Serve's Python proxy where its binary runs (a cluster's

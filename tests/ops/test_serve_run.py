@@ -23,8 +23,9 @@ import yaml
 
 from serve_app.application import DEFAULT_CONFIG
 from serve_app.db.resolve import stop_embedded
-from serve_app.ingress_proxy import ray_env
+from serve_app.ingress_proxy import drain_env, ray_env
 from serve_app.ports import free_port
+from serve_app.settings import Settings
 from tests.ops.conftest import listener, listeners
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +73,8 @@ def test_serve_run_with_the_packaged_config(tmp_path):
         PYTHONUNBUFFERED="1",
         RAY_SERVE_THROUGHPUT_OPTIMIZED="1",
     )
-    env.update(ray_env(True, env))  # as `make serve-run` does
+    env.update(ray_env(True, env))  # as `make serve-run` does: the proxy words
+    env.update(drain_env(Settings().serving.drain_min_s, env))  # and the drain periods
     assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
     proc, log = _start(cfg, env, tmp_path / "serve_run.log")
     base = f"http://127.0.0.1:{port}"

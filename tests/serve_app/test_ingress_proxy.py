@@ -64,6 +64,12 @@ def test_on_sets_the_flag_ports_and_threads():
     assert ingress_proxy.CLOSE_SPREAD_VAR not in mine  # an operator's own value is kept
 
 
+def test_drain_periods_are_ours_unless_the_operator_set_them():
+    assert ingress_proxy.drain_env(0.5, {}) == dict.fromkeys(ingress_proxy.DRAIN_VARS, "0.5")
+    own = {ingress_proxy.DRAIN_VARS[0]: "10"}
+    assert ingress_proxy.drain_env(0.5, own) == {ingress_proxy.DRAIN_VARS[1]: "0.5"}
+
+
 def test_side_ports_follow_the_service_port_so_two_services_never_share_them():
     default = ingress_proxy.side_ports(8000, {})
     other = ingress_proxy.side_ports(8001, {})
@@ -114,7 +120,8 @@ def test_command_line_prints_env_words():
         text=True,
         check=True,
     )
-    assert out.stdout.split() == [f"{FLAG}=0"]
+    drain = [f"{var}=0.5" for var in ingress_proxy.DRAIN_VARS if var not in os.environ]
+    assert out.stdout.split() == [f"{FLAG}=0", *drain]
 
 
 def _haproxy_on(tmp_path, port: int) -> subprocess.Popen:
