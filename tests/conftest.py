@@ -112,10 +112,14 @@ async def task_leak_check(request: pytest.FixtureRequest) -> AsyncIterator[None]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group and queue the tests for the two workers (tests/scheduling.py). Give each test
-    the timeout of its kind (tests/timeouts.py) unless it names its own or ``--timeout``
-    was given."""
-    scheduling.order(items)
+    """On xdist workers, queue the tests' groups (tests/scheduling.py); in one process,
+    run tests/ops last (they start services of their own and stop the shared one). Give
+    each test the timeout of its kind (tests/timeouts.py) unless it names its own or
+    ``--timeout`` was given."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        scheduling.order(items)
+    else:
+        items.sort(key=lambda item: "/tests/ops/" in str(item.path))
     if config.getoption("timeout", None) is not None:
         return
     for item in items:

@@ -1,4 +1,8 @@
-"""How the suite runs on two workers (pytest-xdist, ``-n 2 --dist loadscope``).
+"""How the suite runs on two workers (``pytest -n 2 --dist loadscope --no-loadscope-reorder``).
+
+``make test`` runs in one process (tests/ops last); two workers take ~18 instead of ~30
+minutes on two cores, but the cost suite's /healthz bound failed once there, beside the
+ops tests' services, so CI does not use them yet.
 
 Most of the suite's time is start-ups and waits of whole services (Ray, Serve,
 PostgreSQL), not CPU, so two workers overlap them. Each test belongs to one group, and a
@@ -14,8 +18,7 @@ The groups are queued with the shared ones first (``QUEUE``), so the two service
 start at once, one per worker, and the modules fill in around them. xdist's own
 ``loadgroup`` reads ``xdist_group`` marks by rewriting node ids, which pytest 9 no longer
 allows, so the grouping is a scheduler of its own: ``loadscope`` with these groups as
-scopes (``pytest_xdist_make_scheduler`` in tests/conftest.py). A run without ``-n`` keeps
-the same order in one process.
+scopes (``pytest_xdist_make_scheduler`` in tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ def start_service(data_dir: Path, **extra_env: str) -> ServiceProcess:
 
 @pytest.fixture(scope="package", autouse=True)
 def _quiet_machine() -> None:
-    """Stop the shared e2e service first where it runs in this process (a run without
-    ``-n``, where ops tests follow it): there the services run one at a time."""
+    """Stop the shared e2e service first where it runs in this process (one process:
+    ops tests run last): there the services run one at a time."""
     for svc in list(ServiceProcess.running):
         svc.stop()
 
