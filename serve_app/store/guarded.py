@@ -188,8 +188,13 @@ class GuardedWriter:
         if not items:
             return []
         limits = (await self.quotas(owner.tenant_id))[0]
+        if len(items) != len(embeddings):
+            raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
+        classes = await self._classes(items, embeddings)  # once, not per try
         for _ in range(2):  # a refusal that no longer holds (counts moved): once more
-            rows = await self._insert(owner, items, embeddings, actor, limits, conn, earlier)
+            rows = await self._insert(
+                owner, items, embeddings, classes, actor, limits, conn, earlier
+            )
             if rows:
                 return rows
             async with using(self.pool, conn) as c:
@@ -209,6 +214,7 @@ class GuardedWriter:
         owner: Owner,
         items: Sequence[NewMemory],
         embeddings: np.ndarray,
+        classes: Sequence[str | None],
         actor: str | None,
         limits: quota.Quota,
         conn: AsyncConnection | None,
@@ -217,12 +223,10 @@ class GuardedWriter:
         """Insert items verbatim with their vectors and ADD history: one atomic statement.
 
         All rows or none (quota, erasure guard: :meth:`_blocked` says why); rows come back
-        in input order (``seq`` follows it); ``conn``: the caller's transaction;
-        ``earlier``: items it added uncounted (:func:`quota.params`).
+        in input order (``seq`` follows it); ``classes``: each item's profile class
+        (:meth:`_classes`); ``conn``: the caller's transaction; ``earlier``: items it added
+        uncounted (:func:`quota.params`).
         """
-        if len(items) != len(embeddings):
-            raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
-        classes = await self._classes(items, embeddings)
         params = add_params(owner, items, embeddings, classes)
         params["actor"] = actor
         params.update(quota.params(limits, owner, items, earlier))

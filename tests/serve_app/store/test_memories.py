@@ -154,7 +154,7 @@ async def test_batch_add_is_atomic(store):
     with pytest.raises(ValidationError, match="item 1: content must not contain NUL"):
         await store.add(A, bad, vecs(2))  # the writer refuses it before the database
     with pytest.raises(psycopg.DataError):  # the statement itself is atomic too
-        await store._insert(A, bad, vecs(2), None, Quota(), None, ())
+        await store._insert(A, bad, vecs(2), [None, None], None, Quota(), None, ())
     assert await store.memories.count("t1") == 0
 
 
@@ -230,7 +230,7 @@ async def test_batch_failing_mid_way_writes_nothing(store):
     with pytest.raises(ValidationError, match="item 57: scope"):
         await store.add(A, items, vecs(100))
     with pytest.raises(psycopg.errors.CheckViolation):  # below the writer, the statement
-        await store._insert(A, items, vecs(100), None, Quota(), None, ())
+        await store._insert(A, items, vecs(100), [None] * 100, None, Quota(), None, ())
     async with store.pool.connection() as conn:
         for table in ("memory_items", "memory_vectors_test", "memory_history"):
             cur = await conn.execute(f"SELECT count(*) AS n FROM {table}")
