@@ -52,13 +52,16 @@ class Api:
         self.pool = ThreadPoolExecutor(workers)
 
     def store(self, user: str, items: list[dict]) -> int:
-        def post(chunk: list[dict]) -> int:
+        """``items`` written in their order, a batch of 100 at a time: the retriever reads
+        a memory's neighbours in write order, so batches posted at once (interleaved
+        differently on every run) would rank some questions differently run to run."""
+        stored = 0
+        for i in range(0, len(items), 100):
+            chunk = items[i : i + 100]
             r = self.client.post("/v1/memories/batch", json={"user_id": user, "items": chunk})
             r.raise_for_status()
-            return len(r.json()["memories"])
-
-        chunks = [items[i : i + 100] for i in range(0, len(items), 100)]
-        return sum(self.pool.map(post, chunks))
+            stored += len(r.json()["memories"])
+        return stored
 
     def search_many(
         self, user: str, queries: list[str], top_k: int, mode: str, **extra: object

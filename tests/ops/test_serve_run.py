@@ -34,8 +34,12 @@ STARTUP_FLAKE = "timed out during startup"
 # The `serve run <config>` CLI itself (ray.serve.scripts), in a Ray started first the way
 # the CLI would (namespace "serve") but without the dashboard: on this 2-core box the
 # dashboard's start-up alone can miss Ray's fixed 30 s node start-up limit.
+# SIGINT is set back to KeyboardInterrupt first: a test run started in the background of a
+# non-interactive shell (CI, nohup) has SIGINT ignored, which its children inherit, so
+# Python would install no handler and serve run would sit out the test's 90 s for SIGKILL.
 SERVE_RUN = """
-import sys, ray
+import signal, sys, ray
+signal.signal(signal.SIGINT, signal.default_int_handler)
 ray.init(address="local", namespace="serve", include_dashboard=False, num_cpus=4)
 from ray.serve.scripts import cli
 cli(["run", sys.argv[1]])

@@ -48,7 +48,9 @@ FLOOR_S = 0.05  # size-dependent work under this is noise on a busy machine
 HEALTHZ_S = 0.2
 HOLD_SHARE = 0.25  # of a long request's time: its loop was free for most of it
 TRIES = 3
-GIVE_UP_S = 1.0  # one 4n try this slow and far over the bound is a finding: no more tries
+GIVE_UP_S = 5.0  # one 4n try this slow and far over the bound is a finding: no more tries
+ROUNDS = 3
+PAUSE_S = 5.0  # between rounds of a case over a bound: a load spike beside it passes
 SKIP = {"GET /healthz", "GET /readyz"}
 SPEC = create_app(Settings()).openapi()  # the routes, offline: the live app has the same
 
@@ -129,17 +131,21 @@ def _with_healthz(base_url: str, run) -> tuple[tuple[float, int], float]:
 
 
 def measure(service, key: str, case: CostCase) -> Measured:
-    """Median timings; a case over a bound is measured once more and keeps the better
-    round: work the service does for an earlier case (an extraction, a GC pause) can land
-    in one round, a super-linear cost lands in both. A slow case (a 4n try over
-    ``GIVE_UP_S``) at more than twice the bound is quadratic or worse: not retried."""
-    first = _round(service, key, case)
-    if first.large and max(first.large) > GIVE_UP_S and first.ratio > 2 * BOUND:
-        return first
-    if first.ratio <= BOUND and first.healthz_ok:
-        return first
-    second = _round(service, key, case)
-    return min(first, second, key=lambda m: (m.ratio > BOUND) + (not m.healthz_ok))
+    """Median timings; a case over a bound is measured again, up to ``ROUNDS`` rounds
+    ``PAUSE_S`` apart, and keeps its best round: work the machine does for something else
+    (an extraction, another service starting beside the suite) can land in a round or two,
+    a super-linear cost lands in all of them. A slow case (a 4n try over ``GIVE_UP_S``)
+    at more than twice the bound is quadratic or worse: not measured again."""
+    best = _round(service, key, case)
+    for _ in range(ROUNDS - 1):
+        if best.ratio <= BOUND and best.healthz_ok:
+            break
+        if best.large and max(best.large) > GIVE_UP_S and best.ratio > 2 * BOUND:
+            break
+        time.sleep(PAUSE_S)
+        again = _round(service, key, case)
+        best = min(best, again, key=lambda m: ((m.ratio > BOUND) + (not m.healthz_ok), m.ratio))
+    return best
 
 
 def _round(service, key: str, case: CostCase) -> Measured:
