@@ -62,18 +62,22 @@ class NotifyListener:
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
 
-    async def stop(self, timeout_s: float = 5.0) -> None:
+    async def stop(self, timeout_s: float = 5.0) -> bool:
         """Cancel the listening task; a task wedged on a dead connection is abandoned
-        after ``timeout_s`` (shutdown must not wait on a backend that never answers)."""
+        after ``timeout_s`` (shutdown must not wait on a backend that never answers).
+        False: it was abandoned."""
+        stopped = True
         if self._task is not None:
             self._task.cancel()
             done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
             if not done:
+                stopped = False
                 log.warning(
                     "listener on %s did not stop in %.0f s; abandoned", self.channel, timeout_s
                 )
             self._task = None
         self.connected.clear()
+        return stopped
 
     async def _run(self) -> None:
         while True:
@@ -108,6 +112,9 @@ class NotifyListener:
                     self.received += 1
                     self.heard = time.monotonic()
                     self.on_payload(note.payload)
-                # No notification for ping_s: prove the connection still answers.
-                await asyncio.wait_for(conn.execute("SELECT 1"), self.stale_s)
+                # No notification for ping_s: prove the connection still answers. Not
+                # wait_for: on Python 3.11 it returns the result when the ping answers at
+                # the moment stop() cancels, the cancel is lost and the loop pings on.
+                async with asyncio.timeout(self.stale_s):
+                    await conn.execute("SELECT 1")
                 self.heard = time.monotonic()
