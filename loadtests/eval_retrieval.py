@@ -261,6 +261,14 @@ def print_tables(report: dict) -> None:
             print(f"{mode:<9}{r['nDCG@10']:>9.4f}{r['R@10']:>8.4f}{r['R@100']:>8.4f}")
 
 
+def setting(word: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of ``--env``, as an argparse type (a malformed word is a usage error)."""
+    name, sep, value = word.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {word!r}")
+    return name, value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--host", help="base URL of a running service (default: start one)")
@@ -278,6 +286,7 @@ def main() -> None:
         "--env",
         nargs="*",
         default=[],
+        type=setting,
         metavar="NAME=VALUE",
         help="settings of the service this run starts (e.g. MEMSERVE_PERIOD_WEIGHT=0)",
     )
@@ -299,7 +308,7 @@ def main() -> None:
         svc = ServiceProcess(
             Path(tempfile.mkdtemp(prefix="memserve-eval-")),
             key,
-            extra_env={"MEMSERVE_RATE_LIMIT_PER_S": "0", **dict(e.split("=", 1) for e in args.env)},
+            extra_env={"MEMSERVE_RATE_LIMIT_PER_S": "0", **dict(args.env)},
         )
         print("starting the service ...", flush=True)
         svc.start()

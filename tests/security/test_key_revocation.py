@@ -28,9 +28,8 @@ async def keys(fresh_db):
     try:
         yield store, listener, fresh_db
     finally:
-        # A listener whose backend was frozen unwinds once it answers again; on a loaded
-        # box that can take longer than stop's shutdown default of 5 s, and an abandoned
-        # task is a leak (tests/task_leaks.py): wait for it here.
+        # A test that failed with the backend frozen leaves a listener that unwinds only
+        # once the backend answers again (SIGCONT in its finally): allow for a loaded box.
         await listener.stop(timeout_s=60)
         await pool.close()
 
