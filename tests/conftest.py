@@ -119,7 +119,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if os.environ.get("PYTEST_XDIST_WORKER"):
         scheduling.order(items)
     else:
-        items.sort(key=lambda item: "/tests/ops/" in str(item.path))
+        scheduling.order_one_process(items)
     if config.getoption("timeout", None) is not None:
         return
     for item in items:

@@ -44,11 +44,28 @@ def group_of(nodeid: str) -> str:
     return shared or path
 
 
+def ops_rank(item: pytest.Item) -> int:
+    """Where a test runs within tests/ops: the users of the shared ops service first, then
+    the one test that ends it (``ops_service_ended``), then those that start services of
+    their own, so no idle service is left running beside their start-ups."""
+    names = getattr(item, "fixturenames", ())
+    if "ops_service_ended" in names:
+        return 1
+    return 0 if "ops_service" in names else 2
+
+
 def order(items: list[pytest.Item]) -> None:
     """Queue the groups: the shared ones first (``QUEUE``), each in collection order,
-    then the modules (a stable sort: everything else keeps its order)."""
+    then the modules (a stable sort: everything else keeps its order); within tests/ops,
+    :func:`ops_rank`."""
     rank = {name: i for i, name in enumerate(QUEUE)}
-    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(QUEUE)))
+    items.sort(key=lambda item: (rank.get(group_of(item.nodeid), len(QUEUE)), ops_rank(item)))
+
+
+def order_one_process(items: list[pytest.Item]) -> None:
+    """Without workers: tests/ops last (they stop the shared service first), in
+    :func:`ops_rank` order."""
+    items.sort(key=lambda item: (group_of(item.nodeid) == "ops", ops_rank(item)))
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:

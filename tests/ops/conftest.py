@@ -45,6 +45,14 @@ def ops_service(tmp_path_factory) -> Iterator[ServiceProcess]:
     svc.stop()
 
 
+@pytest.fixture
+def ops_service_ended(ops_service: ServiceProcess) -> ServiceProcess:
+    """The shared ops service for the one test that stops it: tests/scheduling.py runs
+    that test after every other user of ``ops_service`` and before the tests that start
+    services of their own (one service start fewer, and none left idle beside theirs)."""
+    return ops_service
+
+
 def client(svc: ServiceProcess, timeout: float = 30.0) -> httpx.Client:
     return httpx.Client(
         base_url=svc.base_url,

@@ -22,7 +22,6 @@ from tests.ops.conftest import (
     client,
     missing_acked,
     replica_pids,
-    start_service,
     wait_ready,
 )
 
@@ -99,11 +98,11 @@ def test_replica_crash_during_load(ops_service, deployment):
     assert missing_acked(svc, load.user, load.acked) == []
 
 
-def test_graceful_shutdown_drains_in_flight(tmp_path):
+def test_graceful_shutdown_drains_in_flight(ops_service_ended):
     """SIGTERM with requests in flight: every one of them still completes with 2xx, and an
     idle pooled client connection (every real client keeps one) does not hold the drain
     until its timeout: HAProxy's old process closes idle connections on the soft stop."""
-    svc = start_service(tmp_path / "svc")
+    svc = ops_service_ended
     idle = client(svc)
     user = "drain_user"
     results: list[int | str] = []
