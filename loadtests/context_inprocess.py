@@ -171,15 +171,18 @@ async def locomo_recall(
     among the block's memories or profile, averaged."""
     from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
-    recalls = []
+    recalls, cpu_s = [], 0.0
     for conv in convs:
         owner = await add_conversation(services, conv, tenant, prefix)
         for q in locomo_qa(conv, queries or None):
             gold = evidence_ids(q["evidence"])
+            cpu0 = time.process_time()  # this process's CPU: the app and the encoder
             block = await services.context.build(owner, q["question"])
+            cpu_s += time.process_time() - cpu0
             got = {(m.get("metadata") or {}).get("dia_id") for m in block.memories + block.profile}
             recalls.append(len(gold & got) / len(gold))
     return {
         "questions": len(recalls),
         "context_block_recall": round(sum(recalls) / max(1, len(recalls)), 4),
+        "process_cpu_ms_per_question": round(cpu_s * 1000 / max(1, len(recalls)), 3),
     }

@@ -19,10 +19,11 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from serve_app import language
 from serve_app.bootstrap import ModelFacts
 from serve_app.closing import Closer, close_all
 from serve_app.consolidation.job import Consolidator, consolidation_llm
-from serve_app.context import ContextBuilder, language
+from serve_app.context import ContextBuilder
 from serve_app.context.topics import Topics
 from serve_app.db.pool import open_pool
 from serve_app.documents.fetch import DocumentFetcher
@@ -154,7 +155,7 @@ async def build_services(
             settings,
             quotas=tenants.quotas,
             retention=tenants.retention,
-            classifier=ProfileClassifier(backends.embed),  # profile classes at write time
+            classifier=ProfileClassifier.from_settings(backends.embed, settings.context),
         )
         ingest_metrics = IngestMetrics()
         closers.append(ingest_metrics.flusher.stop)

@@ -108,7 +108,9 @@ class Worker:
             quotas=self.tenants.quotas,
             retention=self.tenants.retention,
             # profile classes of memories the model gave none (its table's model)
-            classifier=ProfileClassifier(self._embed_with(model)),
+            classifier=ProfileClassifier.from_settings(
+                self._embed_with(model), self.settings.context
+            ),
         )
 
     def consolidator_for(self, model: ModelFacts) -> Consolidator:

@@ -36,12 +36,12 @@ from serve_app.context.fuse import (
     shifted,
     topic_cosines,
 )
-from serve_app.context.language import model_reads
 from serve_app.context.left_out import LeftOut
 from serve_app.context.parts import read_message
 from serve_app.context.prefilter import is_greeting
 from serve_app.context.profile_block import fit_profile, format_with_profile
 from serve_app.context.topics import Topic, Topics
+from serve_app.language import model_reads
 from serve_app.profile.classify import fact_class
 from serve_app.retrieval.query import SearchQuery
 
@@ -99,7 +99,7 @@ class Levers:
     pooled_parts: bool = False
     pooled_time_free: bool = False
     # A message in a language the model does not read admits memories only on a cosine
-    # of ``foreign_similarity`` (serve_app/context/language.py).
+    # of ``foreign_similarity`` (serve_app/language.py).
     foreign_guard: bool = False
     foreign_similarity: float = 0.6
     # Life topics (serve_app/context/topics.py), with the gate: the message's topic is

@@ -15,6 +15,15 @@ Without an LLM the class comes from two signals (the LLM sets it itself in extra
 
 A memory joins the class with the best combined score if that clears a threshold
 (calibrated on loadtests/data/context_bench.json, see docs/operations.md).
+
+Those hand-set thresholds fit the set they were set on: on memories written by someone
+else (the implicit-needs set) they found 39% of the profile material. A learned rule
+(:class:`LearnedProfile`) weighs the same signals, plus the memory's type, its length
+and whether the model reads its language, with a logistic regression fitted by
+loadtests/profile_admission.py; it decides *whether* a memory is profile material, and
+the combined score above names the class. A memory in a language the model does not read
+cannot be found by similarity at all, so when it reads like profile material the profile
+is the one place it can surface.
 """
 
 from __future__ import annotations
@@ -26,7 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from serve_app.language import model_reads
 from serve_app.profile.cues import CLASSES, CUES, FACT_KEYS, PROTOTYPES
+from serve_app.settings import ContextSettings
 
 log = logging.getLogger(__name__)
 
@@ -92,29 +103,100 @@ class Thresholds:
     procedural_bonus: float = 0.1  # typed procedural: a standing instruction is likelier
 
 
+def _scores(
+    hits: dict[str, int], mem_type: str, similarity: dict[str, float] | None, t: Thresholds
+) -> dict[str, float]:
+    """Class -> combined score: prototype similarity plus the cue hits (at most two)."""
+    out = {}
+    for c in CLASSES:
+        sim = similarity.get(c, 0.0) if similarity else (0.3 if hits[c] else 0.0)
+        out[c] = sim + t.cue_weight * min(hits[c], 2)
+        if c == "instruction" and mem_type == "procedural":
+            out[c] += t.procedural_bonus
+    return out
+
+
 def classify(
     text: str,
     mem_type: str,
     similarity: dict[str, float] | None,
     t: Thresholds = Thresholds(),
+    learned: LearnedProfile | None = None,
 ) -> str | None:
     """The profile class of a memory, or None. ``similarity``: class -> best cosine to its
-    prototypes (None: no embedding; then cues decide alone)."""
-    if mem_type in ("episodic", "document_chunk"):
-        # events and plans are retrieved when relevant, not always shown; a document's
-        # chunks are the tenant's knowledge, never a user's profile
+    prototypes (None: no embedding; then cues decide alone). ``learned``: whether it is
+    profile material is the learned rule's call (it needs the similarities)."""
+    if mem_type == "document_chunk":  # the tenant's knowledge, never a user's profile
         return None
     hits = cue_hits(text)
+    scores = _scores(hits, mem_type, similarity, t)
+    if learned is not None and similarity is not None:
+        if learned.probability(profile_features(text, mem_type, similarity, hits)) < learned.min:
+            return None
+        return max(CLASSES, key=lambda c: scores[c])
+    if mem_type == "episodic":  # events and plans are retrieved when relevant
+        return None
     best, best_score = None, 0.0
     for c in CLASSES:
-        sim = similarity.get(c, 0.0) if similarity else (0.3 if hits[c] else 0.0)
-        score = sim + t.cue_weight * min(hits[c], 2)
-        if c == "instruction" and mem_type == "procedural":
-            score += t.procedural_bonus
         need = t.with_cue if hits[c] else t.without_cue
-        if score >= need and score > best_score:
-            best, best_score = c, score
+        if scores[c] >= need and scores[c] > best_score:
+            best, best_score = c, scores[c]
     return best
+
+
+# What the learned rule sees of a memory, in the order of its weights.
+PROFILE_FEATURES = (
+    *(f"similarity:{c}" for c in CLASSES),
+    *(f"cues:{c}" for c in CLASSES),  # hits, at most two count
+    "similarity:best",
+    "type:fact",
+    "type:preference",
+    "type:procedural",
+    "type:episodic",  # none of the four: the platform sent no type
+    "unread_language",  # the model does not read the memory's language
+    "length",  # words / 40, at most 1
+)
+TYPED = ("fact", "preference", "procedural", "episodic")
+
+
+def profile_features(
+    text: str, mem_type: str, similarity: dict[str, float], hits: dict[str, int] | None = None
+) -> list[float]:
+    """:data:`PROFILE_FEATURES` of one memory (linear in its text)."""
+    hits = cue_hits(text) if hits is None else hits
+    out = [similarity.get(c, 0.0) for c in CLASSES]
+    out += [float(min(hits[c], 2)) for c in CLASSES]
+    out.append(max((similarity.get(c, 0.0) for c in CLASSES), default=0.0))
+    out += [float(mem_type == t) for t in TYPED]
+    out.append(float(not model_reads(text)))
+    out.append(min(len(text.split()), 40) / 40)
+    return out
+
+
+@dataclass(frozen=True)
+class LearnedProfile:
+    """A logistic regression over :data:`PROFILE_FEATURES`: ``weights`` (one per
+    feature, then the bias) and the probability ``min`` at which a memory is profile
+    material."""
+
+    weights: tuple[float, ...]
+    min: float = 0.5
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != len(PROFILE_FEATURES) + 1:
+            raise ValueError(
+                f"profile weights: {len(PROFILE_FEATURES) + 1} numbers (one per feature of "
+                f"{', '.join(PROFILE_FEATURES)}, then the bias), not {len(self.weights)}"
+            )
+
+    def probability(self, features: Sequence[float]) -> float:
+        z = self.weights[-1] + sum(w * x for w, x in zip(self.weights[:-1], features, strict=True))
+        return float(1.0 / (1.0 + np.exp(-z)))
+
+    @classmethod
+    def of(cls, weights: Sequence[float], min_probability: float) -> LearnedProfile | None:
+        """The rule from settings (no weights: None, the hand-set thresholds decide)."""
+        return cls(tuple(weights), min_probability) if weights else None
 
 
 Embed = Callable[..., Awaitable[np.ndarray]]
@@ -127,11 +209,22 @@ class ProfileClassifier:
     the memories' vectors come from, so prototype and memory share a space.
     """
 
-    def __init__(self, embed: Embed | None = None, thresholds: Thresholds | None = None) -> None:
+    def __init__(
+        self,
+        embed: Embed | None = None,
+        thresholds: Thresholds | None = None,
+        learned: LearnedProfile | None = None,
+    ) -> None:
         self.embed = embed
         self.t = thresholds or Thresholds()
+        self.learned = learned  # used where the memories' vectors are at hand
         self._protos: dict[str, np.ndarray] | None = None
         self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_settings(cls, embed: Embed | None, s: ContextSettings) -> ProfileClassifier:
+        """The write path's classifier: the learned rule where the settings give one."""
+        return cls(embed, learned=LearnedProfile.of(s.profile_learned, s.profile_learned_min))
 
     async def prototypes(self) -> dict[str, np.ndarray] | None:
         if self._protos is not None or self.embed is None:
@@ -169,7 +262,7 @@ class ProfileClassifier:
             if protos is not None:
                 v = np.asarray(vectors[i], dtype=np.float32)
                 sims = {c: float(np.max(p @ v)) for c, p in protos.items()}
-            out.append(classify(text, mem_type, sims, self.t))
+            out.append(classify(text, mem_type, sims, self.t, self.learned))
         return out
 
 

@@ -147,6 +147,24 @@ class RankSettings(BaseSettings):
 
 # Generic life topics (serve_app/context/topics.py): what a message and a memory that
 # share no words are both about ("my car" and "I drive a Tesla Model 3").
+# loadtests/profile_admission.py, 2026-11-29 (docs/operations.md, "Context on a foreign set").
+PROFILE_LEARNED = (
+    0.0999,
+    0.371,
+    1.4418,
+    1.8019,
+    1.2154,
+    1.6067,
+    2.7945,
+    1.5378,
+    -0.9588,
+    1.2806,
+    -1.1158,
+    0.9897,
+    0.3353,
+    -2.0093,
+)
+
 DEFAULT_TOPICS = (
     "the user's car or vehicle",
     "the user's pets and animals",
@@ -178,6 +196,14 @@ class ContextSettings(BaseSettings):
     profile: bool = True
     profile_share: float = Field(0.25, gt=0, le=1)
     profile_max_items: int = Field(30, ge=1, le=200)
+    # Which memories are profile material, decided as each is written
+    # (serve_app/profile/classify.py): a logistic regression over ``PROFILE_FEATURES``
+    # (one weight per feature, then the bias) fitted by loadtests/profile_admission.py on
+    # the implicit-needs calibration users and the team's set; a memory joins at a
+    # probability of ``profile_learned_min``. Empty: the hand-set cue and prototype
+    # thresholds decide (they found 39% of the profile material of a foreign set).
+    profile_learned: tuple[float, ...] = Field(PROFILE_LEARNED, max_length=32)
+    profile_learned_min: float = Field(0.3, ge=0, le=1)
     # Messages read part by part (sentences, clauses, questions), each part searched
     # in one backend call (one encoder batch), results fused by their best part.
     split_parts: bool = True
@@ -217,7 +243,7 @@ class ContextSettings(BaseSettings):
     # Messages in a language the model does not read (MiniLM reads English): their
     # cosines are noise, so only ``foreign_similarity`` or more admits a memory by
     # similarity (shared words still count); the profile still applies. Detected by
-    # py3langid (serve_app/context/language.py). On the implicit-needs calibration half
+    # py3langid (serve_app/language.py). On the implicit-needs calibration half
     # the retrieved section's unneeded share fell from 0.42 to 0.20 (docs/operations.md).
     foreign_guard: bool = True
     foreign_similarity: float = Field(0.6, ge=-1, le=1)

@@ -1,4 +1,4 @@
-"""Write-time profile classes (issue 29): cues, prototypes, typed memories, overrides."""
+"""Write-time profile classes: cues, prototypes, typed memories, the learned rule."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ from hypothesis import strategies as st
 
 from serve_app.profile.classify import (
     CLASSES,
+    PROFILE_FEATURES,
     PROTOTYPES,
+    LearnedProfile,
     ProfileClassifier,
     Thresholds,
     classify,
     cue_hits,
+    profile_features,
     words,
 )
+from serve_app.settings import ContextSettings, Settings
 
 
 @pytest.mark.parametrize(
@@ -107,3 +111,65 @@ def test_classifier_without_embedder_falls_back_to_cues():
         clf.classify_many(["I'm vegan", "Likes jazz"], ["semantic", "semantic"], np.zeros((2, 3)))
     )
     assert got == ["constraint", None]
+
+
+def weights(**named: float) -> tuple[float, ...]:
+    """Learned weights: zero but the named features (``bias`` last)."""
+    by_name = {f.replace(":", "_"): i for i, f in enumerate(PROFILE_FEATURES)}
+    out = [0.0] * (len(PROFILE_FEATURES) + 1)
+    for name, w in named.items():
+        out[-1 if name == "bias" else by_name[name]] = w
+    return tuple(out)
+
+
+def test_the_learned_rule_wants_one_weight_per_feature_then_the_bias():
+    with pytest.raises(ValueError, match="not 3"):
+        LearnedProfile((1.0, 2.0, 3.0))
+    assert LearnedProfile.of((), 0.5) is None  # no weights: the hand-set thresholds
+    assert (
+        ProfileClassifier.from_settings(None, ContextSettings(profile_learned=())).learned is None
+    )
+
+
+def test_the_learned_rule_decides_whether_and_the_scores_name_the_class():
+    rule = LearnedProfile(weights(unread_language=4.0, bias=-2.0), 0.5)
+    sims = {"instruction": 0.2, "constraint": 0.1, "identity": 0.3}
+    german = "Bitte antworte mir immer auf Deutsch, auch wenn ich Englisch schreibe."
+    assert profile_features(german, "semantic", sims)[PROFILE_FEATURES.index("unread_language")]
+    assert classify(german, "semantic", sims, learned=rule) == "identity"  # best score
+    english = "Always answer me in short bullet points"
+    assert classify(english, "semantic", sims, learned=rule) is None  # the rule said no
+    # an event the data shows to be profile material may join (the hand-set rule never)
+    events = LearnedProfile(weights(type_episodic=5.0, bias=-1.0), 0.5)
+    assert classify("Moved to Madrid in May", "episodic", sims, learned=events) == "identity"
+    assert classify("Moved to Madrid in May", "episodic", sims) is None
+    # without similarities (no embedder) the cues decide as before
+    assert classify("I'm vegan", "semantic", None, learned=rule) == "constraint"
+    assert classify("x", "document_chunk", sims, learned=events) is None
+
+
+def test_the_default_rule_finds_profile_material_in_any_language(encoder):
+    """The shipped weights (loadtests/profile_admission.py) on sentences of neither set
+    they were fitted on: standing facts in English and in languages the model does not
+    read join the profile; events and passing remarks do not."""
+
+    async def embed(texts, *, is_query=False):
+        return encoder.encode(list(texts), is_query=is_query)
+
+    clf = ProfileClassifier.from_settings(embed, Settings().context)
+    assert clf.learned is not None
+    items = {
+        "I'm allergic to shellfish": ("semantic", True),
+        "My son Leo is 4 and starts school in September": ("semantic", True),
+        "Bitte antworte mir immer auf Deutsch.": ("semantic", True),
+        "Mi esposa se llama Lucía y vivimos en Valencia.": ("semantic", True),
+        "Went to a jazz concert last Friday with Sam": ("episodic", False),
+        "Watched a documentary about octopuses yesterday": ("semantic", False),
+        "I prefer window seats on flights": ("preference", False),
+        "Bought a new blender on sale": ("semantic", False),
+    }
+    texts = list(items)
+    got = asyncio.run(clf.classify_many(texts, [items[t][0] for t in texts], encoder.encode(texts)))
+    assert {t: c is not None for t, c in zip(texts, got, strict=True)} == {
+        t: want for t, (_, want) in items.items()
+    }

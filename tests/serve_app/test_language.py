@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.context.language import MAX_CHARS, language, model_reads
+from serve_app.language import MAX_CHARS, language, model_reads
 
 
 @pytest.mark.parametrize(
