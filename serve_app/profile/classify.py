@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -191,7 +192,7 @@ class LearnedProfile:
 
     def probability(self, features: Sequence[float]) -> float:
         z = self.weights[-1] + sum(w * x for w, x in zip(self.weights[:-1], features, strict=True))
-        return float(1.0 / (1.0 + np.exp(-z)))
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))  # no overflow
 
     @classmethod
     def of(cls, weights: Sequence[float], min_probability: float) -> LearnedProfile | None:
