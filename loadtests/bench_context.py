@@ -65,7 +65,7 @@ from loadtests.context_metrics import (  # noqa: E402
 )
 from loadtests.harness import write_json  # noqa: E402
 from loadtests.stats import percentile  # noqa: E402
-from serve_app.settings import CONTEXT_PRESETS, ContextSettings  # noqa: E402
+from serve_app.settings import CONTEXT_PRESETS, preset_env  # noqa: E402
 from serve_app.testing.llm_server import FakeLLM, extraction  # noqa: E402
 
 DATA = ROOT / "loadtests" / "data" / "context_bench.json"
@@ -89,10 +89,7 @@ ENV = {
 
 def settings_for(variant: str, extra: dict[str, str]) -> dict[str, str]:
     """The service's environment for ``variant`` (a preset of serve_app.settings)."""
-    prefix = ContextSettings.model_config["env_prefix"]
-    preset = CONTEXT_PRESETS[variant]
-    levers = {f"{prefix}{k.upper()}": str(v).lower() for k, v in preset.items()}
-    return {**ENV, **levers, **extra}
+    return {**ENV, **preset_env(CONTEXT_PRESETS[variant]), **extra}
 
 
 class ScriptedExtractor:

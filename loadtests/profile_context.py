@@ -38,6 +38,7 @@ import pstats
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,7 +62,7 @@ SLUG = "all-minilm-l6-v2-int8"
 TENANT = "t1"
 
 
-def context_fields(variant: str) -> dict[str, bool]:
+def context_fields(variant: str) -> dict[str, Any]:
     """The variant (a preset of serve_app.settings) as ContextSettings fields."""
     return dict(CONTEXT_PRESETS[variant])
 

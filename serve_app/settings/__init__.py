@@ -37,6 +37,7 @@ from serve_app.settings.retrieval import (
     EmbedSettings,
     RankSettings,
     RetrievalSettings,
+    preset_env,
 )
 from serve_app.settings.serving import (
     AuthSettings,
@@ -51,6 +52,7 @@ from serve_app.settings.spend import SpendSettings
 
 __all__ = [
     "CONTEXT_PRESETS",
+    "preset_env",
     "AuthSettings",
     "CacheSettings",
     "ChatSettings",

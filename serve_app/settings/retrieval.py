@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings
@@ -279,7 +280,7 @@ class ContextSettings(BaseSettings):
 
 
 _CONTEXT_LEVERS_OFF = {"profile": False, "split_parts": False, "relevance_gate": False}
-CONTEXT_PRESETS: dict[str, dict[str, bool]] = {
+CONTEXT_PRESETS: dict[str, dict[str, Any]] = {
     "baseline": _CONTEXT_LEVERS_OFF,  # every lever off: the block as before these levers
     "profile": {**_CONTEXT_LEVERS_OFF, "profile": True},
     "split": {**_CONTEXT_LEVERS_OFF, "split_parts": True},
@@ -292,9 +293,20 @@ CONTEXT_PRESETS: dict[str, dict[str, bool]] = {
     "timewords": {"evidence_time_free": False},
     # the parts and time-free texts encoded on their own, not pooled from the message's run
     "encoded": {"pooled_time_free": False, "pooled_parts": False},
+    # the defaults before the learned profile rule and 20 candidates per block
+    "handset": {"profile_learned": (), "top_k": 10},
 }
 """Named presets of the context levers: ``ContextSettings`` fields and their
 values, every other field at its default (``Settings().with_(context=preset)``, or as
 ``MEMSERVE_CONTEXT_<FIELD>=true|false`` in a service's environment). The variants that
 loadtests/bench_context.py and loadtests/profile_context.py compare; not read by the
 service itself."""
+
+
+def preset_env(preset: dict[str, Any]) -> dict[str, str]:
+    """A preset as a service's environment: ``MEMSERVE_CONTEXT_<FIELD>`` = true/false, a
+    number, or JSON for a list (how pydantic-settings reads each)."""
+    return {
+        f"MEMSERVE_CONTEXT_{k.upper()}": str(v).lower() if isinstance(v, bool) else json.dumps(v)
+        for k, v in preset.items()
+    }
