@@ -48,10 +48,12 @@ from serve_app.retrieval.query import SearchQuery  # noqa: E402
 from serve_app.settings import Settings  # noqa: E402
 from serve_app.store import NewMemory, Owner  # noqa: E402
 from serve_app.testing.inprocess import in_process_services  # noqa: E402
+from serve_app.text import count_tokens  # noqa: E402
 
 SLUG = "all-minilm-l6-v2-int8"
 TENANT = "levers"
 BUDGETS = (250, 1000, 4000)
+SEARCH_KS = (10, 20, 30)
 COLUMNS = ("needed_recall", "unneeded_share", "retrieved_unneeded_share", "tokens_mean")
 
 
@@ -71,13 +73,15 @@ async def load(services: Any, data: dict, prefix: str, typed: bool) -> tuple[dic
 
 async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
     """LoCoMo dev evidence in the block at each budget, with the tokens it used, beside
-    plain search R@10 (the same memories, the same questions)."""
+    plain search R@10, R@20 and R@30 (the same memories, the same questions) and the
+    tokens of search's top 30: what a block of that size could carry by rank alone."""
     from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
     convs = json.loads(LOCOMO.read_text())
     got: dict[str, list[float]] = {f"block@{b}": [] for b in BUDGETS}
     used: dict[str, list[int]] = {f"block@{b}": [] for b in BUDGETS}
-    search: list[float] = []
+    search: dict[int, list[float]] = {k: [] for k in SEARCH_KS}
+    top_tokens: list[int] = []
     for conv in convs:
         owner = await add_conversation(services, conv, TENANT, prefix)
         for q in locomo_qa(conv, queries or None):
@@ -88,11 +92,15 @@ async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
                 ids = {(m.get("metadata") or {}).get("dia_id") for m in shown}
                 got[f"block@{b}"].append(len(gold & ids) / len(gold))
                 used[f"block@{b}"].append(block.tokens)
-            query = SearchQuery(TENANT, owner.user_id, top_k=10, text=q["question"])
+            query = SearchQuery(TENANT, owner.user_id, top_k=max(SEARCH_KS), text=q["question"])
             [rows] = await services.memories.search_many([query])
-            ids = {(m.get("metadata") or {}).get("dia_id") for m in rows}
-            search.append(len(gold & ids) / len(gold))
-    out: dict[str, Any] = {"questions": len(search), "search_R@10": mean(search)}
+            for k in SEARCH_KS:
+                ids = {(m.get("metadata") or {}).get("dia_id") for m in rows[:k]}
+                search[k].append(len(gold & ids) / len(gold))
+            top_tokens.append(sum(count_tokens(m["content"]) for m in rows))
+    out: dict[str, Any] = {"questions": len(search[10])}
+    out |= {f"search_R@{k}": mean(v) for k, v in search.items()}
+    out[f"search_top{max(SEARCH_KS)}_tokens_mean"] = mean(top_tokens)
     for key in got:
         out[key] = {"evidence": mean(got[key]), "tokens_mean": mean(used[key])}
     return out
