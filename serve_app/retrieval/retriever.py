@@ -207,6 +207,8 @@ class Retriever:
         intent = time_intent(q.text, q.reference_day)
         offset = 0  # owners' positions apart by a gap: no neighbours across owners
         for e in entries:
+            if not len(e):  # an owner with nothing stored (an org without knowledge)
+                continue  # adds no rows; it must not send every search to RRF
             x = e.all_vectors()
             if x is None or len(e) > self.r.fusion_full_max:
                 return None

@@ -133,6 +133,24 @@ async def test_owner_union_and_isolation(env):
         assert {m["id"] for m in union} == {mine["id"], agent["id"], org["id"]}
 
 
+async def test_an_owner_with_nothing_stored_leaves_the_fusion_as_it_is(env):
+    """A context block reads the user's memories and the org's (usually none): the empty
+    owner adds no rows and must not turn the score fusion into another one (it sent
+    every block's search to RRF: LoCoMo evidence in the block 0.58 -> 0.60 once fixed)."""
+    pool, store = env
+    _, vecs = await seed(store)
+    r = core(pool)
+    for i in range(4):
+        qv = unit(vecs[i] + 0.5 * rand(1, 50 + i)[0])
+        alone = await r.search(q(f"{WORDS[i]} garden", top_k=10), qv)
+        with_org = await r.search(q(f"{WORDS[i]} garden", top_k=10, owners=("alice", "@org")), qv)
+        assert [m["id"] for m in with_org] == [m["id"] for m in alone]
+        assert [m["score"] for m in with_org] == pytest.approx([m["score"] for m in alone])
+    rrf = await core(pool, retrieval={"fusion": "rrf"}).search(q("apple garden", top_k=10), vecs[0])
+    zscore = await r.search(q("apple garden", top_k=10), vecs[0])
+    assert [m["score"] for m in rrf] != [m["score"] for m in zscore]  # the two do differ
+
+
 async def test_big_owner_answered_by_pgvector_then_cached_as_hnsw(env):
     pool, store = env
     rows, vecs = await seed(store, n=120)
