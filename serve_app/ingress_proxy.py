@@ -8,8 +8,9 @@ app never comes up; so the binary is resolved and run (``haproxy -v``) here firs
 the Python proxy is kept when that fails. The variables are read by every Ray process
 at import, so they go into the environment before the local Ray node starts.
 
-``python -m serve_app.ingress_proxy`` prints the same variables, and the drain periods the
-launcher sets (:func:`drain_env`), as ``NAME=value`` words for ``env $(...) serve run``
+``python -m serve_app.ingress_proxy`` prints the same variables, and the drain periods and
+the proxy's ready-check time the launcher sets (:func:`drain_env`, :func:`start_env`), as
+``NAME=value`` words for ``env $(...) serve run``
 (see the Makefile's ``serve-run``); ``--reap PORT`` stops an
 HAProxy that ``serve run`` left listening on PORT after it exited (:func:`reap_orphans`).
 """
@@ -183,6 +184,19 @@ def reap_orphans(port: int, timeout_s: float = 5.0) -> list[int]:
     return [p.pid for p in found]
 
 
+# Serve gives a starting proxy actor 5 s to answer its ready check; after three misses in
+# a row it kills the actor, and serve.start(), waiting on that actor, fails ("killed by
+# ray.kill"). Beside another service's start-up on 2 cores an HAProxy manager took 16 s
+# to answer: 30 s before it counts as a miss.
+READY_CHECK_VAR = "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"
+READY_CHECK_S = 30
+
+
+def start_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The proxy's ready-check timeout (``READY_CHECK_S``); an operator's own is kept."""
+    return {} if READY_CHECK_VAR in environ else {READY_CHECK_VAR: str(READY_CHECK_S)}
+
+
 def drain_env(min_s: float, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The ``DRAIN_VARS`` at ``min_s`` seconds; an operator's own values are kept."""
     return {var: str(min_s) for var in DRAIN_VARS if var not in environ}
@@ -203,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = get_settings()
     env = ray_env(settings.serving.haproxy, service_port=settings.port)
     env.update(drain_env(settings.serving.drain_min_s))
+    env.update(start_env())
     print(" ".join(f"{k}={v}" for k, v in env.items()))
 
 

@@ -15,7 +15,7 @@ import time
 
 from serve_app.bootstrap import ModelFacts, bootstrap, show_key
 from serve_app.db.embedded import EmbeddedPostgres
-from serve_app.ingress_proxy import drain_env, ray_env, reap_orphans
+from serve_app.ingress_proxy import drain_env, ray_env, reap_orphans, start_env
 from serve_app.secret_env import runtime_env_vars
 from serve_app.settings import Settings, get_settings
 from serve_app.terminal_output import banner, quiet_logging, ray_context_urls, stream_replica_logs
@@ -75,6 +75,7 @@ def _serve(
     # The drain periods (Ray's 30 s defaults would be waited out on every shutdown, after
     # our drain has already emptied the proxies and replicas).
     os.environ.update(drain_env(settings.serving.drain_min_s))
+    os.environ.update(start_env())  # a proxy slow to start under load is not killed
     os.environ.setdefault("RAY_worker_niceness", str(settings.serving.worker_niceness))
     if not settings.serving.address:
         # HAProxy instead of Serve's Python proxy where its binary runs (a cluster's

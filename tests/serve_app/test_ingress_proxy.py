@@ -88,6 +88,14 @@ def test_the_banner_names_the_side_ports(monkeypatch):
     assert "stats :18404" in text and "metrics :19101" in text
 
 
+def test_a_starting_proxy_gets_time_to_answer_its_ready_check():
+    assert ingress_proxy.start_env({}) == {ingress_proxy.READY_CHECK_VAR: "30"}
+    assert ingress_proxy.start_env({ingress_proxy.READY_CHECK_VAR: "9"}) == {}  # the operator's
+    from ray.serve._private import constants
+
+    assert constants.PROXY_READY_CHECK_TIMEOUT_S == 5.0  # Ray's default, read at import
+
+
 def test_off_by_setting():
     assert ray_env(False, {}) == {FLAG: "0"}
 
@@ -121,7 +129,8 @@ def test_command_line_prints_env_words():
         check=True,
     )
     drain = [f"{var}=0.5" for var in ingress_proxy.DRAIN_VARS if var not in os.environ]
-    assert out.stdout.split() == [f"{FLAG}=0", *drain]
+    start = [f"{k}={v}" for k, v in ingress_proxy.start_env().items()]
+    assert out.stdout.split() == [f"{FLAG}=0", *drain, *start]
 
 
 def _haproxy_on(tmp_path, port: int) -> subprocess.Popen:
