@@ -193,8 +193,7 @@ async def build_services(
             build_reranker(settings.rerank, rerank_llm(settings, spend)), tenants.effective
         )
         closers.append(rerank.close)
-        if settings.context.foreign_guard:  # its model loads once, off the event loop
-            await asyncio.to_thread(language.load)
+        await _load_language(settings)
         profiles = ProfileStore(pool)
         context = ContextService(
             ContextBuilder(
@@ -277,6 +276,14 @@ async def build_services(
         raise
 
 
+async def _load_language(settings: Settings) -> None:
+    """The language detector's model (about 0.8 s of CPU), loaded once at start-up off the
+    event loop where something reads languages: the foreign-message guard, or the learned
+    profile rule on the write path (else the first message or write would pay it)."""
+    if settings.context.foreign_guard or settings.context.profile_learned:
+        await asyncio.to_thread(language.load)
+
+
 async def build_worker(
     settings: Settings, model: ModelFacts, dsn: str, embed_many: EmbedMany
 ) -> Worker:
@@ -313,6 +320,7 @@ async def build_worker(
         if llm is not None:
             closers.append(llm.close)
         models = ModelView(pool, dsn, model, poll_s=settings.reembed.poll_s)
+        await _load_language(settings)  # the writer's profile rule reads memories' language
         worker = Worker(
             settings=settings,
             pool=pool,

@@ -13,7 +13,7 @@ import threading
 import httpx
 import pytest
 
-from serve_app import composition
+from serve_app import composition, language
 from serve_app.api import create_app
 from serve_app.bootstrap import ModelFacts, bootstrap
 from serve_app.composition import build_worker
@@ -134,7 +134,9 @@ async def test_worker_root_builds_every_role_and_closes_them(fresh_db, encoder):
     settings = Settings(database_url=fresh_db, bootstrap_key=KEY)
     model = bootstrap(settings, fresh_db).model
     before = _others()
+    language._identifier.cache_clear()  # loaded by whatever ran before in this process
     worker = await build_worker(settings, model, fresh_db, _embed_many(encoder))
+    assert language._identifier.cache_info().currsize == 1  # at start, not on a first write
     status = worker.status()
     assert status["model"] == model.name and status["enabled"] is False  # no LLM configured
     assert _dispatching()
