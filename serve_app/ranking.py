@@ -17,6 +17,8 @@ keyword match whose meaning is far from the query exactly as it drops a dense hi
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from serve_app.settings import RankSettings
@@ -86,3 +88,10 @@ def cap_per_group(
         if len(head) == top_k:
             break
     return (head + tail)[:top_k]
+
+
+def logistic(weights: Sequence[float], x: Sequence[float]) -> float:
+    """The logistic of ``weights`` (one per feature, then the bias) over ``x``: the learned
+    rules' probability (the evidence gate's admission, the profile's membership)."""
+    z = weights[-1] + sum(w * v for w, v in zip(weights[:-1], x, strict=True))
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))  # no overflow

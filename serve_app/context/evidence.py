@@ -30,7 +30,6 @@ loadtests/bench_context.py (docs/operations.md).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -38,6 +37,7 @@ from functools import lru_cache
 from models.views import view_text
 from serve_app.context.expand import STOPWORDS
 from serve_app.profile.classify import words
+from serve_app.ranking import logistic as admission
 
 STEM = 5  # "bakeries"/"bakery", "allergic"/"allergy": the same first five letters
 _TIME_WORDS = """
@@ -244,12 +244,6 @@ def features(judged: float, plain: float, best: float, shared: int, rank: int) -
     shared content words (capped: a third says no more than a second), its rank (capped
     at 20) and what time words added to its cosine."""
     return [judged, judged - best, float(min(shared, 3)), min(rank, 20) / 10.0, plain - judged]
-
-
-def admission(weights: Sequence[float], x: Sequence[float]) -> float:
-    """The logistic of ``weights`` (one per feature, then the bias) over ``x``."""
-    z = weights[-1] + sum(w * v for w, v in zip(weights[:-1], x, strict=True))
-    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
 def _quote(shared: Iterable[str]) -> str:

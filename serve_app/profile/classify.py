@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ import numpy as np
 
 from serve_app.language import model_reads
 from serve_app.profile.cues import CLASSES, CUES, FACT_KEYS, PROTOTYPES
+from serve_app.ranking import logistic
 from serve_app.settings import ContextSettings
 
 log = logging.getLogger(__name__)
@@ -191,8 +191,7 @@ class LearnedProfile:
             )
 
     def probability(self, features: Sequence[float]) -> float:
-        z = self.weights[-1] + sum(w * x for w, x in zip(self.weights[:-1], features, strict=True))
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))  # no overflow
+        return logistic(self.weights, features)
 
     @classmethod
     def of(cls, weights: Sequence[float], min_probability: float) -> LearnedProfile | None:
