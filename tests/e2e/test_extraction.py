@@ -27,6 +27,12 @@ def memories(api, uid: str) -> list[dict]:
     return r.json()["memories"]
 
 
+def settled(api, uid: str, sid: str) -> dict | None:
+    """The session's status once none of its turns waits for extraction."""
+    status = api.get(f"/v1/sessions/{sid}", params={"user_id": uid}).json()
+    return status if status["pending_turns"] == 0 else None
+
+
 def turns(api, uid: str, sid: str, *messages: tuple[str, str]):
     r = api.post(
         f"/v1/sessions/{sid}/turns",
@@ -64,8 +70,9 @@ def test_every_n_user_turns_extracts_searchable_memories(api, fake_llm, uid):
     assert r.json()["results"][0]["id"] == m["id"]
     facts = api.get("/v1/facts", params={"user_id": uid}).json()["facts"]
     assert [(f["key"], f["value"]) for f in facts] == [("sport", "running")]
-    status = api.get("/v1/sessions/s1", params={"user_id": uid}).json()
-    assert status["turns"] == 5 and status["pending_turns"] == 0
+    # the batch's turns are stamped after its memories and facts are written: poll for it
+    status = wait_for(lambda: settled(api, uid, "s1"), what="the batch's turns stamped")
+    assert status["turns"] == 5
 
 
 def test_contradiction_and_facts_history_over_http(api, fake_llm, uid):
@@ -107,7 +114,7 @@ def test_infer_true_goes_through_extraction(api, fake_llm, uid):
     assert r.json()["status"] == "queued"
     [m] = wait_for(lambda: memories(api, uid), what="inferred memory")
     assert m["content"] == "The user is allergic to peanuts" and m["tags"] == ["health"]
-    assert api.get(f"/v1/sessions/{job}", params={"user_id": uid}).json()["pending_turns"] == 0
+    wait_for(lambda: settled(api, uid, job), what="the inferred turn stamped")
 
 
 def test_junk_is_not_extracted_over_http(api, fake_llm, uid):
