@@ -58,11 +58,9 @@ def test_chat_proxy_turns_become_searchable_memories(service, api, keys, fake_ll
     assert results, f"no memory extracted from the chat turns:\n{service.tail(20)}"
     assert results[0]["content"] == f"The user plays the cello-{uid} in a community orchestra"
     assert results[0]["source"] == "extraction" and results[0]["session_id"] == "chat-x"
-    facts = api.get("/v1/facts", params={"user_id": uid}).json()["facts"]
-    assert [(f["key"], f["value"]) for f in facts] == [("instrument", "cello")]
     # The batch's turns are stamped after its memories and facts are written (a replica lost
     # in between re-extracts them, and the writer's dedupe keeps one copy), so the stamp may
-    # trail the search hit by a moment.
+    # trail the search hit by a moment; once it is there, so is everything the batch wrote.
     status: dict = {}
     while time.monotonic() < deadline + 10:
         status = api.get("/v1/sessions/chat-x", params={"user_id": uid}).json()
@@ -70,6 +68,8 @@ def test_chat_proxy_turns_become_searchable_memories(service, api, keys, fake_ll
             break
         time.sleep(0.1)
     assert status["turns"] == 8 and status["pending_turns"] == 0  # 4 questions, 4 answers
+    facts = api.get("/v1/facts", params={"user_id": uid}).json()["facts"]
+    assert [(f["key"], f["value"]) for f in facts] == [("instrument", "cello")]
     sent = [c for c in fake_llm.calls("extract")[before:] if uid in str(c["messages"])]
     prompt = str(sent[-1]["messages"])
     assert "hello there" in prompt and DEFAULT_CHAT_ANSWER in prompt  # the recorded turns

@@ -68,11 +68,12 @@ def test_every_n_user_turns_extracts_searchable_memories(api, fake_llm, uid):
     assert m["type"] == "episodic" and m["source"] == "extraction"
     r = api.post("/v1/search", json={"user_id": uid, "query": "which marathon is the user doing?"})
     assert r.json()["results"][0]["id"] == m["id"]
-    facts = api.get("/v1/facts", params={"user_id": uid}).json()["facts"]
-    assert [(f["key"], f["value"]) for f in facts] == [("sport", "running")]
-    # the batch's turns are stamped after its memories and facts are written: poll for it
+    # the batch's turns are stamped after its memories and facts are written: once they are,
+    # everything the batch wrote is there
     status = wait_for(lambda: settled(api, uid, "s1"), what="the batch's turns stamped")
     assert status["turns"] == 5
+    facts = api.get("/v1/facts", params={"user_id": uid}).json()["facts"]
+    assert [(f["key"], f["value"]) for f in facts] == [("sport", "running")]
 
 
 def test_contradiction_and_facts_history_over_http(api, fake_llm, uid):

@@ -11,7 +11,7 @@ import pytest
 
 from serve_app.testing.llm_server import extraction, fact, memory
 from tests.e2e.conftest import client_for
-from tests.e2e.test_extraction import memories, wait_for
+from tests.e2e.test_extraction import memories, settled, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -42,6 +42,8 @@ def test_each_speaker_of_a_group_session_gets_their_own_memories(api, fake_llm, 
     r = api.post("/v1/sessions/club/turns", json={"user_id": uid, "messages": said})
     assert r.status_code == 202, r.text
     assert api.post("/v1/sessions/club/end", json={"user_id": uid}).status_code == 202
+    # the batch's turns are stamped after everything it wrote for every speaker
+    wait_for(lambda: settled(api, uid, "club"), what="the batch's turns stamped")
     mine = wait_for(
         lambda: [m for m in memories(api, uid) if m["source"] == "extraction"],
         what="the owner's memory",
