@@ -14,6 +14,7 @@ import pytest
 
 from serve_app.testing.llm_server import DEFAULT_CHAT_ANSWER, extraction, fact, memory
 from serve_app.text import CONTEXT_OPEN
+from tests.e2e.test_extraction import settled, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -59,14 +60,9 @@ def test_chat_proxy_turns_become_searchable_memories(service, api, keys, fake_ll
     assert results[0]["content"] == f"The user plays the cello-{uid} in a community orchestra"
     assert results[0]["source"] == "extraction" and results[0]["session_id"] == "chat-x"
     # The batch's turns are stamped after its memories and facts are written (a replica lost
-    # in between re-extracts them, and the writer's dedupe keeps one copy), so the stamp may
-    # trail the search hit by a moment; once it is there, so is everything the batch wrote.
-    status: dict = {}
-    while time.monotonic() < deadline + 10:
-        status = api.get("/v1/sessions/chat-x", params={"user_id": uid}).json()
-        if status["pending_turns"] == 0:
-            break
-        time.sleep(0.1)
+    # in between leaves them claimable, not lost), so the stamp may trail the search hit by
+    # a moment; once it is there, so is everything the batch wrote.
+    status = wait_for(lambda: settled(api, uid, "chat-x"), what="the batch's turns stamped")
     assert status["turns"] == 8 and status["pending_turns"] == 0  # 4 questions, 4 answers
     facts = api.get("/v1/facts", params={"user_id": uid}).json()["facts"]
     assert [(f["key"], f["value"]) for f in facts] == [("instrument", "cello")]
