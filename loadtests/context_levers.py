@@ -53,7 +53,9 @@ from serve_app.text import count_tokens  # noqa: E402
 SLUG = "all-minilm-l6-v2-int8"
 TENANT = "levers"
 BUDGETS = (250, 1000, 4000)
-SEARCH_KS = (10, 20, 30)
+SEARCH_KS = (10, 20, 30, 50, 100)
+TOP_TOKENS_K = 30  # the tokens of search's top 30: about what a 1000-token block can hold
+ORACLE_BUDGET = 1000
 COLUMNS = ("needed_recall", "unneeded_share", "retrieved_unneeded_share", "tokens_mean")
 
 
@@ -73,8 +75,9 @@ async def load(services: Any, data: dict, prefix: str, typed: bool) -> tuple[dic
 
 async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
     """LoCoMo dev evidence in the block at each budget, with the tokens it used, beside
-    plain search R@10, R@20 and R@30 (the same memories, the same questions) and the
-    tokens of search's top 30: what a block of that size could carry by rank alone."""
+    plain search R@k and the tokens of search's top 30 (what a block of that size could
+    carry by rank alone), and what a perfect re-ranker of search's top 100 would fit in
+    1000 tokens (the evidence first, then by rank): the ceiling of a re-scoring stage."""
     from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
     convs = json.loads(LOCOMO.read_text())
@@ -82,6 +85,7 @@ async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
     used: dict[str, list[int]] = {f"block@{b}": [] for b in BUDGETS}
     search: dict[int, list[float]] = {k: [] for k in SEARCH_KS}
     top_tokens: list[int] = []
+    oracle: list[float] = []
     for conv in convs:
         owner = await add_conversation(services, conv, TENANT, prefix)
         for q in locomo_qa(conv, queries or None):
@@ -94,16 +98,32 @@ async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
                 used[f"block@{b}"].append(block.tokens)
             query = SearchQuery(TENANT, owner.user_id, top_k=max(SEARCH_KS), text=q["question"])
             [rows] = await services.memories.search_many([query])
+            dia = [(m.get("metadata") or {}).get("dia_id") for m in rows]
             for k in SEARCH_KS:
-                ids = {(m.get("metadata") or {}).get("dia_id") for m in rows[:k]}
-                search[k].append(len(gold & ids) / len(gold))
-            top_tokens.append(sum(count_tokens(m["content"]) for m in rows))
+                search[k].append(len(gold & set(dia[:k])) / len(gold))
+            top_tokens.append(sum(count_tokens(m["content"]) for m in rows[:TOP_TOKENS_K]))
+            oracle.append(perfect_rerank(rows, dia, gold, ORACLE_BUDGET))
     out: dict[str, Any] = {"questions": len(search[10])}
     out |= {f"search_R@{k}": mean(v) for k, v in search.items()}
-    out[f"search_top{max(SEARCH_KS)}_tokens_mean"] = mean(top_tokens)
+    out[f"search_top{TOP_TOKENS_K}_tokens_mean"] = mean(top_tokens)
+    out[f"perfect_rerank_top{max(SEARCH_KS)}@{ORACLE_BUDGET}"] = mean(oracle)
     for key in got:
         out[key] = {"evidence": mean(got[key]), "tokens_mean": mean(used[key])}
     return out
+
+
+def perfect_rerank(rows: list[dict], dia: list[str | None], gold: set[str], budget: int) -> float:
+    """The share of ``gold`` a block of ``budget`` tokens holds when the candidates are
+    ordered evidence first, then by rank: no re-ranker of these candidates does better."""
+    order = sorted(range(len(rows)), key=lambda i: (dia[i] not in gold, i))
+    spent, shown = 0, set()
+    for i in order:
+        tokens = count_tokens(rows[i]["content"])
+        if spent + tokens > budget:
+            break
+        spent += tokens
+        shown.add(dia[i])
+    return len(gold & shown) / len(gold)
 
 
 def mean(xs: list) -> float:
