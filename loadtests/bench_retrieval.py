@@ -209,10 +209,10 @@ async def measure(
     from psycopg_pool import AsyncConnectionPool  # noqa: F401 - imported for type clarity
 
     from serve_app.db.pool import open_pool
-    from serve_app.retrieval.pgvector_search import as_array
     from serve_app.retrieval.query import SearchQuery
     from serve_app.retrieval.retriever import Retriever
     from serve_app.settings import Settings
+    from serve_app.store.vectors import as_array
 
     dsn = db_dsn(admin_dsn)
     migrate(dsn)  # a database loaded by an older version: bring its schema up to date

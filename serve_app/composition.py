@@ -242,6 +242,8 @@ async def build_services(
                 settings.consolidate,
                 writer=writer,
             ),
+            writer,
+            settings.context.profile_classify_max,
         )
         if maintenance.consolidator.llm is not None:
             closers.append(maintenance.consolidator.llm.close)

@@ -215,6 +215,13 @@ class ConsolidationReport(_Open):
     skipped: str | None = None  # why nothing ran (another run holds the user)
 
 
+class ProfileClassified(BaseModel):
+    user_id: str
+    examined: int  # memories without a class or a pin that the rule read
+    classified: int  # of those, the ones that joined the profile
+    next: UUID | None  # pass as ``after`` to go on; None: the user is done
+
+
 # admin: tenant settings
 class TenantSettingsView(BaseModel):
     tenant_id: str

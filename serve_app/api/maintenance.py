@@ -1,10 +1,12 @@
-"""/v1/admin/extraction and /v1/admin/consolidate: dead letters and consolidation.
+"""/v1/admin/extraction, /v1/admin/consolidate and /v1/admin/profile/classify: dead
+letters, consolidation, and today's profile rule on memories written before it.
 
 Admin keys only, always within the key's own tenant.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -12,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from serve_app.api.admin import Admin
 from serve_app.api.deps import Svc
-from serve_app.responses import ConsolidationReport, DeadLetterList, Retried
+from serve_app.responses import ConsolidationReport, DeadLetterList, ProfileClassified, Retried
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -24,6 +26,11 @@ class RetryRequest(BaseModel):
 
 class ConsolidateRequest(BaseModel):
     user_id: str = Field(min_length=1, max_length=256)
+
+
+class ClassifyRequest(BaseModel):
+    user_id: str = Field(min_length=1, max_length=256)
+    after: uuid.UUID | None = None  # the ``next`` of the call before
 
 
 @router.get("/extraction/dead-letters", response_model=DeadLetterList)
@@ -49,3 +56,12 @@ async def retry_dead_letters(body: RetryRequest, caller: Admin, services: Svc) -
 async def consolidate_user(body: ConsolidateRequest, caller: Admin, services: Svc) -> dict:
     """Run consolidation (merge, insights, digests, decay) for one user now."""
     return await services.maintenance.consolidate(caller.tenant_id, body.user_id)
+
+
+@router.post("/profile/classify", response_model=ProfileClassified)
+async def classify_profile(body: ClassifyRequest, caller: Admin, services: Svc) -> dict:
+    """Apply today's profile rule to one user's memories that have no class and no pin
+    (written before the rule or its bar changed); only adds classes. Bounded per call
+    (``MEMSERVE_CONTEXT_PROFILE_CLASSIFY_MAX``): call again with ``after`` = ``next``
+    until ``next`` is null."""
+    return await services.maintenance.classify_profile(caller.tenant_id, body.user_id, body.after)

@@ -15,6 +15,7 @@ from serve_app.responses import (
     LlmUsageReport,
     ModelDropped,
     ModelList,
+    ProfileClassified,
     Retried,
     SettingsHistory,
     TenantSettingsView,
@@ -134,6 +135,16 @@ class AdminApi:
         """Consolidate one user now (merge, insights, digests, decay)."""
         body = {"user_id": user_id}
         return with_body("POST", "/v1/admin/consolidate", body, ConsolidationReport)
+
+    @Endpoint
+    @staticmethod
+    def classify_profile(
+        user_id: str, *, after: UUID | str | None = None
+    ) -> Call[ProfileClassified]:
+        """Apply today's profile rule to one user's memories written before it (a page a
+        call; pass the answer's ``next`` as ``after`` until it is None)."""
+        body = {"user_id": user_id, "after": str(after) if after is not None else None}
+        return with_body("POST", "/v1/admin/profile/classify", body, ProfileClassified)
 
     # LLM spend
     @Endpoint

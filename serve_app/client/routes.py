@@ -56,6 +56,7 @@ ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/admin/extraction/dead-letters"): ("dead_letters",),
     ("POST", "/v1/admin/extraction/dead-letters/retry"): ("retry_dead_letters",),
     ("POST", "/v1/admin/consolidate"): ("consolidate",),
+    ("POST", "/v1/admin/profile/classify"): ("classify_profile",),
     ("POST", "/v1/admin/webhooks"): ("create_webhook",),
     ("GET", "/v1/admin/webhooks"): ("webhooks",),
     ("GET", "/v1/admin/webhooks/{webhook_id}"): ("get_webhook",),

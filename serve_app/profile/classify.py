@@ -202,6 +202,11 @@ class LearnedProfile:
 Embed = Callable[..., Awaitable[np.ndarray]]
 
 
+# Memories classified on the event loop at most (tens of µs each: cue scan, language);
+# a larger batch goes to a thread.
+INLINE_MAX = 16
+
+
 class ProfileClassifier:
     """Classifies memories as they are written; prototypes embedded on first use.
 
@@ -251,8 +256,21 @@ class ProfileClassifier:
     async def classify_many(
         self, texts: Sequence[str], types: Sequence[str], vectors: np.ndarray | Sequence
     ) -> list[str | None]:
-        """One class (or None) per memory; ``vectors``: their document embeddings."""
+        """One class (or None) per memory; ``vectors``: their document embeddings.
+        A batch of more than ``INLINE_MAX`` (an import, a re-classification's page) is
+        classified on a worker thread: cue scans and language detection are CPU work."""
         protos = await self.prototypes()
+        if len(texts) > INLINE_MAX:
+            return await asyncio.to_thread(self._classify_all, texts, types, vectors, protos)
+        return self._classify_all(texts, types, vectors, protos)
+
+    def _classify_all(
+        self,
+        texts: Sequence[str],
+        types: Sequence[str],
+        vectors: np.ndarray | Sequence,
+        protos: dict[str, np.ndarray] | None,
+    ) -> list[str | None]:
         out: list[str | None] = []
         for i, (text, mem_type) in enumerate(zip(texts, types, strict=True)):
             if mem_type == "document_chunk":  # knowledge, not a memory: no profile class

@@ -22,17 +22,10 @@ from serve_app.retrieval.lexical import or_tsquery, parse_tsvector
 from serve_app.retrieval.query import SearchQuery, item_filters
 from serve_app.settings.retrieval import RetrievalSettings
 from serve_app.store.records import MEMORY_COLUMNS, column_list, live, valid
-from serve_app.store.vectors import SHARED_PREDICATE, table_name
+from serve_app.store.vectors import SHARED_PREDICATE, as_array, table_name
 
 _ITEM_COLS = column_list(MEMORY_COLUMNS, "i")
 HNSW_EF_SEARCH_MAX = 1000  # pgvector refuses a wider hnsw.ef_search
-
-
-def as_array(value: Any) -> np.ndarray:
-    """A fetched pgvector value (numpy array or pgvector ``Vector``) as float32."""
-    if hasattr(value, "to_numpy"):
-        value = value.to_numpy()
-    return np.asarray(value, dtype=np.float32)
 
 
 def shared_approx(

@@ -210,6 +210,9 @@ class ContextSettings(BaseSettings):
     # memories both when adds are typed and when they are not (mem0's API and most
     # clients send none): 0.29 (0.30 left untyped adds at 0.795; docs/operations.md).
     profile_learned_min: float = Field(0.29, ge=0, le=1)
+    # POST /v1/admin/profile/classify: memories a call examines at most (it answers a
+    # cursor for the next); bounds one call's reads and CPU.
+    profile_classify_max: int = Field(2000, ge=1, le=100_000)
     # Messages read part by part (sentences, clauses, questions), each part searched
     # in one backend call (one encoder batch), results fused by their best part.
     split_parts: bool = True

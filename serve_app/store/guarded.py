@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -45,10 +45,12 @@ from serve_app.store.memory_writes import (
     BATCH_GUARD,
     add_params,
     add_statement,
+    classify_statement,
     delete_statement,
     one_memory,
     update_statement,
 )
+from serve_app.store.profile import unclassified_statement
 from serve_app.store.records import NewMemory, Owner, owner_key
 from serve_app.store.validation import (
     ID_CHARS,
@@ -62,7 +64,7 @@ from serve_app.store.validation import (
 from serve_app.store.validation import (
     field as check_field,
 )
-from serve_app.store.vectors import table_name
+from serve_app.store.vectors import as_array, table_name
 from serve_app.store.versions import CHANGES_CHANNEL
 from serve_app.text import normalize
 
@@ -82,6 +84,16 @@ class ProfileClasses(Protocol):
     async def classify_many(
         self, texts: Sequence[str], types: Sequence[str], vectors: Any
     ) -> list[str | None]: ...
+
+
+@dataclass(frozen=True)
+class Classified:
+    """One run of :meth:`GuardedWriter.classify_again`: memories examined, memories that
+    joined the profile, and the cursor to pass next (None: the owner is done)."""
+
+    examined: int
+    classified: int
+    next: uuid.UUID | None
 
 
 class ForgetInProgress(Exception):
@@ -119,6 +131,8 @@ class GuardedWriter:
         gate = sql.SQL("{} AND {}").format(quota.GATE, BATCH_GUARD)
         self._add_sql = add_statement(self.vectors, gate)
         self._supersede_sql = add_statement(self.vectors, gate, supersede=True)
+        self._unclassified_sql = unclassified_statement(self.vectors)
+        self._classify_sql = classify_statement()
         fixed = (memory_quota or quota.Quota(), fact_quota or quota.Quota())
 
         async def same(_: str) -> tuple[quota.Quota, quota.Quota]:
@@ -366,6 +380,55 @@ class GuardedWriter:
         if row is None and erasure.current() is None and await self._voided(owner, item_id, conn):
             raise ForgetInProgress(owner)
         return row
+
+    async def classify_again(
+        self, owner: Owner, after: uuid.UUID | None, limit: int, page: int = 200
+    ) -> Classified:
+        """Apply today's profile rule to ``owner``'s memories that have no class and no
+        pin: those written before the rule changed (a new bar, learned weights) keep the
+        class they were given until written again. At most ``limit`` memories after the
+        cursor ``after`` (ids in order), ``page`` per read, their stored vectors reused
+        (nothing is embedded). Only adds a class: a class the extraction model named, or
+        a pin either way, is never overruled, and a memory the rule leaves out stays as
+        it was."""
+        if self.classifier is None:
+            return Classified(0, 0, None)
+        cursor = after or uuid.UUID(int=0)
+        examined = classified = 0
+        params = {"tenant_id": owner.tenant_id, "owner": owner.user_id}
+        while examined < limit:
+            want = min(page, limit - examined)
+            async with self.pool.connection() as c:
+                cur = await c.execute(
+                    self._unclassified_sql, {**params, "after": cursor, "limit": want}
+                )
+                rows = await cur.fetchall()
+            if not rows:
+                return Classified(examined, classified, None)
+            examined += len(rows)
+            cursor = rows[-1]["id"]
+            found = await self.classifier.classify_many(
+                [r["content"] for r in rows],
+                [r["type"] for r in rows],
+                np.stack([as_array(r["embedding"]) for r in rows]),
+            )
+            joined = [(r["id"], cls) for r, cls in zip(rows, found, strict=True) if cls]
+            if joined:
+                ids, classes = zip(*joined, strict=True)
+                async with self.pool.connection() as c:
+                    cur = await c.execute(
+                        self._classify_sql,
+                        {
+                            "tenant_id": owner.tenant_id,
+                            "ids": list(ids),
+                            "classes": list(classes),
+                            "channel": CHANGES_CHANNEL,
+                        },
+                    )
+                    classified += (await cur.fetchone())["classified"]
+            if len(rows) < want:
+                return Classified(examined, classified, None)
+        return Classified(examined, classified, cursor)
 
     async def _voided(self, owner: Owner, item_id: uuid.UUID, conn: AsyncConnection | None) -> bool:
         """The owner's memory exists but the erasure guard refuses writing it."""

@@ -60,3 +60,18 @@ class ProfileStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(self._sql, params)
             return await cur.fetchall()
+
+
+def unclassified_statement(vectors: sql.Identifier) -> sql.Composed:
+    """One page of a user's memories that have no profile class and no pin, with their
+    stored vectors, after a cursor (``id``): what the profile rule can classify again
+    (binds ``tenant_id``, ``owner``, ``after``, ``limit``). Knowledge chunks and
+    retired rows are never profile material; a pin (true or false) is the user's word."""
+    return sql.SQL(
+        "SELECT i.id, i.content, i.type, v.embedding FROM memory_items i"
+        " JOIN {vectors} v ON v.item_id = i.id"
+        " WHERE i.tenant_id = %(tenant_id)s AND i.owner = %(owner)s AND i.id > %(after)s"
+        " AND i.profile_class IS NULL AND i.pinned IS NULL AND i.status = 'active'"
+        " AND i.type <> 'document_chunk' AND {live}"
+        " ORDER BY i.id LIMIT %(limit)s"
+    ).format(vectors=vectors, live=sql.SQL(live("i.")))

@@ -17,7 +17,9 @@ owners' rows are not in it, so their writes pay nothing for it
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+import numpy as np
 import psycopg
 import re2
 from psycopg import sql
@@ -25,6 +27,13 @@ from psycopg import sql
 log = logging.getLogger("memserve")
 
 _SLUG = re2.compile(r"^[a-z0-9_]{1,48}$")
+
+
+def as_array(value: Any) -> np.ndarray:
+    """A fetched pgvector value (numpy array or pgvector ``Vector``) as float32."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
 
 
 def table_name(slug: str) -> str:

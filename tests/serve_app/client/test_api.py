@@ -308,6 +308,17 @@ CALLS: list[tuple] = [
     ),
     ("consolidate", ("u1",), {}, ("POST", "/v1/admin/consolidate", {}, U)),
     (
+        "classify_profile",
+        ("u1",),
+        {"after": "00000000-0000-0000-0000-000000000007"},
+        (
+            "POST",
+            "/v1/admin/profile/classify",
+            {},
+            {**U, "after": "00000000-0000-0000-0000-000000000007"},
+        ),
+    ),
+    (
         "llm_usage",
         (),
         {"group_by": ["day", "user"], "since": "2026-11-01", "top_users": 5},

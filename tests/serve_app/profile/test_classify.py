@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from serve_app.profile.classify import (
     CLASSES,
+    INLINE_MAX,
     PROFILE_FEATURES,
     PROTOTYPES,
     LearnedProfile,
@@ -173,3 +175,32 @@ def test_the_default_rule_finds_profile_material_in_any_language(encoder):
     assert {t: c is not None for t, c in zip(texts, got, strict=True)} == {
         t: want for t, (_, want) in items.items()
     }
+
+
+def test_a_large_batch_is_classified_off_the_event_loop_with_the_same_answers(encoder):
+    texts = [
+        "I'm allergic to peanuts",
+        "Always answer me in short bullet points",
+        "Lives in Oslo near the fjord",
+        "Loves green tea, especially sencha",
+    ] * 5  # 20: over INLINE_MAX
+    assert len(texts) > INLINE_MAX
+    types = ["semantic"] * len(texts)
+    vectors = encoder.encode(texts)
+    clf = ProfileClassifier.from_settings(None, Settings().context)
+    threads: list[str] = []
+    run = clf._classify_all
+
+    def spy(*args):
+        threads.append(threading.current_thread().name)
+        return run(*args)
+
+    clf._classify_all = spy  # type: ignore[method-assign]
+    many = asyncio.run(clf.classify_many(texts, types, vectors))
+    one_by_one = [
+        asyncio.run(clf.classify_many([t], ["semantic"], vectors[i : i + 1]))[0]
+        for i, t in enumerate(texts)
+    ]
+    assert many == one_by_one and "constraint" in many
+    assert threads[0] != threading.main_thread().name  # the batch ran on a worker thread
+    assert set(threads[1:]) == {threading.main_thread().name}  # one memory: inline
