@@ -1,5 +1,5 @@
 """Command line: `python -m serve_app COMMAND`, COMMAND one of run, migrate, create-key,
-tenant, usage, stop-db, mcp, export, import, events."""
+tenant, usage, stop-db, mcp, export, import, events, classify-profiles."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 from serve_app.cli import events as events_cli
 from serve_app.cli import keys as keys_cli
 from serve_app.cli import portability as portability_cli
+from serve_app.cli import profiles as profiles_cli
 from serve_app.cli import tenants as tenants_cli
 from serve_app.cli import usage as usage_cli
 from serve_app.mcp import stdio as mcp_cli
@@ -30,6 +31,7 @@ def main() -> None:
     tenants_cli.add_parsers(sub)
     usage_cli.add_parsers(sub)
     events_cli.add_parser(sub)
+    profiles_cli.add_parser(sub)
     args = parser.parse_args()
 
     if args.command == "run":
@@ -58,6 +60,8 @@ def main() -> None:
         usage_cli.main(args)
     elif args.command == "events":
         events_cli.main(args)
+    elif args.command == "classify-profiles":
+        profiles_cli.main(args)
 
 
 def _dsn() -> str:
