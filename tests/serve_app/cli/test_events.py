@@ -3,40 +3,18 @@ uvicorn server: every event once, as JSON Lines, and a cursor that resumes after
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-
-import uvicorn
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
-from tests.conftest import REPO
+from tests.serve_app.cli.running import run_cli, served
 
 KEY = "msk_events_cli_test_key_0123456789"
 
 
 async def cli(url: str, *args: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSERVE_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "serve_app",
-        "events",
-        "--url",
-        url,
-        "--key",
-        KEY,
-        *args,
-        cwd=REPO,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await run_cli("events", url, KEY, *args)
 
 
 async def test_events_cli_prints_the_feed_and_resumes(fresh_db, encoder):
@@ -52,14 +30,7 @@ async def test_events_cli_prints_the_feed_and_resumes(fresh_db, encoder):
                 "items": [{"content": t, "infer": False} for t in ("a", "b", "c")],
             }
             assert (await c.post("/v1/memories/batch", json=body)).status_code == 201
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        try:
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-            url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        async with served(app) as url:
             code, out, err = await cli(url, "--limit", "2", "--content")
             assert code == 0, err
             events = [json.loads(line) for line in out.splitlines()]
@@ -74,6 +45,3 @@ async def test_events_cli_prints_the_feed_and_resumes(fresh_db, encoder):
             assert code == 0 and out == "" and cursor in err
             code, out, err = await cli(url, "--types", "memory.eaten")
             assert code != 0 and "unknown event types" in err
-        finally:
-            server.should_exit = True
-            await task

@@ -3,41 +3,20 @@ against the app behind a real uvicorn server: every user of the tenant, every pa
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 
 import psycopg
-import uvicorn
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
 from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
-from tests.conftest import REPO
+from tests.serve_app.cli.running import run_cli, served
 
 KEY = "msk_profiles_cli_test_key_0123456789"
 
 
 async def cli(url: str, key: str, *args: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSERVE_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "serve_app",
-        "classify-profiles",
-        "--url",
-        url,
-        "--key",
-        key,
-        *args,
-        cwd=REPO,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await run_cli("classify-profiles", url, key, *args)
 
 
 async def test_every_user_is_classified_page_by_page(fresh_db, encoder):
@@ -60,14 +39,7 @@ async def test_every_user_is_classified_page_by_page(fresh_db, encoder):
                     assert r.status_code == 201, r.text
         with psycopg.connect(fresh_db, autocommit=True) as conn:
             conn.execute("UPDATE memory_items SET profile_class = NULL")  # as before the rule
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        try:
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-            url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        async with served(app) as url:
             code, out, err = await cli(url, admin, "--page", "1")
             assert code == 0, err
             done = {d["user_id"]: d for d in map(json.loads, out.splitlines())}
@@ -84,9 +56,6 @@ async def test_every_user_is_classified_page_by_page(fresh_db, encoder):
             assert code == 0 and json.loads(out)["classified"] == 0
             code, _, err = await cli(url, KEY)  # a service key is not an admin key
             assert code != 0 and "classify-profiles: 403" in err
-        finally:
-            server.should_exit = True
-            await task
     with psycopg.connect(fresh_db) as conn:
         classes = dict(conn.execute("SELECT content, profile_class FROM memory_items").fetchall())
     assert classes["I'm allergic to peanuts"] == "constraint"
