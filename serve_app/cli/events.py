@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any
 
+from serve_app.cli import add_service_args
 from serve_app.client import MemserveClient
 
 MAX_PAGES = 10_000  # pages read by one run without --follow (each up to --limit events)
@@ -21,12 +21,7 @@ MAX_PAGES = 10_000  # pages read by one run without --follow (each up to --limit
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("events", help="print the event feed as JSON Lines")
-    p.add_argument("--url", default=os.environ.get("MEMSERVE_URL", "http://127.0.0.1:8000"))
-    p.add_argument(
-        "--key",
-        default=os.environ.get("MEMSERVE_API_KEY"),
-        help="API key (default: $MEMSERVE_API_KEY)",
-    )
+    add_service_args(p, "API key")
     p.add_argument("--after", default=None, help="a cursor printed by an earlier run")
     p.add_argument("--types", default=None, help="comma-separated event types")
     p.add_argument("--user", default=None, help="one user's events")

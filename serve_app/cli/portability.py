@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from serve_app.cli import add_service_args
 from serve_app.client.chunks import CHUNK_BYTES, chunks, groups, records
 
 __all__ = ["add_parsers", "chunks", "groups", "main"]
@@ -29,12 +29,7 @@ def add_parsers(sub: Any) -> None:
         ("import", "load an export (ours or mem0's) into a user"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--url", default=os.environ.get("MEMSERVE_URL", "http://127.0.0.1:8000"))
-        p.add_argument(
-            "--key",
-            default=os.environ.get("MEMSERVE_API_KEY"),
-            help="API key (default: $MEMSERVE_API_KEY)",
-        )
+        add_service_args(p, "API key")
         p.add_argument("--user", default=None, help="user id (required with a service key)")
         if name == "export":
             p.add_argument("--out", default="-", help="file to write (default: stdout)")

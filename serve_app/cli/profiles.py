@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from serve_app.cli import add_service_args
 from serve_app.client import MemserveClient
 from serve_app.client.errors import MemserveError
 
@@ -25,12 +25,7 @@ MAX_CALLS_PER_USER = 10_000  # classify calls for one user (each a server-bounde
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("classify-profiles", help="apply today's profile rule to older memories")
-    p.add_argument("--url", default=os.environ.get("MEMSERVE_URL", "http://127.0.0.1:8000"))
-    p.add_argument(
-        "--key",
-        default=os.environ.get("MEMSERVE_API_KEY"),
-        help="an admin key (default: $MEMSERVE_API_KEY)",
-    )
+    add_service_args(p, "an admin key")
     p.add_argument("--user", default=None, help="one user (default: every user of the tenant)")
     p.add_argument("--page", type=int, default=200, help="users listed per request (1..1000)")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 from typing import Any
 
+from serve_app.cli import add_service_args
 from serve_app.client import AsyncMemserveClient
 from serve_app.client.errors import MemserveError
 from serve_app.responses import LlmUsageReport
@@ -21,12 +21,7 @@ COLUMNS = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "esti
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("usage", help="the tenant's LLM tokens by day, end user, purpose, model")
-    p.add_argument("--url", default=os.environ.get("MEMSERVE_URL", "http://127.0.0.1:8000"))
-    p.add_argument(
-        "--key",
-        default=os.environ.get("MEMSERVE_API_KEY"),
-        help="the tenant's admin key (default: $MEMSERVE_API_KEY)",
-    )
+    add_service_args(p, "the tenant's admin key")
     p.add_argument("--group-by", default="day", help="comma-separated: day,user,purpose,model")
     p.add_argument("--since", default=None, help="first UTC day, YYYY-MM-DD (default: 30 days)")
     p.add_argument("--until", default=None, help="last UTC day, YYYY-MM-DD (default: today)")
