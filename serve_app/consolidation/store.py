@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -20,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app.store import history
 from serve_app.store.memory_index import using
 from serve_app.store.records import Owner, live, unclaimed, valid
-from serve_app.store.vectors import table_name
+from serve_app.store.vectors import as_array, table_name
 from serve_app.store.versions import CHANGES_CHANNEL, NOTIFIED, bump_ctes
 
 
@@ -64,8 +63,8 @@ class ConsolidationStore:
         async with self.pool.connection() as conn:
             cur = await conn.execute(query, self._params(owner, limit=limit))
             rows = await cur.fetchall()
-        for r in rows:  # pgvector's Vector -> float32 array
-            r["embedding"] = np.asarray(r["embedding"].to_numpy(), dtype=np.float32)
+        for r in rows:
+            r["embedding"] = as_array(r["embedding"])
         return rows
 
     async def archive(

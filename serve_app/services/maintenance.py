@@ -14,6 +14,7 @@ from typing import Any
 
 from serve_app.consolidation.job import Consolidator
 from serve_app.extraction.trigger import ExtractionTrigger
+from serve_app.services.write_errors import write_errors
 from serve_app.store import Owner
 from serve_app.store.guarded import GuardedWriter
 from serve_app.store.turns import TurnStore
@@ -56,7 +57,10 @@ class MaintenanceService:
     ) -> dict[str, Any]:
         """Today's profile rule on one user's unclassified memories, ``classify_max`` at
         most per call; the answer's ``next`` continues where this one stopped."""
-        run = await self.writer.classify_again(Owner(tenant_id, user_id), after, self.classify_max)
+        with write_errors():  # 409 while a forget of the user runs
+            run = await self.writer.classify_again(
+                Owner(tenant_id, user_id), after, self.classify_max
+            )
         return {
             "user_id": user_id,
             "examined": run.examined,

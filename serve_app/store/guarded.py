@@ -390,9 +390,13 @@ class GuardedWriter:
         cursor ``after`` (ids in order), ``page`` per read, their stored vectors reused
         (nothing is embedded). Only adds a class: a class the extraction model named, or
         a pin either way, is never overruled, and a memory the rule leaves out stays as
-        it was."""
+        it was. Refused while a forget of the owner runs (:class:`ForgetInProgress`, as
+        an API write is); each page's statement carries the erasure guard too."""
         if self.classifier is None:
             return Classified(0, 0, None)
+        async with self.pool.connection() as c:
+            if not await self.guard_passes(c, owner, [NewMemory(content="")]):
+                raise ForgetInProgress(owner)
         cursor = after or uuid.UUID(int=0)
         examined = classified = 0
         params = {"tenant_id": owner.tenant_id, "owner": owner.user_id}
@@ -423,6 +427,7 @@ class GuardedWriter:
                             "ids": list(ids),
                             "classes": list(classes),
                             "channel": CHANGES_CHANNEL,
+                            **erasure.params(owner.user_id),
                         },
                     )
                     classified += (await cur.fetchone())["classified"]

@@ -296,15 +296,20 @@ def one_memory(owner: Owner, item_id: uuid.UUID) -> tuple[sql.Composable, dict[s
 
 def classify_statement() -> sql.Composed:
     """Give memories the profile class the rule gives them now (``ids`` and ``classes``,
-    two arrays), each only while it still has no class and no pin, and bump the owners
-    whose memories changed: one statement (binds ``tenant_id``, ``ids``, ``classes``,
-    ``channel``); answers ``classified`` and ``notified``. No history event: the
-    memory's words are not changed, only which section of a block it is shown in."""
+    two arrays), each only while it still has no class and no pin and no forget of it
+    runs (the erasure guard, as every write), and bump the owners whose memories
+    changed: one statement (binds ``tenant_id``, ``ids``, ``classes``, ``channel`` and
+    :func:`erasure.params`); answers ``classified`` and ``notified``. No history event:
+    the memory's words are not changed, only which section of a block it is shown in."""
     return sql.SQL(
         "WITH got AS (UPDATE memory_items i SET profile_class = c.cls"
         " FROM unnest(%(ids)s::uuid[], %(classes)s::text[]) AS c(id, cls)"
         " WHERE i.id = c.id AND i.tenant_id = %(tenant_id)s"
         " AND i.profile_class IS NULL AND i.pinned IS NULL AND i.status = 'active'"
-        " RETURNING i.owner), {bump}"
+        " AND {guard} RETURNING i.owner), {bump}"
         " SELECT (SELECT count(*) FROM got) AS classified, {notified} AS notified"
-    ).format(bump=bump_ctes(sql.SQL("SELECT owner FROM got")), notified=NOTIFIED)
+    ).format(
+        guard=erasure.clause(sql.SQL("i.agent_id"), sql.SQL("i.session_id")),
+        bump=bump_ctes(sql.SQL("SELECT owner FROM got")),
+        notified=NOTIFIED,
+    )

@@ -97,3 +97,23 @@ async def test_only_admins_classify_and_bad_input_is_a_422(api):
     for body in bad:
         r = await c["admin"].post("/v1/admin/profile/classify", json=body)
         assert r.status_code == 422 and r.json()["error"]["code"], r.text
+
+
+async def test_a_running_forget_of_the_user_refuses_it_and_changes_nothing(api):
+    c, dsn = api
+    nut = await add(c["service"], "I'm allergic to peanuts", type="fact")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE memory_items SET profile_class = NULL WHERE user_id = 'bob'")
+        # a forget of bob that is running (unfinished, its lease live)
+        conn.execute(
+            "INSERT INTO memory_erasures (tenant_id, user_id, lease_until)"
+            " VALUES ('default', 'bob', now() + interval '1 minute')"
+        )
+    r = await c["admin"].post("/v1/admin/profile/classify", json={"user_id": "bob"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "forget_in_progress", r.text
+    assert r.headers["retry-after"]
+    assert await profile(c["service"]) == {}  # nothing joined
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE memory_erasures SET finished_at = now()")
+    assert (await classify(c["admin"]))["classified"] == 1  # once it is done
+    assert await profile(c["service"]) == {nut: "constraint"}
