@@ -73,16 +73,65 @@ async def load(services: Any, data: dict, prefix: str, typed: bool) -> tuple[dic
     return owners, labels
 
 
-async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
+class PerfectJudge:
+    """A re-scoring step that knows the answer (the question's evidence turns score 1,
+    every other candidate 0, bar 0.5): the block a judge of its ``pool`` could reach
+    through the builder's own path (its searches' depth, dedupe, budget), which is the
+    ceiling of any real back-end of that pool. A benchmark device, never a back-end."""
+
+    bar: float | None = 0.5
+
+    def __init__(self, gold: set[str], pool: int) -> None:
+        self.gold, self.pool = gold, pool
+
+    async def __call__(self, rows: list[dict]) -> list[dict]:
+        head, tail = rows[: self.pool], rows[self.pool :]
+        for r in head:
+            r["rerank_score"] = float((r.get("metadata") or {}).get("dia_id") in self.gold)
+        return sorted(head, key=lambda r: -r["rerank_score"]) + tail
+
+
+def judges(args: argparse.Namespace | None) -> dict[str, Any]:
+    """name -> (gold, question, owner) -> a rerank step, for the judged blocks ``locomo``
+    measures beside the rule's: the perfect judge always; ``--rerank-dir``: an
+    operator's ONNX cross-encoder through the service's own step, at its default bar."""
+    from serve_app.retrieval.rerank import build_reranker
+    from serve_app.services.rerank import RerankStep
+    from serve_app.settings import RerankSettings
+    from serve_app.store.llm_spend import CallTag
+
+    pool = args.rerank_pool if args is not None else max(SEARCH_KS)
+    out: dict[str, Any] = {
+        f"perfect_judge{pool}": lambda gold, question, owner: PerfectJudge(gold, pool)
+    }
+    if args is not None and args.rerank_dir:
+        rs = RerankSettings(backends=["onnx"], onnx_dir=args.rerank_dir, max_candidates=pool)
+        reranker = build_reranker(rs, None)
+
+        def onnx(gold: set[str], question: str, owner: Owner) -> RerankStep:
+            tag = CallTag(owner.tenant_id, owner.user_id, "rerank")
+            return RerankStep(reranker, "onnx", question, tag)
+
+        out[f"onnx{pool}"] = onnx
+    return out
+
+
+async def locomo(
+    services: Any, queries: int, prefix: str, args: argparse.Namespace | None = None
+) -> dict[str, Any]:
     """LoCoMo dev evidence in the block at each budget, with the tokens it used, beside
     plain search R@k and the tokens of search's top 30 (what a block of that size could
     carry by rank alone), and what a perfect re-ranker of search's top 100 would fit in
-    1000 tokens (the evidence first, then by rank): the ceiling of a re-scoring stage."""
+    1000 tokens (the evidence first, then by rank): the ceiling of a re-scoring stage.
+    The block is also built with each of :func:`judges`' re-scoring steps (their score
+    admits in place of the evidence rule): ``<judge>@<budget>``."""
     from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
     convs = json.loads(LOCOMO.read_text())
-    got: dict[str, list[float]] = {f"block@{b}": [] for b in BUDGETS}
-    used: dict[str, list[int]] = {f"block@{b}": [] for b in BUDGETS}
+    steps = judges(args)
+    keys = [f"block@{b}" for b in BUDGETS] + [f"{j}@{b}" for j in steps for b in BUDGETS]
+    got: dict[str, list[float]] = {k: [] for k in keys}
+    used: dict[str, list[int]] = {k: [] for k in keys}
     search: dict[int, list[float]] = {k: [] for k in SEARCH_KS}
     top_tokens: list[int] = []
     oracle: list[float] = []
@@ -91,11 +140,15 @@ async def locomo(services: Any, queries: int, prefix: str) -> dict[str, Any]:
         for q in locomo_qa(conv, queries or None):
             gold = evidence_ids(q["evidence"])
             for b in BUDGETS:
-                block = await services.context.build(owner, q["question"], token_budget=b)
-                shown = block.memories + block.profile
-                ids = {(m.get("metadata") or {}).get("dia_id") for m in shown}
-                got[f"block@{b}"].append(len(gold & ids) / len(gold))
-                used[f"block@{b}"].append(block.tokens)
+                for name, judge in {"block": None, **steps}.items():
+                    step = judge(gold, q["question"], owner) if judge is not None else None
+                    block = await services.context.build(
+                        owner, q["question"], token_budget=b, rerank=step
+                    )
+                    shown = block.memories + block.profile
+                    ids = {(m.get("metadata") or {}).get("dia_id") for m in shown}
+                    got[f"{name}@{b}"].append(len(gold & ids) / len(gold))
+                    used[f"{name}@{b}"].append(block.tokens)
             query = SearchQuery(TENANT, owner.user_id, top_k=max(SEARCH_KS), text=q["question"])
             [rows] = await services.memories.search_many([query])
             dia = [(m.get("metadata") or {}).get("dia_id") for m in rows]
@@ -153,7 +206,7 @@ async def one_try(
             by_source = {(source, u): lab for u, lab in labels.items()}
             out[source] = score(outs, by_source, source, data)
         if args.locomo >= 0:
-            out["locomo"] = await locomo(services, args.locomo, f"t{n}")
+            out["locomo"] = await locomo(services, args.locomo, f"t{n}", args)
     return out
 
 
@@ -168,6 +221,8 @@ def main() -> None:
     ap.add_argument("--half", choices=(*HALVES, "both"), default="both")
     ap.add_argument("--data", choices=("implicit", "team"), default="implicit")
     ap.add_argument("--locomo", type=int, default=-1, help="questions per conversation")
+    ap.add_argument("--rerank-pool", type=int, default=max(SEARCH_KS), help="judged candidates")
+    ap.add_argument("--rerank-dir", type=Path, help="an ONNX cross-encoder to judge LoCoMo with")
     args = ap.parse_args()
     args.sources = sources = [s for s in args.sources.split(",") if s]
     if args.data == "team":

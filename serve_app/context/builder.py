@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from serve_app.context import knowledge as kb
 from serve_app.context.evidence import Evidence, stems
@@ -52,8 +52,25 @@ FactsFn = Callable[[str, str, int], Awaitable[list[dict[str, Any]]]]
 ProfileFn = Callable[[str, Sequence[str], int, str | None], Awaitable[list[dict[str, Any]]]]
 # (tenant_id, chunk ids) -> id -> the chunk's data (serve_app.store.citations).
 CiteFn = Callable[[str, Sequence[Any]], Awaitable[dict[Any, dict[str, Any]]]]
-# The request's re-scoring step (serve_app/services/rerank.py): candidates, best first.
-RerankFn = Callable[[list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+
+
+class RerankFn(Protocol):
+    """The request's re-scoring step (serve_app/services/rerank.py).
+
+    Called with the memory candidates, it answers them best first, the re-scored ones
+    with ``rerank_score``. ``pool``: how many it re-scores (the block's searches fetch at
+    least that many, so a deep candidate list reaches the judge). ``bar``, read after the
+    call: the score at which its judgement admits a memory in place of the evidence rule
+    (a cross-encoder reads the message and the memory together, which no cosine
+    threshold does); None when it has no bar or did not apply (over budget, down), and
+    then the rule decides on the order it gave."""
+
+    pool: int
+    bar: float | None
+
+    async def __call__(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+
 OFFLOAD_CHARS = 1000  # a longer message is read (split, small talk) on a worker thread
 
 
@@ -234,7 +251,13 @@ class ContextBuilder:
             fit = fit_profile([*profile, *p_facts], budget, cap)
             shown = {str(i["id"]) for i in fit[0]}
             memories = [m for m in memories if str(m["id"]) not in shown]
-        if lv.gate:
+        bar = req.rerank.bar if req.rerank is not None else None
+        if bar is not None:
+            judged = _judged(memories, bar)
+            if trace is not None:
+                trace.drop(memories, judged, "rerank", f"re-scored under the bar {bar:g}")
+            memories = judged
+        elif lv.gate:
             ev = lv.evidence
             if lv.foreign_guard and memories and not model_reads(req.query):
                 ev = ev.strict(lv.foreign_similarity)
@@ -409,6 +432,8 @@ class ContextBuilder:
         its best cosine to the texts without time words (-1: they did not find it)."""
         owners = owners_for(req.user_id, req.agent_id)
         knowledge = req.levers.knowledge and self.cite is not None
+        # a re-scoring judge sees its whole pool: the searches fetch at least that many
+        depth = max(req.top_k * 2, req.rerank.pool if req.rerank is not None else 0)
         searches = []
         # per search: are its cosines free of time words (a probe, or a text without
         # time words, when some text has them)?
@@ -432,7 +457,7 @@ class ContextBuilder:
                 SearchQuery(
                     tenant_id=req.tenant_id,
                     user_id=req.user_id,
-                    top_k=req.top_k * 2,
+                    top_k=depth,
                     threshold=req.threshold,
                     text=text,
                     owners=owners,
@@ -522,6 +547,19 @@ def _query(req: ContextRequest, text: str, top_k: int, **more: Any) -> SearchQue
         reference_date=req.reference_date,
         **more,
     )
+
+
+def _judged(memories: Sequence[dict[str, Any]], bar: float) -> list[dict[str, Any]]:
+    """The memories the re-scoring admits, in its order: a score at the bar or above. One
+    it did not score (past its pool) has no judgement, so it is not shown on the rule's
+    say-so either: one judge per block."""
+    out = []
+    for m in memories:
+        score = m.get("rerank_score")
+        if score is not None and float(score) >= bar:
+            m["why"] = f"re-scored {float(score):.2f} (bar {bar:g})"
+            out.append(m)
+    return out
 
 
 def _retrieved_why(memories: Sequence[dict[str, Any]], facts: Sequence[dict[str, Any]]) -> None:

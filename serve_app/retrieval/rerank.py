@@ -195,6 +195,12 @@ class Reranker:
         """Candidates a reranked search should fetch (all of them may be re-scored)."""
         return max(1, self.settings.max_candidates)
 
+    def min_score(self, backend: str) -> float | None:
+        """The score at which ``backend``'s judgement admits a context candidate (its
+        scale is the back-end's: a cross-encoder's logit, the LLM's 0-10); None: none."""
+        s = self.settings
+        return s.onnx_min_score if backend == "onnx" else s.llm_min_score
+
     def offered(self, allowed: Collection[str] | None = None) -> tuple[str, ...]:
         """The back-ends offered to a tenant (``allowed``: its own list; None: all)."""
         return tuple(b for b in self.scorers if allowed is None or b in allowed)

@@ -107,7 +107,8 @@ class LeftOut(BaseModel):
     """A candidate the block did not show (``explain``), and the rule that left it out:
     ``gate`` (no evidence from the message), ``top_k``, ``budget`` (no room in the token
     budget), ``dedupe`` (a near-copy of a shown memory), ``profile`` (shown in the profile
-    section instead), ``knowledge`` (a chunk past knowledge_top_k or the gate)."""
+    section instead), ``knowledge`` (a chunk past knowledge_top_k or the gate), ``rerank``
+    (under the re-scoring back-end's bar, or past the candidates it scored)."""
 
     id: UUID
     content: str

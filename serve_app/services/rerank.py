@@ -31,9 +31,18 @@ class RerankStep:
     query: str
     tag: CallTag
     outcome: RerankOutcome | None = field(default=None)
+    # after a call that applied: the score at which the back-end's judgement admits a
+    # context candidate (the operator's ``MEMSERVE_RERANK_*_MIN_SCORE``); None: order only
+    bar: float | None = field(default=None)
+
+    @property
+    def pool(self) -> int:
+        """How many candidates the back-end re-scores (a context block fetches as many)."""
+        return self.reranker.pool
 
     async def __call__(self, rows: Rows) -> Rows:
         rows, self.outcome = await self.reranker.rerank(rows, self.query, self.backend, self.tag)
+        self.bar = self.reranker.min_score(self.backend) if self.outcome.applied else None
         return rows
 
 

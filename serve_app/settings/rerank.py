@@ -31,6 +31,15 @@ class RerankSettings(BaseSettings):
     onnx_dir: Path | None = None
     # the first this many candidates are re-scored, the rest keep their order after them
     max_candidates: int = Field(default=20, ge=1, le=200)
+    # In a context block the back-end's score decides which re-scored candidates are
+    # shown, in its order, in place of the evidence rule (a cross-encoder reads the
+    # message and the memory together; a cosine threshold cannot); candidates past
+    # ``max_candidates`` are not shown. The bar is in the back-end's own scale: a
+    # cross-encoder's logit (0: even odds for ms-marco and bge-reranker heads), the LLM's
+    # 0-10. None: the back-end only orders, the evidence rule decides (a search is only
+    # ordered either way).
+    onnx_min_score: float | None = 0.0
+    llm_min_score: float | None = Field(default=5.0, ge=0, le=10)
     batch_size: int = Field(default=16, ge=1)  # (query, candidate) pairs per ONNX run
     # tokens of one (query, candidate) pair for the cross-encoder (its position limit)
     max_length: int = Field(default=256, ge=8, le=4096)

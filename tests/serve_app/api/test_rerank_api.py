@@ -7,6 +7,7 @@ when the tenant is offered no back-end."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -97,6 +98,38 @@ async def test_context_rerank_post_and_get(api, model_dir):
     assert got.status_code == 200, got.text
     assert got.json()["rerank"]["applied"] and got.json()["left_out"] is None
     assert [m["id"] for m in got.json()["memories"]] == [m["id"] for m in out["memories"]]
+
+
+async def test_context_llm_judge_admits_by_its_score_in_place_of_the_gate(api, llm):
+    """With a bar (``llm_min_score``, 5 by default) the LLM's scores decide what the
+    block shows: coffee on long trips, which the evidence gate leaves out, shown because
+    it scored 9; the car wash, which the gate shows, left out under ``rerank`` because it
+    scored 1."""
+    svc, *_ = api
+    coffee, wash = (
+        "The user likes coffee on long trips",
+        "My car needs a wash after every road trip",
+    )
+    body = {"user_id": "bob", "query": QUERY, "explain": True}
+    plain = (await svc.post("/v1/context", json=body)).json()
+    assert wash in {m["content"] for m in plain["memories"]}
+    assert {x["content"]: x["rule"] for x in plain["left_out"]}[coffee] == "gate"
+
+    def judge(kind, messages):
+        if RERANK_MARKER not in messages[0]["content"]:
+            return None
+        listed = re.findall(r"^\[(\d+)\] (.*)$", messages[-1]["content"], re.M)
+        return json.dumps({"scores": [9 if text == coffee else 1 for _, text in listed]})
+
+    llm.add_responder(judge)
+    r = await svc.post("/v1/context", json={**body, "rerank": "llm"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["rerank"]["applied"] and out["rerank"]["candidates"] >= 3
+    assert [m["content"] for m in out["memories"]] == [coffee]
+    assert out["memories"][0]["why"] == "re-scored 9.00 (bar 5)"
+    judged = {x["content"]: x for x in out["left_out"] if x["rule"] == "rerank"}
+    assert wash in judged and all(x["rerank_score"] == 1.0 for x in judged.values())
 
 
 async def test_mem0_search_rerank_true_uses_the_default_backend(api, model_dir):

@@ -51,15 +51,48 @@ def test_gate_and_rerank_step():
     assert rules(r) == [("I have two cats", "gate")]
     assert "best cosine 0.10" in r.left_out[0]["detail"]
 
-    async def last_first(rows):
-        for i, row in enumerate(rows):
-            row["rerank_score"] = float(i)
-        return rows[::-1]
-
+    # a step with no bar only orders: the gate still decides, on the step's order
+    last_first = Step(lambda i, row: float(i), bar=None)
     r = build(b, QUERY, levers=levers, explain=True, top_k=1, rerank=last_first)
     assert [m["content"] for m in r.memories] == ["Tesla tires are expensive in winter"]
     assert rules(r) == [("I have two cats", "gate"), ("My red Tesla needs winter tires", "top_k")]
     assert r.left_out[1]["rerank_score"] == 0.0
+
+
+class Step:
+    """A rerank step over fixed scores (``score(position, row)``), with a bar or none."""
+
+    def __init__(self, score, bar: float | None, pool: int = 20) -> None:
+        self.score, self.bar, self.pool = score, bar, pool
+
+    async def __call__(self, rows):
+        head, tail = rows[: self.pool], rows[self.pool :]
+        for i, row in enumerate(head):
+            row["rerank_score"] = self.score(i, row)
+        return sorted(head, key=lambda r: -r["rerank_score"]) + tail
+
+
+def test_a_judge_with_a_bar_admits_by_its_score_in_place_of_the_gate():
+    """What the re-scoring scores at its bar or above is shown, in its order, whatever
+    the cosine says (the gate refuses the cats at 0.10); what it scores under the bar,
+    and what lies past its pool unscored, is left out under the rule ``rerank``."""
+    near = mem("My red Tesla needs winter tires", 0.8, 0.8)
+    far = mem("I have two cats", 0.1, 0.7)
+    mid = mem("Tesla tires are expensive in winter", 0.7, 0.6)
+    past = mem("Tesla service is on Friday", 0.6, 0.5)
+    levers = Levers(gate=True, evidence=Evidence(0.45, 0.25))
+    b = Backend(by_text={QUERY: [near, far, mid, past]})
+    scores = {near["content"]: -2.0, far["content"]: 3.0, mid["content"]: 0.0}
+    judge = Step(lambda i, row: scores[row["content"]], bar=0.0, pool=3)
+    r = build(b, QUERY, levers=levers, explain=True, rerank=judge)
+    assert [m["content"] for m in r.memories] == ["I have two cats", mid["content"]]
+    assert r.memories[0]["why"] == "re-scored 3.00 (bar 0)"
+    assert sorted(rules(r)) == [(near["content"], "rerank"), (past["content"], "rerank")]
+    # the searches fetch at least the judge's pool
+    deep = Step(lambda i, row: 1.0, bar=0.0, pool=50)
+    build(b, QUERY, levers=levers, top_k=10, rerank=deep)
+    assert max(b.depths[-1]) == 50
+    assert max(b.depths[-2]) == 2 * 10  # a shallower pool: twice the request's top_k
 
 
 def test_a_near_copy_is_left_out_by_dedupe():

@@ -48,9 +48,11 @@ class Backend:
         self._facts = list(facts)
         self._profile = list(profile)
         self.calls: list[list[str]] = []
+        self.depths: list[list[int]] = []  # each call's top_k per query
 
     async def search(self, queries):
         self.calls.append([q.text for q in queries])
+        self.depths.append([q.top_k for q in queries])
         return [[dict(m) for m in self.by_text.get(q.text, [])] for q in queries]
 
     async def facts(self, tenant, user, limit):
