@@ -15,8 +15,13 @@ calibration half; the report half is printed beside it and never used to choose.
 
 ``--data team`` runs loadtests/data/context_bench.json (the set the gate was tuned on:
 even positions calibrate, odd ones are held out) the same way. ``--locomo N`` adds LoCoMo
-dev (N questions per conversation): the share of a question's evidence turns in the
-block at 250, 1000 and 4000 tokens, the tokens used, and plain search R@10 beside it.
+dev (N questions per conversation; ``--locomo-convs`` picks conversations): the share of
+a question's evidence turns in the block at 250, 1000 and 4000 tokens, the tokens used,
+and plain search R@k beside it; and the same block judged by a perfect re-scoring step
+of ``--rerank-pool`` candidates (the ceiling of the ``rerank`` slot through the
+builder's own path). ``--rerank-dir DIR`` judges every block with an operator's ONNX
+cross-encoder too (the service's step, its default bar): the sources gain
+``<source>+onnx<pool>`` rows, LoCoMo ``onnx<pool>@<budget>``.
 
 Prints a row per try and source, writes loadtests/results/context_levers-<time>.json.
 """
@@ -128,6 +133,8 @@ async def locomo(
     from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
     convs = json.loads(LOCOMO.read_text())
+    if args is not None and args.locomo_convs:
+        convs = [c for c in convs if c["sample_id"] in args.locomo_convs.split(",")]
     steps = judges(args)
     keys = [f"block@{b}" for b in BUDGETS] + [f"{j}@{b}" for j in steps for b in BUDGETS]
     got: dict[str, list[float]] = {k: [] for k in keys}
@@ -189,6 +196,7 @@ async def one_try(
     settings = Settings().with_(context=fields)
     model = ModelFacts.of(encoder.spec)
     out: dict[str, Any] = {"settings": fields}
+    steps = judges(args)
     async with in_process_services(settings, model, dsn, encoder) as services:
         for source in args.sources:
             if args.data == "team":
@@ -197,14 +205,19 @@ async def one_try(
                 )
             else:
                 owners, labels = await load(services, data, f"t{n}{source}", source == "typed")
-            outs = []
-            for i, msg in enumerate(data["messages"]):
-                block = await services.context.build(owners[msg["user"]], msg["text"])
-                lab = labels[msg["user"]]
-                o = block_outcome(lab, msg["needs"], block, msg.get("helpful", ()))
-                outs.append((i, msg["user"], o))
-            by_source = {(source, u): lab for u, lab in labels.items()}
-            out[source] = score(outs, by_source, source, data)
+            # the rule's blocks, then each real judge's (a perfect one needs the answer)
+            for judge in [None, *[j for j in steps if not j.startswith("perfect")]]:
+                name = source if judge is None else f"{source}+{judge}"
+                outs = []
+                for i, msg in enumerate(data["messages"]):
+                    owner = owners[msg["user"]]
+                    step = steps[judge](set(), msg["text"], owner) if judge else None
+                    block = await services.context.build(owner, msg["text"], rerank=step)
+                    lab = labels[msg["user"]]
+                    o = block_outcome(lab, msg["needs"], block, msg.get("helpful", ()))
+                    outs.append((i, msg["user"], o))
+                by_source = {(name, u): lab for u, lab in labels.items()}
+                out[name] = score(outs, by_source, name, data)
         if args.locomo >= 0:
             out["locomo"] = await locomo(services, args.locomo, f"t{n}", args)
     return out
@@ -222,7 +235,8 @@ def main() -> None:
     ap.add_argument("--data", choices=("implicit", "team"), default="implicit")
     ap.add_argument("--locomo", type=int, default=-1, help="questions per conversation")
     ap.add_argument("--rerank-pool", type=int, default=max(SEARCH_KS), help="judged candidates")
-    ap.add_argument("--rerank-dir", type=Path, help="an ONNX cross-encoder to judge LoCoMo with")
+    ap.add_argument("--rerank-dir", type=Path, help="an ONNX cross-encoder to judge blocks with")
+    ap.add_argument("--locomo-convs", default="", help="LoCoMo conversations (default: all)")
     args = ap.parse_args()
     args.sources = sources = [s for s in args.sources.split(",") if s]
     if args.data == "team":
@@ -238,9 +252,9 @@ def main() -> None:
             fields = json.loads(spec)
             r = asyncio.run(one_try(n, fields, dsn, encoder, data, args))
             results.append(r)
-            for source in sources:
+            for source in [k for k in r if k.split("+")[0] in sources]:
                 for half in halves:
-                    print(row(f"{spec[:28]} {source} {half}", r[source][half]), flush=True)
+                    print(row(f"{spec[:24]} {source} {half}", r[source][half]), flush=True)
             if "locomo" in r:
                 print(f"  LoCoMo {json.dumps(r['locomo'])}", flush=True)
     print(f"wrote {write_json('context_levers', {'tries': results, 'data': data['source']})}")
