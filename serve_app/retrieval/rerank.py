@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from serve_app.llm.answer_schema import ResponseSchema
 from serve_app.llm.client import LLMClient, LLMUnavailable
 from serve_app.metrics import Flusher, RerankMetrics
 from serve_app.settings import RerankSettings
@@ -130,7 +131,11 @@ class LLMScorer:
     async def scores(self, query: str, texts: Sequence[str], tag: CallTag) -> list[float]:
         try:
             content = await self.llm.complete_json(
-                SYSTEM, self.prompt(query, texts), tag=tag, max_tokens=self.max_tokens
+                SYSTEM,
+                self.prompt(query, texts),
+                tag=tag,
+                max_tokens=self.max_tokens,
+                schema=scores_schema(len(texts)),
             )
         except OverBudget:
             raise Fallback("over_budget") from None
@@ -140,6 +145,23 @@ class LLMScorer:
 
     async def close(self) -> None:
         await self.llm.close()
+
+
+def scores_schema(n: int) -> ResponseSchema:
+    """The answer's strict form: exactly ``n`` whole-number scores. In ``json_object`` mode
+    a small local model (Qwen2.5-Coder-1.5B here) kept writing past the list until the
+    token cap cut it, twice per call (256, then 512 tokens: 100 s, and no usable
+    scores); a constrained decoder given the list's length cannot. The length is the
+    one bound kept in the schema (serve_app/llm/answer_schema.py leaves bounds to the
+    validator) because it is what ends the answer; ``parse_scores`` still checks it."""
+    scores = {"type": "array", "items": {"type": "integer"}, "minItems": n, "maxItems": n}
+    schema = {
+        "type": "object",
+        "properties": {"scores": scores},
+        "required": ["scores"],
+        "additionalProperties": False,
+    }
+    return ResponseSchema("rerank_scores", schema)
 
 
 def parse_scores(content: str, n: int) -> list[float]:

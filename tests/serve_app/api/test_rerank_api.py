@@ -185,6 +185,11 @@ async def test_llm_rerank_is_metered_and_falls_back_over_budget(api, llm):
     assert got["rerank"]["applied"] and got["rerank"]["backend"] == "llm"
     assert got["results"][0]["id"] == plain["results"][-1]["id"]
     assert len(llm.calls()) == 1
+    # asked in the strict format, for exactly one whole-number score per candidate
+    fmt = llm.calls()[0]["body"]["response_format"]
+    scores = fmt["json_schema"]["schema"]["properties"]["scores"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+    assert scores["minItems"] == scores["maxItems"] == n and scores["items"] == {"type": "integer"}
     # the scores belong to that response: the next plain search (a hot cache) has none
     again = await search(svc, top_k=n)
     assert [r["rerank_score"] for r in again["results"]] == [None] * n
