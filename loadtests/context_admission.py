@@ -83,6 +83,50 @@ async def candidates(
     return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
 
 
+LOCOMO_CALIBRATION = ("conv-26", "conv-30")  # the later two are LoCoMo's report split
+
+
+async def locomo_candidates(dsn: str, encoder) -> tuple[np.ndarray, np.ndarray]:
+    """(features, labels) of the candidates the rule leaves out for the questions of
+    LoCoMo's calibration conversations (evidence turns needed, the rest not): questions
+    that gather several turns, which the implicit-needs set has few of."""
+    from loadtests.bench_context import LOCOMO
+    from loadtests.context_inprocess import add_conversation
+    from loadtests.eval_retrieval import evidence_ids, locomo_qa
+
+    settings = Settings().with_(context={"relevance_gate": False})
+    ev = levers(Settings().context).evidence
+    xs, ys = [], []
+    async with in_process_services(settings, ModelFacts.of(encoder.spec), dsn, encoder) as s:
+        for conv in json.loads(LOCOMO.read_text()):
+            if conv["sample_id"] not in LOCOMO_CALIBRATION:
+                continue
+            owner = await add_conversation(s, conv, TENANT, "fit")
+            for q in locomo_qa(conv, None):
+                gold = evidence_ids(q["evidence"])
+                block = await s.context.build(
+                    owner, q["question"], token_budget=100_000, top_k=TOP_K
+                )
+                message = stems(expand_query(q["question"], ()))
+                cands = list(block.memories)
+                judged = [
+                    ev.similar(
+                        m.get("best_similarity", m.get("similarity")), m.get("topic_similarity")
+                    )
+                    for m in cands
+                ]
+                best = max(judged, default=-1.0)
+                for i, (m, cosine) in enumerate(zip(cands, judged, strict=True)):
+                    plain = float(m.get("best_similarity", m.get("similarity")) or -1.0)
+                    st = stems(m["content"])
+                    if ev.why(plain, st, message, best, m.get("topic_similarity")) is not None:
+                        continue
+                    shared = len(ev.shared(st, message))
+                    xs.append(features(cosine, plain, best, shared, i))
+                    ys.append(1.0 if (m.get("metadata") or {}).get("dia_id") in gold else 0.0)
+    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+
+
 def fit(x: np.ndarray, y: np.ndarray, l2: float, iterations: int = 50) -> np.ndarray:
     """Logistic regression by Newton's method (IRLS) with an L2 penalty on the weights
     (not the bias); returns the weights, then the bias."""
@@ -105,6 +149,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--with-team", action="store_true", help="fit on the team's set's half too")
+    ap.add_argument(
+        "--with-locomo", action="store_true", help="and LoCoMo's conv-26 and conv-30 questions"
+    )
     args = ap.parse_args()
     data = implicit_needs.load()
     encoder = load_encoder(SLUG, threads=1)
@@ -114,6 +161,9 @@ def main() -> None:
             team = json.loads(DATA.read_text())
             tx, ty = asyncio.run(candidates(dsn, encoder, team, "calibration", team=True))
             x, y = np.vstack([x, tx]), np.concatenate([y, ty])
+        if args.with_locomo:
+            lx, ly = asyncio.run(locomo_candidates(dsn, encoder))
+            x, y = np.vstack([x, lx]), np.concatenate([y, ly])
     w = fit(x, y, args.l2)
     p = 1.0 / (1.0 + np.exp(-(np.hstack([x, np.ones((len(x), 1))]) @ w)))
     print(f"candidates the rule leaves out: {len(y)}, needed: {int(y.sum())}")
