@@ -42,6 +42,26 @@ from serve_app.testing.inprocess import in_process_services  # noqa: E402
 TOP_K = 40  # every candidate the gate would see (the search asks for 2 x top_k per part)
 
 
+def left_out(block, text: str, ev) -> list[tuple[dict, list[float]]]:
+    """The block's candidates the rule leaves out, each with its features (what the
+    learned admission would see), in the block's order."""
+    message = stems(expand_query(text, ()))
+    cands = list(block.memories)
+    judged = [
+        ev.similar(m.get("best_similarity", m.get("similarity")), m.get("topic_similarity"))
+        for m in cands
+    ]
+    best = max(judged, default=-1.0)
+    out = []
+    for i, (m, cosine) in enumerate(zip(cands, judged, strict=True)):
+        plain = float(m.get("best_similarity", m.get("similarity")) or -1.0)
+        st = stems(m["content"])
+        if ev.why(plain, st, message, best, m.get("topic_similarity")) is not None:
+            continue  # the rule admits it: not the model's to decide
+        out.append((m, features(cosine, plain, best, len(ev.shared(st, message)), i)))
+    return out
+
+
 async def candidates(
     dsn: str, encoder, data: dict, half: str, team: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -62,23 +82,11 @@ async def candidates(
             block = await s.context.build(
                 owners[msg["user"]], msg["text"], token_budget=100_000, top_k=TOP_K
             )
-            message = stems(expand_query(msg["text"], ()))
-            cands = [m for m in block.memories]
-            judged = [
-                ev.similar(m.get("best_similarity", m.get("similarity")), m.get("topic_similarity"))
-                for m in cands
-            ]
-            best = max(judged, default=-1.0)
-            for i, (m, cosine) in enumerate(zip(cands, judged, strict=True)):
-                plain = float(m.get("best_similarity", m.get("similarity")) or -1.0)
-                st = stems(m["content"])
-                if ev.why(plain, st, message, best, m.get("topic_similarity")) is not None:
-                    continue  # the rule admits it: not the model's to decide
+            for m, x in left_out(block, msg["text"], ev):
                 key = labels[msg["user"]].key(m["id"])
                 if key is None or key in msg.get("helpful", ()):
                     continue
-                shared = len(ev.shared(st, message))
-                xs.append(features(cosine, plain, best, shared, i))
+                xs.append(x)
                 ys.append(1.0 if key in msg["needs"] else 0.0)
     return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
 
@@ -107,22 +115,8 @@ async def locomo_candidates(dsn: str, encoder) -> tuple[np.ndarray, np.ndarray]:
                 block = await s.context.build(
                     owner, q["question"], token_budget=100_000, top_k=TOP_K
                 )
-                message = stems(expand_query(q["question"], ()))
-                cands = list(block.memories)
-                judged = [
-                    ev.similar(
-                        m.get("best_similarity", m.get("similarity")), m.get("topic_similarity")
-                    )
-                    for m in cands
-                ]
-                best = max(judged, default=-1.0)
-                for i, (m, cosine) in enumerate(zip(cands, judged, strict=True)):
-                    plain = float(m.get("best_similarity", m.get("similarity")) or -1.0)
-                    st = stems(m["content"])
-                    if ev.why(plain, st, message, best, m.get("topic_similarity")) is not None:
-                        continue
-                    shared = len(ev.shared(st, message))
-                    xs.append(features(cosine, plain, best, shared, i))
+                for m, x in left_out(block, q["question"], ev):
+                    xs.append(x)
                     ys.append(1.0 if (m.get("metadata") or {}).get("dia_id") in gold else 0.0)
     return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
 
