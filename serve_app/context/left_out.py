@@ -3,8 +3,9 @@
 ``/v1/context?explain=true`` answers it (``left_out``) so an operator can see a miss:
 a memory the search found but the evidence gate (or a re-scoring judge) refused, one
 past ``top_k``, one the token budget had no room for, a near-copy of a shown one, a
-profile memory over the profile section's share. The builder calls :meth:`LeftOut.drop` at each cut with the
-list before and after it; the first rule that drops a candidate is the one reported.
+profile memory over the profile section's share. The builder calls
+:meth:`LeftOut.drop` at each cut with the list before and after it; the first rule that
+drops a candidate is the one reported.
 """
 
 from __future__ import annotations
