@@ -65,8 +65,11 @@ class RerankFn(Protocol):
     threshold does); None when it has no bar or did not apply (over budget, down), and
     then the rule decides on the order it gave."""
 
-    pool: int
-    bar: float | None
+    @property
+    def pool(self) -> int: ...
+
+    @property
+    def bar(self) -> float | None: ...
 
     async def __call__(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
 
