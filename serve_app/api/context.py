@@ -32,7 +32,7 @@ async def context_get(params: Annotated[ContextQuery, Query()], caller: Caller, 
 
 async def _build(body: ContextQuery, caller: Caller, services: Svc) -> dict[str, Any]:
     owner = resolve_owner(caller, body.user_id)
-    step, outcome = await rerank_step(services, body.rerank, owner, body.query)
+    step, outcome = await rerank_step(services, body.rerank, owner, body.query, context=True)
     history = body.history if isinstance(body, ContextRequest) else None
     result = await services.context.build(
         owner,

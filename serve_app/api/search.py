@@ -71,14 +71,20 @@ def searches(body: SearchRequest, q: SearchQuery) -> list[SearchQuery]:
 
 
 async def rerank_step(
-    services: Services, requested: bool | str, owner: Owner, query: str, *, lenient: bool = False
+    services: Services,
+    requested: bool | str,
+    owner: Owner,
+    query: str,
+    *,
+    lenient: bool = False,
+    context: bool = False,
 ) -> tuple[RerankStep | None, RerankOutcome | None]:
     """A request's ``rerank`` step (serve_app/services/rerank.py); 422 when it asks for a
-    back-end nobody offers (``lenient``: mem0's no-op instead)."""
+    back-end nobody offers (``lenient``: mem0's no-op instead; ``context``: a block's)."""
     if requested is False:
         return None, None
     return await services.rerank.step(
-        requested, owner.tenant_id, owner.user_id, query, lenient=lenient
+        requested, owner.tenant_id, owner.user_id, query, lenient=lenient, context=context
     )
 
 
@@ -90,6 +96,6 @@ async def search(body: SearchRequest, caller: Caller, services: Svc):
     gate = Evidence(c.evidence_similarity, c.evidence_similarity_lexical)
     step, outcome = await rerank_step(services, body.rerank, owner, body.query)
     # a reranked search fetches a pool of candidates for the back-end, then cuts to top_k
-    wide = replace(q, top_k=max(q.top_k, step.reranker.pool)) if step is not None else q
+    wide = replace(q, top_k=max(q.top_k, step.pool)) if step is not None else q
     results = await services.memories.search_knowledge(searches(body, wide), q.top_k, gate, step)
     return {"results": results, "rerank": report(step, outcome)}

@@ -217,6 +217,11 @@ class Reranker:
         """Candidates a reranked search should fetch (all of them may be re-scored)."""
         return max(1, self.settings.max_candidates)
 
+    @property
+    def context_pool(self) -> int:
+        """Candidates a reranked context block fetches and re-scores."""
+        return max(1, self.settings.context_candidates or self.settings.max_candidates)
+
     def min_score(self, backend: str) -> float | None:
         """The score at which ``backend``'s judgement admits a context candidate (its
         scale is the back-end's: a cross-encoder's logit, the LLM's 0-10); None: none."""
@@ -245,12 +250,18 @@ class Reranker:
         return str(requested)
 
     async def rerank(
-        self, rows: list[dict[str, Any]], query: str, backend: str, tag: CallTag
+        self,
+        rows: list[dict[str, Any]],
+        query: str,
+        backend: str,
+        tag: CallTag,
+        pool: int | None = None,
     ) -> tuple[list[dict[str, Any]], RerankOutcome]:
-        """``rows`` with the first ``max_candidates`` ordered by the back-end's score
-        (each gets ``rerank_score``), the rest after them in their order. On a fallback
-        the rows come back as they were."""
-        head, tail = rows[: self.pool], rows[self.pool :]
+        """``rows`` with the first ``pool`` (default ``max_candidates``) ordered by the
+        back-end's score (each gets ``rerank_score``), the rest after them in their order.
+        On a fallback the rows come back as they were."""
+        n = pool or self.pool
+        head, tail = rows[:n], rows[n:]
         if not head:
             return rows, RerankOutcome(backend, False, "no_candidates")
         started = time.perf_counter()

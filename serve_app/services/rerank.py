@@ -34,14 +34,17 @@ class RerankStep:
     # after a call that applied: the score at which the back-end's judgement admits a
     # context candidate (the operator's ``MEMSERVE_RERANK_*_MIN_SCORE``); None: order only
     bar: float | None = field(default=None)
+    context: bool = False  # a context block's step: the block's pool, not a search's
 
     @property
     def pool(self) -> int:
-        """How many candidates the back-end re-scores (a context block fetches as many)."""
-        return self.reranker.pool
+        """How many candidates the back-end re-scores (the searches fetch as many)."""
+        return self.reranker.context_pool if self.context else self.reranker.pool
 
     async def __call__(self, rows: Rows) -> Rows:
-        rows, self.outcome = await self.reranker.rerank(rows, self.query, self.backend, self.tag)
+        rows, self.outcome = await self.reranker.rerank(
+            rows, self.query, self.backend, self.tag, self.pool
+        )
         self.bar = self.reranker.min_score(self.backend) if self.outcome.applied else None
         return rows
 
@@ -73,10 +76,12 @@ class RerankService:
         query: str,
         *,
         lenient: bool = False,
+        context: bool = False,
     ) -> tuple[RerankStep | None, RerankOutcome | None]:
         """(the step to apply, None when ``rerank`` is off; the outcome when it is known
         already). Not offered: 422, or with ``lenient`` (mem0) no step and an outcome
-        that says ``not_configured``."""
+        that says ``not_configured``. ``context``: a context block's step (its pool is
+        ``MEMSERVE_RERANK_CONTEXT_CANDIDATES``)."""
         if requested is False:
             return None, None
         allowed = None
@@ -90,7 +95,7 @@ class RerankService:
             raise ApiError(422, "rerank_unavailable", str(exc)) from None
         assert backend is not None
         tag = CallTag(tenant_id, user_id, "rerank")
-        return RerankStep(self.reranker, backend, query, tag), None
+        return RerankStep(self.reranker, backend, query, tag, context=context), None
 
     async def close(self) -> None:
         await self.reranker.close()

@@ -31,6 +31,10 @@ class RerankSettings(BaseSettings):
     onnx_dir: Path | None = None
     # the first this many candidates are re-scored, the rest keep their order after them
     max_candidates: int = Field(default=20, ge=1, le=200)
+    # a context block's (its judge's) pool: a block over a long history needs a deep one
+    # (LoCoMo: a perfect judge of 100 shows 0.83 of the evidence, of 20 0.71), while a
+    # search cuts to a small top_k anyway. None: ``max_candidates``.
+    context_candidates: int | None = Field(default=None, ge=1, le=200)
     # In a context block the back-end's score decides which re-scored candidates are
     # shown, in its order, in place of the evidence rule (a cross-encoder reads the
     # message and the memory together; a cosine threshold cannot); candidates past

@@ -187,7 +187,7 @@ async def search(body: m.SearchRequest, caller: Caller, services: Svc):
     step, outcome = await rerank_step(
         services, body.rerank or False, owner, body.query, lenient=True
     )
-    wide = replace(q, top_k=max(q.top_k, step.reranker.pool)) if step is not None else q
+    wide = replace(q, top_k=max(q.top_k, step.pool)) if step is not None else q
     queries = [wide]
     if not shared and scope.run_id is None:  # a user's search: the org's (and agent's) knowledge
         knowledge = (f"@agent:{scope.agent_id}",) if scope.agent_id else ()
