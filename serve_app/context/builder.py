@@ -255,10 +255,13 @@ class ContextBuilder:
             shown = {str(i["id"]) for i in fit[0]}
             memories = [m for m in memories if str(m["id"]) not in shown]
         bar = req.rerank.bar if req.rerank is not None else None
-        if bar is not None:
+        if bar is not None and req.rerank is not None:
             judged = _judged(memories, bar)
             if trace is not None:
-                trace.drop(memories, judged, "rerank", f"re-scored under the bar {bar:g}")
+                scored = [m for m in memories if m.get("rerank_score") is not None]
+                past = f"past the {req.rerank.pool} candidates the re-scoring scored"
+                trace.drop(memories, scored, "rerank", past)
+                trace.drop(scored, judged, "rerank", f"re-scored under the bar {bar:g}")
             memories = judged
         elif lv.gate:
             ev = lv.evidence

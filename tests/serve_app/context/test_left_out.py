@@ -88,6 +88,11 @@ def test_a_judge_with_a_bar_admits_by_its_score_in_place_of_the_gate():
     assert [m["content"] for m in r.memories] == ["I have two cats", mid["content"]]
     assert r.memories[0]["why"] == "re-scored 3.00 (bar 0)"
     assert sorted(rules(r)) == [(near["content"], "rerank"), (past["content"], "rerank")]
+    detail = {x["content"]: x["detail"] for x in r.left_out}
+    assert detail == {
+        near["content"]: "re-scored under the bar 0",
+        past["content"]: "past the 3 candidates the re-scoring scored",
+    }
     # the searches fetch at least the judge's pool
     deep = Step(lambda i, row: 1.0, bar=0.0, pool=50)
     build(b, QUERY, levers=levers, top_k=10, rerank=deep)
