@@ -63,11 +63,6 @@ class RerankService:
         self.reranker = reranker
         self.effective = effective
 
-    @property
-    def pool(self) -> int:
-        """How many candidates a reranked search fetches before it cuts to ``top_k``."""
-        return self.reranker.pool
-
     async def step(
         self,
         requested: bool | str,
