@@ -122,20 +122,25 @@ def judges(args: argparse.Namespace | None) -> dict[str, Any]:
 
 
 async def locomo(
-    services: Any, queries: int, prefix: str, args: argparse.Namespace | None = None
+    services: Any,
+    queries: int,
+    prefix: str,
+    args: argparse.Namespace | None = None,
+    steps: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """LoCoMo dev evidence in the block at each budget, with the tokens it used, beside
     plain search R@k and the tokens of search's top 30 (what a block of that size could
     carry by rank alone), and what a perfect re-ranker of search's top 100 would fit in
     1000 tokens (the evidence first, then by rank): the ceiling of a re-scoring stage.
-    The block is also built with each of :func:`judges`' re-scoring steps (their score
-    admits in place of the evidence rule): ``<judge>@<budget>``."""
+    The block is also built with each re-scoring step of ``steps`` (default
+    :func:`judges`; their score admits in place of the evidence rule):
+    ``<judge>@<budget>``."""
     from loadtests.eval_retrieval import evidence_ids, locomo_qa
 
     convs = json.loads(LOCOMO.read_text())
     if args is not None and args.locomo_convs:
         convs = [c for c in convs if c["sample_id"] in args.locomo_convs.split(",")]
-    steps = judges(args)
+    steps = judges(args) if steps is None else steps  # a caller's: one cross-encoder load
     keys = [f"block@{b}" for b in BUDGETS] + [f"{j}@{b}" for j in steps for b in BUDGETS]
     got: dict[str, list[float]] = {k: [] for k in keys}
     used: dict[str, list[int]] = {k: [] for k in keys}
@@ -219,7 +224,7 @@ async def one_try(
                 by_source = {(name, u): lab for u, lab in labels.items()}
                 out[name] = score(outs, by_source, name, data)
         if args.locomo >= 0:
-            out["locomo"] = await locomo(services, args.locomo, f"t{n}", args)
+            out["locomo"] = await locomo(services, args.locomo, f"t{n}", args, steps)
     return out
 
 

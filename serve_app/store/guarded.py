@@ -395,6 +395,9 @@ class GuardedWriter:
         if self.classifier is None:
             return Classified(0, 0, None)
         async with self.pool.connection() as c:
+            # the guard as for a write of the user's own (no agent, no session): a forget
+            # of the whole user refuses the call; one of a session or an agent voids just
+            # its rows, in each page's statement
             if not await self.guard_passes(c, owner, [NewMemory(content="")]):
                 raise ForgetInProgress(owner)
         cursor = after or uuid.UUID(int=0)
