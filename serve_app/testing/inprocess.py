@@ -124,6 +124,20 @@ def bearer_client(app: FastAPI, key: str) -> httpx.AsyncClient:
 
 
 @asynccontextmanager
+async def bearer_clients(
+    app: FastAPI, keys: Mapping[str, str]
+) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    """A :func:`bearer_client` per name in ``keys`` (name -> key), all closed on exit:
+    the callers a test plays (the service, an admin, a user, another tenant)."""
+    clients = {name: bearer_client(app, key) for name, key in keys.items()}
+    try:
+        yield clients
+    finally:
+        for c in clients.values():
+            await c.aclose()
+
+
+@asynccontextmanager
 async def in_process_api(
     settings: Settings,
     model: ModelFacts,

@@ -18,7 +18,7 @@ from serve_app.client import AsyncMemserveClient
 from serve_app.metrics import SpendMetrics
 from serve_app.settings import Settings
 from serve_app.store.llm_spend import CallTag, Limits, Spent
-from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_clients, in_process_app, in_process_services
 
 SERVICE = "msk_llm_usage_service_key_0123456789"
 ADMIN = "msk_llm_usage_admin_key_0123456789ab"
@@ -36,16 +36,14 @@ async def api(fresh_db, encoder, llm):
         keys["acme_admin"], _ = await services.keys.create("acme", "admin")
         keys["acme_service"], _ = await services.keys.create("acme", "service")
         async with in_process_app(settings, services) as app:
-            clients = {name: bearer_client(app, key) for name, key in keys.items()}
             typed = AsyncMemserveClient(
                 "http://t", keys["acme_admin"], transport=httpx.ASGITransport(app=app)
             )
-            try:
-                yield clients, typed, services
-            finally:
-                await typed.aclose()
-                for c in clients.values():
-                    await c.aclose()
+            async with bearer_clients(app, keys) as clients:
+                try:
+                    yield clients, typed, services
+                finally:
+                    await typed.aclose()
 
 
 async def chat(c: httpx.AsyncClient, user: str) -> httpx.Response:

@@ -9,7 +9,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_clients, in_process_app, in_process_services
 
 SERVICE = "msk_profile_classify_service_key_012345"
 
@@ -24,13 +24,9 @@ async def api(fresh_db, encoder):
         acme, _ = await services.keys.create("acme", "admin")
         alice, _ = await services.keys.create("default", "user", user_id="alice")
         async with in_process_app(settings, services) as app:
-            pairs = (("service", SERVICE), ("admin", admin), ("acme", acme), ("alice", alice))
-            clients = {n: bearer_client(app, k) for n, k in pairs}
-            try:
+            keys = {"service": SERVICE, "admin": admin, "acme": acme, "alice": alice}
+            async with bearer_clients(app, keys) as clients:
                 yield clients, fresh_db
-            finally:
-                for c in clients.values():
-                    await c.aclose()
 
 
 async def add(client, content: str, **extra) -> str:

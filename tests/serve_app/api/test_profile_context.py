@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_clients, in_process_app, in_process_services
 
 SERVICE = "msk_profile_api_service_key_0123456789"
 
@@ -23,14 +23,12 @@ async def api(fresh_db, encoder):
         settings, boot.model, fresh_db, encoder, embedded=embedded
     ) as services:
         alice, _ = await services.keys.create("default", "user", user_id="alice")
-        async with in_process_app(settings, services) as app:
-            pairs = (("service", SERVICE), ("alice", alice))
-            clients = {n: bearer_client(app, k) for n, k in pairs}
-            try:
-                yield clients, embedded
-            finally:
-                for c in clients.values():
-                    await c.aclose()
+        keys = {"service": SERVICE, "alice": alice}
+        async with (
+            in_process_app(settings, services) as app,
+            bearer_clients(app, keys) as clients,
+        ):
+            yield clients, embedded
 
 
 async def add(client, user: str, content: str, **extra) -> dict:

@@ -11,7 +11,7 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import bearer_clients, in_process_app, in_process_services
 
 SERVICE = "msk_tenant_api_service_key_0123456789"
 ADMIN = "msk_tenant_api_admin_key_0123456789ab"
@@ -42,12 +42,8 @@ async def api(fresh_db, encoder, llm):
             "acme_service": acme_service,
             "acme_user": acme_user,
         }
-        clients = {name: bearer_client(app, key) for name, key in keys.items()}
-        try:
+        async with bearer_clients(app, keys) as clients:
             yield clients, services
-        finally:
-            for c in clients.values():
-                await c.aclose()
 
 
 async def test_only_admin_keys_and_only_their_own_tenant(api):

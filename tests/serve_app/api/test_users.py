@@ -11,7 +11,12 @@ import pytest
 
 from serve_app.bootstrap import bootstrap
 from serve_app.settings import Settings
-from serve_app.testing.inprocess import bearer_client, in_process_app, in_process_services
+from serve_app.testing.inprocess import (
+    bearer_client,
+    bearer_clients,
+    in_process_app,
+    in_process_services,
+)
 
 SERVICE = "msk_users_api_service_key_0123456789"
 
@@ -31,15 +36,9 @@ async def api(fresh_db, encoder):
     ):
         alice, _ = await services.keys.create("default", "user", user_id="alice")
         other, _ = await services.keys.create("acme", "service")
-        clients = {
-            name: bearer_client(app, key)
-            for name, key in (("service", SERVICE), ("alice", alice), ("acme", other))
-        }
-        try:
+        keys = {"service": SERVICE, "alice": alice, "acme": other}
+        async with bearer_clients(app, keys) as clients:
             yield clients, services, fresh_db
-        finally:
-            for c in clients.values():
-                await c.aclose()
 
 
 async def _remember(client, user: str, *texts: str) -> list[dict]:
